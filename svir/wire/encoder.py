@@ -1,0 +1,227 @@
+"""The encoder: normalized events out as canonical OpenAI chat-completion bytes.
+
+`ChunkEncoder` writes the `chat.completion.chunk` SSE stream every client gets: one id and model,
+reasoning only as `reasoning_content`, the usage chunk only when asked for, `[DONE]` only after a
+complete answer, and a failure as exactly one error frame. `CompletionAggregator` folds the same
+events into the `chat.completion` object for clients that did not stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from svir.wire.classify import to_client_error
+from svir.wire.errors import UpstreamError
+from svir.wire.events import (
+    ContentFilter,
+    Done,
+    Event,
+    Finish,
+    Keepalive,
+    ReasoningDelta,
+    RefusalDelta,
+    Role,
+    StreamError,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+)
+
+_enc = msgspec.json.encode
+_DONE = b"data: [DONE]\n\n"
+_KEEPALIVE = b": keepalive\n\n"
+_MID = b'},"finish_reason":null}]}\n\n'
+
+
+def usage_dict(u: Usage) -> dict[str, Any]:
+    """The OpenAI usage object, with the details the server reported."""
+    out: dict[str, Any] = {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+    }
+    if u.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": u.reasoning_tokens}
+    if u.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": u.cached_tokens}
+    return out
+
+
+def stream_error_fields(err: UpstreamError) -> tuple[str, str, str | None]:
+    """Message, type and code of the error frame that reports an upstream failure mid-stream."""
+    ce = to_client_error(err, before_first_byte=False)
+    return ce.message, ce.type, None if ce.code is None else str(ce.code)
+
+
+def error_frame(message: str, type: str, code: str | None) -> bytes:
+    """The one frame that ends a failed stream, in place of `[DONE]`."""
+    return b"data: " + _enc({"error": {"message": message, "type": type, "code": code}}) + b"\n\n"
+
+
+class ChunkEncoder:
+    """Encodes one response's events. Stateful: it tracks the role chunk and the stream's end."""
+
+    __slots__ = ("_delta_prefix", "_ended", "_head", "_role_sent", "include_usage")
+
+    def __init__(self, *, id: str, model: str, created: int, include_usage: bool = False) -> None:
+        self.include_usage = include_usage
+        self._head = (
+            b'data: {"id":'
+            + _enc(id)
+            + b',"object":"chat.completion.chunk","created":'
+            + str(int(created)).encode()
+            + b',"model":'
+            + _enc(model)
+            + b',"choices":'
+        )
+        self._delta_prefix = self._head + b'[{"index":0,"delta":'
+        self._role_sent = False
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        """Whether `[DONE]` or an error frame was written."""
+        return self._ended
+
+    def encode(self, event: Event) -> bytes:
+        """The bytes for one event (possibly empty: not every event shows on the wire)."""
+        if self._ended:
+            return b""
+        if isinstance(event, TextDelta):
+            return self._delta(b'{"content":' + _enc(event.text) + b"}")
+        if isinstance(event, ReasoningDelta):
+            return self._delta(b'{"reasoning_content":' + _enc(event.text) + b"}")
+        if isinstance(event, ToolCallDelta):
+            return self._delta(
+                b'{"tool_calls":[{"index":'
+                + str(event.index).encode()
+                + b',"function":{"arguments":'
+                + _enc(event.arguments)
+                + b"}}]}"
+            )
+        if isinstance(event, Role):
+            return self._role()
+        if isinstance(event, ToolCallStart):
+            piece = {
+                "index": event.index,
+                "id": event.id,
+                "type": "function",
+                "function": {"name": event.name, "arguments": ""},
+            }
+            return self._delta(b'{"tool_calls":[' + _enc(piece) + b"]}")
+        if isinstance(event, RefusalDelta):
+            return self._delta(b'{"refusal":' + _enc(event.text) + b"}")
+        if isinstance(event, Finish):
+            return (
+                self._role()
+                + self._delta_prefix
+                + b'{},"finish_reason":'
+                + _enc(event.reason)
+                + b"}]}\n\n"
+            )
+        if isinstance(event, Usage):
+            if not self.include_usage:
+                return b""
+            return self._head + b'[],"usage":' + _enc(usage_dict(event)) + b"}\n\n"
+        if isinstance(event, Done):
+            self._ended = True
+            return _DONE
+        if isinstance(event, Keepalive):
+            return _KEEPALIVE
+        if isinstance(event, StreamError):
+            return self.error(*stream_error_fields(event.error))
+        if isinstance(event, ContentFilter):
+            return b""
+        raise TypeError(f"not an event: {event!r}")
+
+    def error(self, message: str, type: str = "upstream_error", code: str | None = None) -> bytes:
+        """End the stream with one error frame, and nothing after it."""
+        if self._ended:
+            return b""
+        self._ended = True
+        return error_frame(message, type, code)
+
+    def _role(self) -> bytes:
+        if self._role_sent:
+            return b""
+        self._role_sent = True
+        return self._delta_prefix + b'{"role":"assistant","content":""' + _MID
+
+    def _delta(self, delta: bytes) -> bytes:
+        if self._role_sent:
+            return self._delta_prefix + delta + _MID[1:]
+        return self._role() + self._delta_prefix + delta + _MID[1:]
+
+
+class CompletionAggregator:
+    """Folds events into one `chat.completion` for a client that did not stream."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.error: StreamError | None = None
+        self.done = False
+        self.filters: list[ContentFilter] = []
+
+    def add(self, event: Event) -> None:
+        """Take one event."""
+        if isinstance(event, TextDelta):
+            self.content.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            self.calls[event.index]["function"]["arguments"] += event.arguments
+        elif isinstance(event, ToolCallStart):
+            self.calls[event.index] = {
+                "id": event.id,
+                "type": "function",
+                "function": {"name": event.name, "arguments": ""},
+            }
+        elif isinstance(event, RefusalDelta):
+            self.refusal.append(event.text)
+        elif isinstance(event, Finish):
+            self.finish_reason = event.reason
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, StreamError):
+            self.error = event
+        elif isinstance(event, Done):
+            self.done = True
+        elif isinstance(event, ContentFilter):
+            self.filters.append(event)
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message."""
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.content) if self.content or not self.calls else None,
+        }
+        if self.reasoning:
+            msg["reasoning_content"] = "".join(self.reasoning)
+        if self.refusal:
+            msg["refusal"] = "".join(self.refusal)
+        if self.calls:
+            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return msg
+
+    def completion(self, *, id: str, model: str, created: int) -> dict[str, Any]:
+        """The `chat.completion` object."""
+        out: dict[str, Any] = {
+            "id": id,
+            "object": "chat.completion",
+            "created": int(created),
+            "model": model,
+            "choices": [
+                {"index": 0, "message": self.message(), "finish_reason": self.finish_reason}
+            ],
+        }
+        if self.usage is not None:
+            out["usage"] = usage_dict(self.usage)
+        return out

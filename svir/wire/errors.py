@@ -1,0 +1,125 @@
+"""The wire core's typed errors: every failure the core reports is one of these.
+
+`WireError` is the root; nothing else escapes the core on bad input. `UpstreamError` describes a
+failure of the model server (an HTTP error, an error inside a stream, a truncated stream) as one
+classified value that the policy layer can retry, fall back on, or hand to the client.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class WireError(Exception):
+    """Root of every error the wire core raises."""
+
+
+class SSEError(WireError):
+    """The byte stream is not valid SSE within the configured limits."""
+
+
+class LineTooLong(SSEError):
+    """A line grew past the parser's line cap."""
+
+
+class EventTooLarge(SSEError):
+    """An event's joined data grew past the parser's event cap."""
+
+
+class ProtocolError(WireError):
+    """A chunk was valid SSE but not a valid chat-completion chunk (bad JSON, wrong types)."""
+
+
+class ToolCallError(WireError):
+    """The assembled tool calls are not a valid set (§3.3)."""
+
+
+class BodyError(WireError):
+    """A request body could not be built from the client's input."""
+
+
+class BaseURLError(WireError):
+    """A configured base URL cannot be used (§1)."""
+
+
+class ErrorKind(enum.StrEnum):
+    """What kind of failure an upstream error is; decides retry, fallback and client status."""
+
+    AUTH = "auth"
+    RATE_LIMITED = "rate_limited"
+    TIMEOUT = "timeout"
+    TRANSIENT = "transient"
+    REJECTED = "rejected"
+    CONTEXT_OVERFLOW = "context_overflow"
+    CONTENT_FILTER = "content_filter"
+    UNSUPPORTED_INPUT = "unsupported_input"
+    NOT_A_STREAM = "not_a_stream"
+    INCOMPLETE = "incomplete"
+    PROTOCOL = "protocol"
+    OTHER = "other"
+
+
+RETRYABLE_KINDS = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.TIMEOUT, ErrorKind.TRANSIENT})
+
+
+class UpstreamError(WireError):
+    """One classified failure of an upstream model server."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | int | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        retry_after: float | None = None,
+        in_stream: bool = False,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.code = code
+        self.type = type
+        self.param = param
+        self.retry_after = retry_after
+        self.in_stream = in_stream
+        self.details = details or {}
+
+    @property
+    def retryable(self) -> bool:
+        """Whether sending the same request again may succeed."""
+        return self.kind in RETRYABLE_KINDS
+
+    def __repr__(self) -> str:
+        return (
+            f"UpstreamError(kind={self.kind.value!r}, message={self.message!r}, "
+            f"status={self.status!r}, code={self.code!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpstreamError):
+            return NotImplemented
+        return (
+            self.kind,
+            self.message,
+            self.status,
+            self.code,
+            self.type,
+            self.retry_after,
+            self.in_stream,
+        ) == (
+            other.kind,
+            other.message,
+            other.status,
+            other.code,
+            other.type,
+            other.retry_after,
+            other.in_stream,
+        )
+
+    __hash__ = None  # type: ignore[assignment]

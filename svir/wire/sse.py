@@ -1,0 +1,169 @@
+"""Incremental Server-Sent Events framing (§3.1): bytes of any split in, events and comments out.
+
+The parser works on bytes and never decodes `data` itself: a line end never falls inside a UTF-8
+character, so joining complete lines keeps every character whole and the JSON decoder sees valid
+text however the network split it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from svir.wire.errors import EventTooLarge, LineTooLong
+
+DEFAULT_MAX_LINE = 1 << 20
+DEFAULT_MAX_EVENT = 4 << 20
+
+
+class SSEEvent(msgspec.Struct, frozen=True, gc=False):
+    """One dispatched event: its data lines joined with LF, and its fields."""
+
+    data: bytes
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEComment(msgspec.Struct, frozen=True, gc=False):
+    """A comment line (`: …`), which servers send as a keep-alive."""
+
+    text: str
+
+
+class SSEParser:
+    """Feed bytes, get events. Line ends may be LF, CRLF or CR, and may be split across feeds."""
+
+    __slots__ = (
+        "_buf",
+        "_data",
+        "_data_size",
+        "_event",
+        "_id",
+        "_max_event",
+        "_max_line",
+        "_retry",
+        "_skip_lf",
+    )
+
+    def __init__(
+        self, *, max_line: int = DEFAULT_MAX_LINE, max_event: int = DEFAULT_MAX_EVENT
+    ) -> None:
+        self._max_line = max_line
+        self._max_event = max_event
+        self._buf = bytearray()
+        self._data: list[bytes] = []
+        self._data_size = 0
+        self._event: str | None = None
+        self._id: str | None = None
+        self._retry: int | None = None
+        # A CR ended the last feed: an LF starting the next one belongs to the same line end.
+        self._skip_lf = False
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The last `id:` seen; it persists across events, as the SSE standard says."""
+        return self._id
+
+    def feed(self, chunk: bytes) -> list[SSEEvent | SSEComment]:
+        """Parse more bytes; return the events and comments they completed."""
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+                if not chunk:
+                    return []
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # No line ends: only accumulate. A bytearray keeps long lines linear in their length.
+            self._buf += chunk
+            if len(self._buf) > self._max_line:
+                raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
+            return []
+        if self._buf:
+            self._buf += chunk
+            buf = bytes(self._buf)
+            self._buf.clear()
+        else:
+            buf = chunk
+        if b"\r" in buf:
+            if buf[-1] == 0x0D:
+                self._skip_lf = True
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        rest = lines.pop()
+        if rest:
+            if len(rest) > self._max_line:
+                raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
+            self._buf += rest
+        out: list[SSEEvent | SSEComment] = []
+        for line in lines:
+            if line.startswith(b"data: "):
+                self._add_data(line[6:])
+            elif not line:
+                if self._data:
+                    out.append(self._dispatch())
+                else:
+                    self._event = None
+            else:
+                self._field(line, out)
+        return out
+
+    def close(self) -> list[SSEEvent | SSEComment]:
+        """End of input. An event with no blank line after it is incomplete and is dropped."""
+        self._buf.clear()
+        self._data.clear()
+        self._data_size = 0
+        self._event = None
+        return []
+
+    def _add_data(self, value: bytes) -> None:
+        if len(value) > self._max_line:
+            raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
+        self._data_size += len(value) + 1
+        if self._data_size > self._max_event:
+            raise EventTooLarge(f"SSE event larger than {self._max_event} bytes")
+        self._data.append(value)
+
+    def _dispatch(self) -> SSEEvent:
+        data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+        event = SSEEvent(data, self._event, self._id, self._retry)
+        self._data = []
+        self._data_size = 0
+        self._event = None
+        return event
+
+    def _field(self, line: bytes, out: list[SSEEvent | SSEComment]) -> None:
+        if len(line) > self._max_line:
+            raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
+        colon = line.find(b":")
+        if colon == 0:
+            out.append(SSEComment(line[1:].strip().decode("utf-8", "replace")))
+            return
+        if colon < 0:
+            name, value = line, b""
+        else:
+            name, value = line[:colon], line[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        if name == b"data":
+            self._add_data(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                self._id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            if value.isdigit():
+                self._retry = int(value)
+        # Any other field name is ignored, as the SSE standard requires.
+
+
+def encode_data(payload: bytes) -> bytes:
+    """Frame one payload as an SSE event (the payload must hold no line end)."""
+    return b"data: " + payload + b"\n\n"
+
+
+def encode_comment(text: str = "") -> bytes:
+    """Frame an SSE comment, as used for keep-alives."""
+    return b": " + text.encode() + b"\n\n" if text else b":\n\n"
