@@ -27,24 +27,95 @@ PIECE = 4096
 def make_stream(n: int, tools: bool = True) -> bytes:
     enc = msgspec.json.encode
     head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    out = [b"data: " + enc({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]}) + b"\n\n"]  # noqa: E501
+    out = [
+        b"data: "
+        + enc(
+            {
+                **head,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": None},
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+        + b"\n\n"
+    ]
     calls = n // 10 if tools else 1
     for i in range(n - calls - 3):
         key = "reasoning_content" if i < n // 4 else "content"
         delta = {key: f" word{i % 97}"}
-        out.append(b"data: " + enc({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}) + b"\n\n")  # noqa: E501
+        out.append(
+            b"data: "
+            + enc({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            + b"\n\n"
+        )
     if not tools:
-        out.append(b"data: " + enc({**head, "choices": [{"index": 0, "delta": {"content": "."}, "finish_reason": None}]}) + b"\n\n")  # noqa: E501
-        out.append(b"data: " + enc({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + b"\n\n")  # noqa: E501
+        out.append(
+            b"data: "
+            + enc(
+                {
+                    **head,
+                    "choices": [{"index": 0, "delta": {"content": "."}, "finish_reason": None}],
+                }
+            )
+            + b"\n\n"
+        )
+        out.append(
+            b"data: "
+            + enc({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            + b"\n\n"
+        )
         out.append(b"data: [DONE]\n\n")
         return b"".join(out)
-    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": ""}}  # noqa: E501
-    out.append(b"data: " + enc({**head, "choices": [{"index": 0, "delta": {"tool_calls": [first]}, "finish_reason": None}]}) + b"\n\n")  # noqa: E501
+    first = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": ""},
+    }
+    out.append(
+        b"data: "
+        + enc(
+            {
+                **head,
+                "choices": [{"index": 0, "delta": {"tool_calls": [first]}, "finish_reason": None}],
+            }
+        )
+        + b"\n\n"
+    )
     for i in range(calls - 1):
         piece = {"index": 0, "function": {"arguments": f'"k{i}":{i},'}}
-        out.append(b"data: " + enc({**head, "choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]}) + b"\n\n")  # noqa: E501
-    out.append(b"data: " + enc({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}) + b"\n\n")  # noqa: E501
-    out.append(b"data: " + enc({**head, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": n + 10}}) + b"\n\n")  # noqa: E501
+        out.append(
+            b"data: "
+            + enc(
+                {
+                    **head,
+                    "choices": [
+                        {"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}
+                    ],
+                }
+            )
+            + b"\n\n"
+        )
+    out.append(
+        b"data: "
+        + enc({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+        + b"\n\n"
+    )
+    out.append(
+        b"data: "
+        + enc(
+            {
+                **head,
+                "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": n + 10},
+            }
+        )
+        + b"\n\n"
+    )
     out.append(b"data: [DONE]\n\n")
     return b"".join(out)
 
@@ -114,13 +185,22 @@ def main() -> None:
         svir_times.append(timed(lambda: svir_roundtrip(parts)))
         sdk_times.append(timed(sdk))
     n = args.chunks
-    for name, times in (("svir decode+normalize+encode", svir_times), ("OpenAI SDK parse", sdk_times)):  # noqa: E501
-        print(f"{name:32s} best {n / min(times):>11,.0f} chunks/s  median {n / statistics.median(times):>11,.0f} chunks/s")  # noqa: E501
-    print(f"ratio (best, median): {min(sdk_times) / min(svir_times):.1f}x, "
-          f"{statistics.median(sdk_times) / statistics.median(svir_times):.1f}x")
+    for name, times in (
+        ("svir decode+normalize+encode", svir_times),
+        ("OpenAI SDK parse", sdk_times),
+    ):
+        print(
+            f"{name:32s} best {n / min(times):>11,.0f} chunks/s  median {n / statistics.median(times):>11,.0f} chunks/s"
+        )
+    print(
+        f"ratio (best, median): {min(sdk_times) / min(svir_times):.1f}x, "
+        f"{statistics.median(sdk_times) / statistics.median(svir_times):.1f}x"
+    )
     small, large = peak_memory(n // 10), peak_memory(n * 10)
-    print(f"svir peak traced memory: {small / 1024:.0f} KiB at {n // 10:,} chunks, "
-          f"{large / 1024:.0f} KiB at {n * 10:,} chunks")
+    print(
+        f"svir peak traced memory: {small / 1024:.0f} KiB at {n // 10:,} chunks, "
+        f"{large / 1024:.0f} KiB at {n * 10:,} chunks"
+    )
 
 
 if __name__ == "__main__":

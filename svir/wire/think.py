@@ -1,4 +1,4 @@
-"""Splitting inline `<think>…</think>` reasoning out of answer text, with markers split anywhere (§4).
+"""Splitting inline `<think>…</think>` reasoning out of answer text, markers split anywhere (§4).
 
 Only an opening marker starts reasoning: a closing marker with no opening one is answer text,
 since it comes from a template that opened the tag itself and the server left it in (D23).

@@ -68,9 +68,7 @@ class ToolCallAssembler:
     def __bool__(self) -> bool:
         return bool(self._by_index)
 
-    def feed(
-        self, pieces: list[ToolCallPiece]
-    ) -> list[ToolCallStart | ToolCallDelta]:
+    def feed(self, pieces: list[ToolCallPiece]) -> list[ToolCallStart | ToolCallDelta]:
         """Take one delta's pieces."""
         out: list[ToolCallStart | ToolCallDelta] = []
         for piece in pieces:

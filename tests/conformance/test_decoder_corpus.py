@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -52,6 +53,6 @@ def test_random_splits(name: str, data: st.DataObject) -> None:
     raw, spec = load(name)
     cuts = sorted(set(data.draw(st.lists(st.integers(0, len(raw)), max_size=30))))
     bounds = [0, *cuts, len(raw)]
-    chunks = [raw[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    chunks = [raw[a:b] for a, b in itertools.pairwise(bounds)]
     got = summarize(decode(chunks, spec["options"]))
     assert matches(got, spec["expect"]) == []

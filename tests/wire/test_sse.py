@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -103,7 +105,7 @@ def test_arbitrary_bytes_raise_only_sse_errors(data: bytes, cuts: list[int]) -> 
     bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
     p = SSEParser(max_line=64, max_event=128)
     try:
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             p.feed(data[a:b])
         p.close()
     except SSEError:

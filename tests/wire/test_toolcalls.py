@@ -14,10 +14,21 @@ decode = msgspec.json.Decoder(list[ToolCallPiece]).decode
 
 def test_seed_interleaved_example() -> None:
     a = ToolCallAssembler()
-    out = a.feed(decode(b'[{"index":0,"id":"call-a","type":"function","function":{"name":"look","arguments":"{\\"value\\":"}},{"index":1,"id":"call-b","type":"function","function":{"name":"lookup","arguments":"{\\"value\\":"}}]'))
+    out = a.feed(
+        decode(
+            b'[{"index":0,"id":"call-a","type":"function","function":{"name":"look","arguments":"{\\"value\\":"}},{"index":1,"id":"call-b","type":"function","function":{"name":"lookup","arguments":"{\\"value\\":"}}]'
+        )
+    )
     # Names may still grow: nothing starts before the finish.
     assert out == []
-    assert a.feed(decode(b'[{"index":1,"function":{"arguments":"2}"}},{"index":0,"function":{"name":"up","arguments":"1}"}}]')) == []
+    assert (
+        a.feed(
+            decode(
+                b'[{"index":1,"function":{"arguments":"2}"}},{"index":0,"function":{"name":"up","arguments":"1}"}}]'
+            )
+        )
+        == []
+    )
     assert a.finish() == [
         ToolCallStart(0, "call-a", "lookup"),
         ToolCallDelta(0, '{"value":1}'),
@@ -32,13 +43,19 @@ def test_seed_interleaved_example() -> None:
 
 def test_declared_names_let_calls_stream() -> None:
     a = ToolCallAssembler(["get_weather", "look", "lookup"])
-    out = a.feed(decode(b'[{"index":0,"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\\"ci"}}]'))
+    out = a.feed(
+        decode(
+            b'[{"index":0,"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\\"ci"}}]'
+        )
+    )
     assert out == [ToolCallStart(0, "c1", "get_weather"), ToolCallDelta(0, '{"ci')]
     assert a.feed(decode(b'[{"index":0,"function":{"arguments":"ty\\":1}"}}]')) == [
         ToolCallDelta(0, 'ty":1}')
     ]
     # "look" is a prefix of another declared name: it may still grow, so it waits.
-    assert a.feed(decode(b'[{"index":1,"id":"c2","function":{"name":"look","arguments":"{}"}}]')) == []
+    assert (
+        a.feed(decode(b'[{"index":1,"id":"c2","function":{"name":"look","arguments":"{}"}}]')) == []
+    )
     assert a.finish() == [ToolCallStart(1, "c2", "look"), ToolCallDelta(1, "{}")]
     assert [c.name for c in a.validate()] == ["get_weather", "look"]
 
@@ -48,7 +65,10 @@ def test_declared_names_let_calls_stream() -> None:
     [
         (b'[{"index":1,"id":"a","function":{"name":"f"}}]', "not contiguous"),
         (b'[{"index":0,"function":{"name":"f"}}]', "no id"),
-        (b'[{"index":0,"id":"a","function":{"name":"f"}},{"index":1,"id":"a","function":{"name":"g"}}]', "used twice"),
+        (
+            b'[{"index":0,"id":"a","function":{"name":"f"}},{"index":1,"id":"a","function":{"name":"g"}}]',
+            "used twice",
+        ),
         (b'[{"index":0,"id":"a","function":{"arguments":"{}"}}]', "no name"),
     ],
 )
@@ -62,6 +82,10 @@ def test_invalid_sets_are_typed_errors(pieces: bytes, problem: str) -> None:
 
 def test_missing_index_uses_ids() -> None:
     a = ToolCallAssembler()
-    a.feed(decode(b'[{"id":"a","function":{"name":"f","arguments":"{"}},{"function":{"arguments":"}"}},{"id":"b","function":{"name":"g","arguments":"[]"}}]'))
+    a.feed(
+        decode(
+            b'[{"id":"a","function":{"name":"f","arguments":"{"}},{"function":{"arguments":"}"}},{"id":"b","function":{"name":"g","arguments":"[]"}}]'
+        )
+    )
     a.finish()
     assert a.validate() == [ToolCall(0, "a", "f", "{}"), ToolCall(1, "b", "g", "[]")]
