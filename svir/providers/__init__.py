@@ -1,0 +1,68 @@
+"""The kinds of upstream server svir knows, each in its own module, and the request rewriting
+that applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from svir.providers import (
+    azure,
+    gemini,
+    kimi,
+    llamacpp,
+    lmstudio,
+    mlx_lm,
+    mlx_vlm,
+    ollama,
+    openai,
+    openai_compatible,
+    openrouter,
+    vllm,
+)
+from svir.providers.base import ProviderKind
+from svir.providers.request import (
+    RequestError,
+    build_upstream_body,
+    split_model,
+    validate_chat_request,
+)
+
+__all__ = [
+    "KINDS",
+    "ProviderKind",
+    "RequestError",
+    "build_upstream_body",
+    "get_kind",
+    "split_model",
+    "validate_chat_request",
+]
+
+KINDS: Mapping[str, ProviderKind] = MappingProxyType(
+    {
+        module.KIND.name: module.KIND
+        for module in (
+            openai_compatible,
+            openai,
+            azure,
+            openrouter,
+            gemini,
+            kimi,
+            ollama,
+            lmstudio,
+            llamacpp,
+            vllm,
+            mlx_lm,
+            mlx_vlm,
+        )
+    }
+)
+
+
+def get_kind(name: str) -> ProviderKind:
+    """The kind called `name`; KeyError naming the known kinds when there is none."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise KeyError(f"unknown kind {name!r} (known: {', '.join(sorted(KINDS))})") from None

@@ -180,10 +180,21 @@ class StreamDecoder:
         for item in items:
             if self._ended:
                 break
-            if type(item) is SSEEvent:
+            if isinstance(item, SSEEvent):
                 self._event(item, out)
-            elif type(item) is SSEComment:
+            else:
                 out.append(Keepalive(item.text))
+        return out
+
+    def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:
+        """Decode one already-framed SSE item (for callers that also need the raw frames)."""
+        if self._ended:
+            return []
+        out: list[Event] = []
+        if isinstance(item, SSEEvent):
+            self._event(item, out)
+        else:
+            out.append(Keepalive(item.text))
         return out
 
     def close(self) -> list[Event]:

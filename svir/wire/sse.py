@@ -160,7 +160,9 @@ class SSEParser:
 
 
 def encode_data(payload: bytes) -> bytes:
-    """Frame one payload as an SSE event (the payload must hold no line end)."""
+    """Frame one payload as an SSE event; a payload of several lines takes several data lines."""
+    if b"\n" in payload:
+        return b"".join(b"data: " + line + b"\n" for line in payload.split(b"\n")) + b"\n"
     return b"data: " + payload + b"\n\n"
 
 

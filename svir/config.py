@@ -1,0 +1,364 @@
+"""svir's TOML configuration: the server's settings and the upstream providers, read into frozen
+structs, with every mistake reported as one `ConfigError` naming the file and the field.
+
+Keys never live in the file: a provider names the environment variable that holds its key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from svir.providers import KINDS
+from svir.wire.errors import BaseURLError
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ProviderConfig",
+    "ServerConfig",
+    "Timeouts",
+    "check_keys",
+    "load_config",
+    "parse_config",
+]
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used. `field` is a path such as `providers[0].kind`, or None
+    for a fault of the file as a whole; its str is `<file>: <field>: <reason>`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], field: str | None, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.field = field
+        self.reason = reason
+        where = f"{self.path}: {field}" if field else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How long to wait on an upstream, in seconds."""
+
+    connect: float = 10.0
+    # Local servers read the whole prompt before the first byte; long prompts take minutes.
+    first_byte: float = 300.0
+    # The longest silence between two reads once the stream has started.
+    idle: float = 120.0
+
+
+class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where svir listens and what it accepts."""
+
+    host: str = "127.0.0.1"
+    port: int = 11434
+    # Room for a request with several photos as base64 (§2.3).
+    max_body_bytes: int = 64 * 1024 * 1024
+    models_cache_ttl: float = 60.0
+
+
+class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One upstream server. Clients reach its models as `<name>/<model-id>`.
+
+    Fields left None take the kind's default (see `ProviderKind.drop_params_for` and friends).
+    After loading, `base_url` is always set, in the form the kind's `normalize_base` gives.
+    """
+
+    name: str
+    kind: str
+    base_url: str = ""
+    api_key_env: str | None = None
+    models: tuple[str, ...] = ()
+    discover: bool | None = None
+    drop_params: tuple[str, ...] | None = None
+    extra_headers: dict[str, str] = {}
+    relay: bool = False
+    think_tags: bool | None = None
+    api_version: str | None = None
+    timeouts: Timeouts = Timeouts()
+
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The upstream key from the environment; None when no variable is named or it is unset.
+
+        An empty variable counts as unset: sending `Bearer ` with nothing after it is never meant.
+        """
+        if self.api_key_env is None:
+            return None
+        env = os.environ if environ is None else environ
+        return env.get(self.api_key_env) or None
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The whole configuration."""
+
+    server: ServerConfig = ServerConfig()
+    providers: tuple[ProviderConfig, ...] = ()
+
+    @classmethod
+    def default(cls) -> Config:
+        """The configuration when there is no file: default server settings and no providers."""
+        return cls()
+
+    def provider(self, name: str) -> ProviderConfig | None:
+        """The provider called `name`, if there is one."""
+        return next((p for p in self.providers if p.name == name), None)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and check the TOML file at `path`. Raises ConfigError for anything wrong with it."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot read the file ({exc.strerror or exc})") from None
+    try:
+        # utf-8-sig: some editors on Windows start a UTF-8 file with a byte-order mark.
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(path, None, "the file is not UTF-8 text") from None
+    return parse_config(text, source=path)
+
+
+def parse_config(text: str, *, source: str | os.PathLike[str] = "<string>") -> Config:
+    """Check TOML text as `load_config` does; `source` names it in errors."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # The message ends with "(at line N, column M)".
+        raise ConfigError(source, None, f"TOML syntax error: {exc}") from None
+    _reject_inline_keys(source, doc)
+    try:
+        config = msgspec.convert(doc, Config)
+    except msgspec.ValidationError as exc:
+        field, reason = _explain(str(exc))
+        raise ConfigError(source, field, reason) from None
+    return _checked(source, config)
+
+
+def check_keys(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Warnings about provider keys missing from the environment. The keys are never shown."""
+    env = os.environ if environ is None else environ
+    warnings: list[str] = []
+    for provider in config.providers:
+        var = provider.api_key_env
+        if var is not None and provider.api_key(env) is None:
+            warnings.append(
+                f"provider {provider.name!r}: environment variable {var} is not set or empty;"
+                " its requests go without a key"
+            )
+        elif var is None and KINDS[provider.kind].key_required:
+            warnings.append(
+                f"provider {provider.name!r}: no api_key_env, and {provider.kind} refuses"
+                " requests without a key"
+            )
+    return warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks msgspec cannot make
+
+_NAME: Final = re.compile(r"[A-Za-z0-9._-]+")
+_ENV_VAR: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# RFC 9110 token characters.
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Spellings of a key written straight into the file, compared with `_` and `-` removed.
+_INLINE_KEYS: Final = frozenset({"apikey", "key", "token", "apitoken", "secret"})
+# Headers that carry a key: a value for them in the file is a key in the file.
+_AUTH_HEADERS: Final = frozenset({"authorization", "api-key", "x-api-key", "proxy-authorization"})
+# Fields svir always sets itself; dropping them would break every request.
+_UNDROPPABLE: Final = frozenset({"model", "messages", "stream", "stream_options"})
+_KEYS_GO_IN_ENV: Final = (
+    "keys do not go in the file; put the key in an environment variable and name that variable"
+    " in api_key_env"
+)
+
+
+def _reject_inline_keys(source: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+    providers = doc.get("providers")
+    if not isinstance(providers, list):
+        return
+    for i, entry in enumerate(providers):
+        if not isinstance(entry, dict):
+            continue
+        for key in entry:
+            if key.replace("_", "").replace("-", "").lower() in _INLINE_KEYS:
+                raise ConfigError(source, f"providers[{i}].{key}", _KEYS_GO_IN_ENV)
+
+
+def _checked(source: str | os.PathLike[str], config: Config) -> Config:
+    def fail(field: str, reason: str) -> ConfigError:
+        return ConfigError(source, field, reason)
+
+    server = config.server
+    if not server.host.strip():
+        raise fail("server.host", "must not be empty")
+    if not 0 <= server.port <= 65535:
+        raise fail("server.port", f"must be between 0 and 65535, not {server.port}")
+    if server.max_body_bytes < 1:
+        raise fail("server.max_body_bytes", "must be at least 1")
+    if not math.isfinite(server.models_cache_ttl) or server.models_cache_ttl < 0:
+        raise fail("server.models_cache_ttl", "must be a finite number of seconds, 0 or more")
+
+    seen: dict[str, int] = {}
+    providers = [
+        _checked_provider(fail, f"providers[{i}]", p, seen, i)
+        for i, p in enumerate(config.providers)
+    ]
+    return msgspec.structs.replace(config, providers=tuple(providers))
+
+
+def _checked_provider(
+    fail: Callable[[str, str], ConfigError],
+    at: str,
+    provider: ProviderConfig,
+    seen: dict[str, int],
+    index: int,
+) -> ProviderConfig:
+    name = provider.name
+    if not _NAME.fullmatch(name):
+        raise fail(
+            f"{at}.name",
+            f"{_show(name)} is not a valid name (use letters, digits, '.', '_' and '-')",
+        )
+    if name in seen:
+        raise fail(f"{at}.name", f"duplicate provider name {name!r} (also providers[{seen[name]}])")
+    seen[name] = index
+
+    kind = KINDS.get(provider.kind)
+    if kind is None:
+        raise fail(
+            f"{at}.kind", f"unknown kind {_show(provider.kind)} (known: {', '.join(sorted(KINDS))})"
+        )
+
+    base_url = provider.base_url or kind.default_base_url
+    if base_url is None:
+        raise fail(f"{at}.base_url", f"is required (kind {kind.name!r} has no default)")
+    try:
+        base_url = kind.normalize_base(base_url)
+    except BaseURLError as exc:
+        raise fail(f"{at}.base_url", str(exc)) from None
+
+    # The value is never shown: it may be the key itself, pasted into the wrong field.
+    if provider.api_key_env is not None and not _ENV_VAR.fullmatch(provider.api_key_env):
+        raise fail(
+            f"{at}.api_key_env",
+            "must be the name of an environment variable (letters, digits and '_'),"
+            " not the key itself",
+        )
+
+    if kind.name == "azure":
+        if provider.api_version is None:
+            raise fail(
+                f"{at}.api_version",
+                "azure needs an api_version: 'v1' for the v1 API, or a dated version such as"
+                " '2024-10-21' for deployment URLs",
+            )
+        if not provider.api_version.strip():
+            raise fail(f"{at}.api_version", "must not be empty")
+    elif provider.api_version is not None:
+        raise fail(f"{at}.api_version", f"applies to kind 'azure' only, not {kind.name!r}")
+
+    models: list[str] = []
+    for j, model in enumerate(provider.models):
+        if not model.strip():
+            raise fail(f"{at}.models[{j}]", "must not be empty")
+        if model not in models:
+            models.append(model)
+
+    if provider.drop_params is not None:
+        for j, param in enumerate(provider.drop_params):
+            if not param:
+                raise fail(f"{at}.drop_params[{j}]", "must not be empty")
+            if param in _UNDROPPABLE:
+                raise fail(f"{at}.drop_params[{j}]", f"{param!r} cannot be dropped; svir sets it")
+
+    for header, value in provider.extra_headers.items():
+        here = f"{at}.extra_headers.{header}"
+        if not _HEADER_NAME.fullmatch(header):
+            raise fail(here, "is not a valid header name")
+        if header.lower() in _AUTH_HEADERS:
+            raise fail(here, f"this header carries a key, and {_KEYS_GO_IN_ENV}")
+        # A line break in a value would let it write headers of its own.
+        if any(ch in value for ch in "\r\n\0"):
+            raise fail(here, "the value must not contain line breaks or NUL")
+
+    for key in ("connect", "first_byte", "idle"):
+        seconds = getattr(provider.timeouts, key)
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise fail(f"{at}.timeouts.{key}", "must be a finite number of seconds above 0")
+
+    return msgspec.structs.replace(provider, base_url=base_url, models=tuple(models))
+
+
+# ---------------------------------------------------------------------------------------------
+# msgspec's messages, said in TOML's terms
+
+_AT: Final = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_UNKNOWN: Final = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
+_MISSING: Final = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
+_EXPECTED: Final = re.compile(r"Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`")
+_TOML_TYPES: Final = {
+    "object": "a table",
+    "array": "an array",
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "null": "nothing",
+}
+_INDEX: Final = re.compile(r"\[\d+\]")
+_STRUCTS: Final[dict[str, type[msgspec.Struct]]] = {
+    "": Config,
+    "server": ServerConfig,
+    "providers[]": ProviderConfig,
+    "providers[].timeouts": Timeouts,
+}
+
+
+def _explain(message: str) -> tuple[str | None, str]:
+    """Split a msgspec ValidationError message into the field it names and a reason."""
+    match = _AT.match(message)
+    what = match.group("what") if match else message
+    path = (match.group("path") or "").lstrip(".") if match else ""
+    field = path or None
+
+    if found := _UNKNOWN.fullmatch(what):
+        name = found.group("name")
+        known = _STRUCTS.get(_INDEX.sub("[]", path))
+        hint = ""
+        if known is not None:
+            close = difflib.get_close_matches(name, known.__struct_fields__, n=1)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)"
+        return _join(path, name), f"unknown field{hint}"
+    if found := _MISSING.fullmatch(what):
+        return _join(path, found.group("name")), "is required"
+    if found := _EXPECTED.match(what):
+        want = _toml_type(found.group("want"))
+        got = _toml_type(found.group("got"))
+        reason = f"expected {want}, got {got}"
+        if path == "providers" and found.group("got") == "object":
+            reason += " (write [[providers]], with two brackets, once per provider)"
+        return field, reason
+    return field, what
+
+
+def _toml_type(name: str) -> str:
+    # TOML has no null, so an optional field's "| null" only confuses.
+    options = [_TOML_TYPES.get(t, t) for t in name.split(" | ") if t != "null"] or [name]
+    return " or ".join(options)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _show(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "…")

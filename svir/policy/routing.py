@@ -1,0 +1,125 @@
+"""Routing by model prefix, and the model catalog that `/v1/models` lists.
+
+A model name is `<provider>/<model-id>`: the provider's name picks where the request goes and the
+rest is the id that server knows. The catalog joins each provider's configured models with what
+its server lists, keeps chat models only (§6), and caches the result for a while; a server that
+cannot be reached drops out of the list without failing the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from svir.chat import Route, request_error
+from svir.config import Config, ProviderConfig
+from svir.edges.upstream import Timeouts, UpstreamClient
+from svir.providers import ProviderKind, get_kind, split_model
+from svir.wire.errors import ProtocolError, UpstreamError
+from svir.wire.models import is_chat_model, parse_model_list
+
+log = logging.getLogger("svir.routing")
+
+DISCOVERY_TIMEOUT = 5.0
+FAILED_RETRY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    config: ProviderConfig
+    kind: ProviderKind
+    base_url: str
+    api_key: str | None
+    timeouts: Timeouts
+
+
+class Router:
+    """Providers by name, and the routes and model list built from them."""
+
+    def __init__(
+        self,
+        config: Config,
+        environ: Mapping[str, str],
+        client: UpstreamClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.ttl = config.server.models_cache_ttl
+        self._clock = clock
+        self.providers: dict[str, Provider] = {}
+        for p in config.providers:
+            t = p.timeouts
+            self.providers[p.name] = Provider(
+                config=p,
+                kind=get_kind(p.kind),
+                base_url=p.base_url,
+                api_key=p.api_key(environ),
+                timeouts=Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle),
+            )
+        self._cache: dict[str, tuple[float, list[str]]] = {}
+
+    def resolve(self, model: str) -> Route:
+        """The route for a `<provider>/<model-id>` name, or a 404 naming what exists."""
+        prefix, model_id = split_model(model)
+        provider = self.providers.get(prefix)
+        if provider is None or not model_id:
+            known = ", ".join(sorted(self.providers)) or "none configured"
+            raise request_error(
+                f"The model {model!r} does not exist: ask for <provider>/<model-id> with one "
+                f"of these providers: {known}",
+                status=404,
+                code="model_not_found",
+                param="model",
+            )
+        return Route(
+            provider=provider.config,
+            kind=provider.kind,
+            model_id=model_id,
+            base_url=provider.base_url,
+            api_key=provider.api_key,
+            timeouts=provider.timeouts,
+        )
+
+    async def models(self) -> list[tuple[str, str]]:
+        """(model name with prefix, provider name) for every chat model, providers in order."""
+        lists = await asyncio.gather(*(self._models_of(p) for p in self.providers.values()))
+        out: list[tuple[str, str]] = []
+        for provider, ids in zip(self.providers.values(), lists, strict=True):
+            name = provider.config.name
+            out.extend((f"{name}/{model_id}", name) for model_id in ids)
+        return out
+
+    async def _models_of(self, provider: Provider) -> list[str]:
+        name = provider.config.name
+        now = self._clock()
+        cached = self._cache.get(name)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        ids = list(provider.config.models or ())
+        if provider.kind.discover_for(provider.config):
+            try:
+                body = await self.client.get_json_bytes(
+                    provider.kind.models_url(provider.base_url, provider.config),
+                    headers=provider.kind.auth_headers(provider.api_key)
+                    if provider.api_key
+                    else {},
+                    timeout=DISCOVERY_TIMEOUT,
+                )
+                for info in parse_model_list(body):
+                    if info.id not in ids and is_chat_model(info.id, info.name):
+                        ids.append(info.id)
+            except (UpstreamError, ProtocolError) as exc:
+                # An unreachable server drops out of the list; configured models stay.
+                log.warning(
+                    "model discovery failed",
+                    extra={"fields": {"provider": name, "error": str(exc)}},
+                )
+                # Ask again soon rather than after the whole TTL.
+                self._cache[name] = (now - self.ttl + min(FAILED_RETRY, self.ttl), ids)
+                return ids
+        self._cache[name] = (now, ids)
+        return ids

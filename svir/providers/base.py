@@ -1,0 +1,109 @@
+"""What a kind of upstream server is, as data: `ProviderKind` holds every way one kind differs from
+plain OpenAI-compatible chat, and the defaults each hook falls back on.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from svir.wire.models import normalize_base_url
+from svir.wire.request import ReasoningKey
+
+if TYPE_CHECKING:
+    from svir.config import ProviderConfig
+
+__all__ = [
+    "AuthHeader",
+    "MaxTokensField",
+    "ProviderKind",
+    "base_as_given",
+    "openai_chat_url",
+    "openai_models_url",
+    "unchanged_body",
+]
+
+MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+AuthHeader = Literal["authorization", "api-key"]
+
+
+def unchanged_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The default `adapt_body`: the body needs nothing beyond the common rewriting."""
+    return body
+
+
+def openai_chat_url(base: str, model: str, provider: ProviderConfig) -> str:
+    """`{base}/chat/completions`; the model travels in the body, not the URL."""
+    return f"{base.rstrip('/')}/chat/completions"
+
+
+def openai_models_url(base: str, provider: ProviderConfig) -> str:
+    """`{base}/models`."""
+    return f"{base.rstrip('/')}/models"
+
+
+def base_as_given(url: str) -> str:
+    """A base URL checked like any other (§1), with its path kept as written: no `/v1` added.
+
+    For hosted APIs whose OpenAI-compatible surface does not live under `/v1` (Gemini's is under
+    `/v1beta/openai`), appending `/v1` would point at nothing.
+    """
+    normalized = normalize_base_url(url)
+    written = urllib.parse.urlsplit(url.strip()).path.rstrip("/")
+    if not written.endswith("/v1"):
+        normalized = normalized.removesuffix("/v1")
+    return normalized
+
+
+@dataclass(frozen=True)
+class ProviderKind:
+    """How one kind of server differs from plain OpenAI-compatible chat.
+
+    The hooks are plain functions stored as fields, so a kind module states only what it changes.
+    `base` arguments are the provider's base URL as the config stores it, already passed through
+    `normalize_base`.
+    """
+
+    name: str
+    # Whether inline `<think>…</think>` in `content` is split off as reasoning by default (§4).
+    # Hosted APIs send reasoning in a field or not at all, so a literal "<think>" in their answer
+    # is text the user should see.
+    think_tags: bool = True
+    max_tokens_field: MaxTokensField = "max_tokens"
+    default_drop: frozenset[str] = frozenset()
+    auth_header: AuthHeader = "authorization"
+    # The key under which assistant reasoning is sent back (§2.2, §4); None drops it.
+    reasoning_key: ReasoningKey | None = "reasoning_content"
+    discover: bool = True
+    # Hosted APIs refuse every call without a key; local servers usually run without one (§1).
+    key_required: bool = False
+    # Used when the provider gives no base_url; only public endpoints have one.
+    default_base_url: str | None = None
+    normalize_base: Callable[[str], str] = field(default=normalize_base_url)
+    adapt_body: Callable[[dict[str, Any]], dict[str, Any]] = field(default=unchanged_body)
+    chat_url: Callable[[str, str, ProviderConfig], str] = field(default=openai_chat_url)
+    models_url: Callable[[str, ProviderConfig], str] = field(default=openai_models_url)
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        """The headers that carry `key` to this kind of server; none without a key."""
+        if not key:
+            return {}
+        if self.auth_header == "api-key":
+            return {"api-key": key}
+        return {"Authorization": f"Bearer {key}"}
+
+    def drop_params_for(self, provider: ProviderConfig) -> frozenset[str]:
+        """The request fields removed before sending: the provider's list, else the kind's."""
+        if provider.drop_params is None:
+            return self.default_drop
+        return frozenset(provider.drop_params)
+
+    def think_tags_for(self, provider: ProviderConfig) -> bool:
+        """Whether inline `<think>` is split off for this provider."""
+        return self.think_tags if provider.think_tags is None else provider.think_tags
+
+    def discover_for(self, provider: ProviderConfig) -> bool:
+        """Whether the provider's `/models` is asked for its models."""
+        return self.discover if provider.discover is None else provider.discover

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suite (the replay server among them)."""
