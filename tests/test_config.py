@@ -459,3 +459,12 @@ def test_check_keys_is_quiet_when_all_is_well() -> None:
 
 def test_repr_holds_no_key() -> None:
     assert "sk-1" not in repr(provider("LAB_KEY"))
+
+
+def test_the_example_config_loads() -> None:
+    from pathlib import Path
+
+    from svir.config import load_config
+
+    config = load_config(Path(__file__).parent.parent / "svir.example.toml")
+    assert [p.name for p in config.providers] == ["lab", "studio", "openai", "azure"]
