@@ -157,8 +157,9 @@ class ChatCall:
         headers = self._resp.headers
         self.stats.upstream_request_id = headers.get("x-request-id") or headers.get("request-id")
 
-    async def _events(self) -> AsyncIterator[list[Event]]:
-        """The upstream's events in batches as bytes arrive; the last batch ends the stream."""
+    async def events(self) -> AsyncIterator[list[Event]]:
+        """The upstream's events in batches as bytes arrive; the last batch ends the stream
+        (with `Done` or a `StreamError`). For front ends that speak another protocol."""
         assert self._resp is not None
         decoder = self.decoder
         try:
@@ -196,7 +197,7 @@ class ChatCall:
         encode = encoder.encode
         pending: list[bytes] = []
         started = False
-        async for events in self._events():
+        async for events in self.events():
             if not started:
                 # Whether output came before a failure is decided by the stream, not by how the
                 # network batched it: after a visible event, a failure is an error frame.
@@ -279,7 +280,7 @@ class ChatCall:
     async def complete(self) -> dict[str, Any]:
         """The aggregated `chat.completion`; any upstream failure is a GatewayError."""
         agg = CompletionAggregator()
-        async for events in self._events():
+        async for events in self.events():
             for ev in events:
                 if isinstance(ev, StreamError):
                     raise GatewayError(to_client_error(ev.error))

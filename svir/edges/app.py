@@ -32,7 +32,7 @@ from svir.edges.asgi import (
     read_body,
     send_json,
 )
-from svir.edges.upstream import UpstreamClient
+from svir.gateway import Gateway
 from svir.log import request_id_var
 from svir.policy.routing import Router
 from svir.providers import RequestError, validate_chat_request
@@ -53,20 +53,45 @@ def request_id_of(scope: Scope) -> str:
     return uuid.uuid4().hex
 
 
+Handler = Callable[[Scope, Receive, Send, str, dict[str, Any]], Awaitable[int]]
+Hook = Callable[[], Awaitable[None]]
+
+
 class App:
-    """svir's ASGI app."""
+    """svir's ASGI app. Front ends add routes (exact paths) or mounts (path prefixes) and
+    start-up and shut-down hooks; a handler gets the request id and the log fields to fill."""
 
     def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
         self.config = config
-        self.client = UpstreamClient()
-        self.router = Router(config, environ, self.client)
+        self.environ = environ
+        self.gateway = Gateway(config, environ)
         self.ready = False
-        self._routes: dict[tuple[str, str], Callable[..., Awaitable[int]]] = {
-            ("POST", "/v1/chat/completions"): self.chat_completions,
-            ("GET", "/v1/models"): self.list_models,
-            ("GET", "/healthz"): self.healthz,
-        }
-        self._paths = {path for _, path in self._routes}
+        self._routes: dict[tuple[str, str], Handler] = {}
+        self._paths: set[str] = set()
+        self._mounts: list[tuple[str, Handler]] = []
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = [self.gateway.close]
+        self.add_route("POST", "/v1/chat/completions", self.chat_completions)
+        self.add_route("GET", "/v1/models", self.list_models)
+        self.add_route("GET", "/healthz", self.healthz)
+
+    @property
+    def router(self) -> Router:
+        return self.gateway.router
+
+    def add_route(self, method: str, path: str, handler: Handler) -> None:
+        self._routes[(method, path)] = handler
+        self._paths.add(path)
+
+    def mount(self, prefix: str, handler: Handler) -> None:
+        """Send every request whose path starts with `prefix` to `handler`."""
+        self._mounts.append((prefix, handler))
+
+    def on_startup(self, hook: Hook) -> None:
+        self._startup.append(hook)
+
+    def on_shutdown(self, hook: Hook) -> None:
+        self._shutdown.insert(0, hook)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -79,11 +104,22 @@ class App:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                try:
+                    for hook in self._startup:
+                        await hook()
+                except Exception as exc:
+                    log.exception("start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
                 self.ready = True
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.ready = False
-                await self.client.close()
+                for hook in self._shutdown:
+                    try:
+                        await hook()
+                    except Exception:
+                        log.exception("shut-down hook failed")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -94,6 +130,11 @@ class App:
         method, path = scope["method"], scope["path"]
         fields: dict[str, Any] = {"method": method, "path": path}
         handler = self._routes.get((method, path))
+        if handler is None:
+            for prefix, mounted in self._mounts:
+                if path.startswith(prefix):
+                    handler = mounted
+                    break
         try:
             if handler is None:
                 status = 405 if path in self._paths else 404
@@ -124,7 +165,7 @@ class App:
     async def list_models(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        models = await self.router.models()
+        models = await self.gateway.router.models()
         data = [
             {"id": model, "object": "model", "created": CREATED, "owned_by": owner}
             for model, owner in models
@@ -149,21 +190,8 @@ class App:
                 request = validate_chat_request(parsed)
             except RequestError as exc:
                 raise request_error(exc.message, param=exc.param, code=exc.code) from None
-            route = self.router.resolve(request["model"])
-            fields.update(
-                model=request["model"],
-                provider=route.provider.name,
-                stream=bool(request.get("stream")),
-            )
-            call = ChatCall(
-                self.client, route, request, request_id=rid, model_label=request["model"]
-            )
-            try:
-                return await until_disconnect(
-                    receive, self._serve_chat(call, request, send, headers)
-                )
-            finally:
-                _call_fields(call, fields)
+            fields["stream"] = bool(request.get("stream"))
+            return await until_disconnect(receive, self._serve_chat(request, send, rid, fields))
         except BodyTooLarge:
             limit = self.config.server.max_body_bytes
             error = request_error(
@@ -179,25 +207,28 @@ class App:
             return await _send_error(send, exc, headers)
 
     async def _serve_chat(
-        self, call: ChatCall, request: dict[str, Any], send: Send, headers: dict[str, str]
+        self, request: dict[str, Any], send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        await call.open()
-        if not request.get("stream"):
-            completion = await call.complete()
-            await send_json(send, 200, completion, headers)
+        headers = {"x-request-id": rid}
+        call = await self.gateway.open_chat(request, request_id=rid, fields=fields)
+        try:
+            if not request.get("stream"):
+                completion = await call.complete()
+                await send_json(send, 200, completion, headers)
+                return 200
+            options = request.get("stream_options") or {}
+            include_usage = bool(options.get("include_usage"))
+            if call.route.provider.relay:
+                stream = call.relay(include_usage=include_usage)
+            else:
+                stream = call.stream(include_usage=include_usage)
+            await send_stream(send, stream, headers)
             return 200
-        options = request.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage"))
-        stream = (
-            call.relay(include_usage=include_usage)
-            if call.route.provider.relay
-            else call.stream(include_usage=include_usage)
-        )
-        await _send_stream(send, stream, headers)
-        return 200
+        finally:
+            call_fields(call, fields)
 
 
-async def _send_stream(send: Send, stream: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+async def send_stream(send: Send, stream: AsyncIterator[bytes], headers: dict[str, str]) -> None:
     """Send the 200 only with the first bytes: an earlier failure is still an HTTP error."""
     first = await anext(stream, None)
     await send(
@@ -246,7 +277,7 @@ def _error(message: str, type: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": None, "code": code}}
 
 
-def _call_fields(call: ChatCall, fields: dict[str, Any]) -> None:
+def call_fields(call: ChatCall, fields: dict[str, Any]) -> None:
     s = call.stats
     fields["upstream_request_id"] = s.upstream_request_id
     fields["upstream_id"] = s.upstream_id

@@ -1,0 +1,43 @@
+"""The gateway: the one entry point every front end (OpenAI, Ollama, threads) calls for a chat.
+
+It resolves the model to a route, opens the upstream under the policy (retries, fallback, load
+balancing), and hands back an opened `ChatCall` whose output the front end encodes its own way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from svir.chat import ChatCall
+from svir.config import Config
+from svir.edges.upstream import UpstreamClient
+from svir.policy.routing import Router
+
+
+class Gateway:
+    """Routing and policy around chat calls, shared by every front end."""
+
+    def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.client = UpstreamClient()
+        self.router = Router(config, environ, self.client)
+
+    async def open_chat(
+        self, request: dict[str, Any], *, request_id: str, fields: dict[str, Any] | None = None
+    ) -> ChatCall:
+        """Open the upstream for a validated chat request; raise GatewayError when it cannot be.
+
+        `fields` (the request's log fields) learns which provider and model served.
+        """
+        route = self.router.resolve(request["model"])
+        call = ChatCall(
+            self.client, route, request, request_id=request_id, model_label=request["model"]
+        )
+        if fields is not None:
+            fields.update(model=request["model"], provider=route.provider.name)
+        await call.open()
+        return call
+
+    async def close(self) -> None:
+        await self.client.close()
