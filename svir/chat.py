@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_f
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
 from svir.wire.events import ContentFilter, Event, Keepalive, Role, StreamError, Usage
 from svir.wire.sse import SSEEvent, SSEParser, encode_data
+from svir.policy.adapt import answer_transform
 
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
@@ -32,11 +33,16 @@ _SILENT = (Role, Keepalive, ContentFilter)
 
 
 class GatewayError(Exception):
-    """A failure answered to the client as an OpenAI-shaped HTTP error."""
+    """A failure answered to the client as an OpenAI-shaped HTTP error.
 
-    def __init__(self, error: ClientError) -> None:
+    `upstream` is the classified upstream failure behind it, when there is one: the policy
+    decides on retries and fallbacks from it.
+    """
+
+    def __init__(self, error: ClientError, upstream: UpstreamError | None = None) -> None:
         super().__init__(error.message)
         self.error = error
+        self.upstream = upstream
 
 
 def request_error(
@@ -94,8 +100,17 @@ def tool_names(request: Mapping[str, Any]) -> list[str]:
     return names
 
 
+Batch = tuple[list[bytes], list[Event]]
+
+
 class ChatCall:
-    """One request to one route, from opening the upstream to the last byte for the client."""
+    """One request to one route, from opening the upstream to the last byte for the client.
+
+    `open()` sends the request; `prime()` reads until the first visible output, so that every
+    failure before it (an HTTP error, an error event, a timeout, a broken connection) is raised
+    while the client has seen nothing and the policy may still retry or fall back. The output
+    methods (`stream`, `relay`, `complete`, `events`) replay what priming read, then go on.
+    """
 
     def __init__(
         self,
@@ -117,7 +132,16 @@ class ChatCall:
             tool_names=tool_names(request),
             clock=time.perf_counter,
         )
+        options = request.get("stream_options")
+        self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        self.relay_mode = bool(route.provider.relay) and bool(request.get("stream"))
+        self.on_close: list[Callable[[ChatCall], None]] = []
+        self.headers: dict[str, str] = {}
+        self._transform = answer_transform(route, request)
         self._resp: UpstreamResponse | None = None
+        self._source: AsyncIterator[Batch] | None = None
+        self._primed: list[Batch] = []
+        self._closed = False
 
     def upstream_body(self) -> bytes:
         try:
@@ -142,8 +166,14 @@ class ChatCall:
             headers.update(self.route.kind.auth_headers(self.route.api_key))
         return headers
 
+    def _raise(self, error: UpstreamError) -> None:
+        error = self.route.kind.explain_error(error)
+        self.stats.error_kind = error.kind.value
+        self.close()
+        raise GatewayError(to_client_error(error), error)
+
     async def open(self) -> None:
-        """Open the upstream stream; raise GatewayError if it fails before streaming."""
+        """Send the request and read until the first visible output (see the class doc)."""
         route = self.route
         body = self.upstream_body()
         url = route.kind.chat_url(route.base_url, route.model_id, route.provider)
@@ -152,27 +182,96 @@ class ChatCall:
                 url, headers=self.upstream_headers(), body=body, timeouts=route.timeouts
             )
         except UpstreamError as exc:
-            self.stats.error_kind = exc.kind.value
-            raise GatewayError(to_client_error(exc)) from None
+            self._raise(exc)
+        assert self._resp is not None
         headers = self._resp.headers
         self.stats.upstream_request_id = headers.get("x-request-id") or headers.get("request-id")
+        await self._prime()
+
+    async def _prime(self) -> None:
+        self._source = self._batches()
+        async for frames, events in self._source:
+            self._primed.append((frames, events))
+            for ev in events:
+                if isinstance(ev, StreamError):
+                    self._raise(ev.error)
+                if not isinstance(ev, _SILENT):
+                    return
+
+    async def _pairs(self) -> AsyncIterator[Batch]:
+        assert self._source is not None, "open() first"
+        try:
+            while self._primed:
+                yield self._primed.pop(0)
+            async for batch in self._source:
+                yield batch
+        finally:
+            self.close()
 
     async def events(self) -> AsyncIterator[list[Event]]:
-        """The upstream's events in batches as bytes arrive; the last batch ends the stream
-        (with `Done` or a `StreamError`). For front ends that speak another protocol."""
+        """The events in batches as bytes arrive; the last batch ends the stream (with `Done`
+        or a `StreamError`). For front ends that speak another protocol."""
+        async for _, events in self._pairs():
+            yield events
+
+    async def _batches(self) -> AsyncIterator[Batch]:
+        """(raw frames, events) as bytes arrive; raw frames are kept in relay mode only."""
         assert self._resp is not None
         decoder = self.decoder
+        transform = self._transform
+        parser = SSEParser() if self.relay_mode else None
         try:
             async for data in self._resp.iter_bytes():
-                events = decoder.feed(data)
-                if events:
-                    yield events
-            yield decoder.close()
+                if parser is None:
+                    events = decoder.feed(data)
+                    frames: list[bytes] = []
+                else:
+                    frames, events = self._relay_feed(parser, data)
+                if transform is not None:
+                    events = transform(events)
+                if events or frames:
+                    yield frames, events
+                if decoder.error is not None or decoder.complete:
+                    return
+            events = decoder.close()
+            yield [], transform(events) if transform is not None else events
         except UpstreamError as exc:
-            yield decoder.fail(exc)
-        finally:
+            yield [], decoder.fail(exc)
+
+    def _relay_feed(self, parser: SSEParser, data: bytes) -> Batch:
+        decoder = self.decoder
+        try:
+            items = parser.feed(data)
+        except SSEError as exc:
+            return [], decoder.fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True))
+        frames: list[bytes] = []
+        events: list[Event] = []
+        for item in items:
+            usage, finish = decoder.usage, decoder.finish_reason
+            got = decoder.feed_item(item)
+            events.extend(got)
+            if type(item) is not SSEEvent or (got and isinstance(got[-1], StreamError)):
+                continue  # comments stay here; an error is replaced by svir's own frame
+            # The client did not ask for usage: drop the chunk that only carries it.
+            usage_only = (
+                decoder.usage is not usage
+                and decoder.finish_reason == finish
+                and all(isinstance(e, _SILENT) for e in got)
+            )
+            if self.include_usage or not usage_only:
+                frames.append(encode_data(item.data))
+        return frames, events
+
+    def close(self) -> None:
+        """Drop the upstream connection if still open, settle the stats, run the close hooks."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._resp is not None:
             self._resp.close()
-            self._finish_stats()
+        self._finish_stats()
+        for hook in self.on_close:
+            hook(self)
 
     def _finish_stats(self) -> None:
         d = self.decoder
@@ -186,104 +285,43 @@ class ChatCall:
         if d.rate.first is not None:
             s.first_token_ms = round((d.rate.first - s.started) * 1000, 2)
 
-    async def stream(self, *, include_usage: bool) -> AsyncIterator[bytes]:
-        """Canonical chunks. Raises GatewayError before its first item if nothing showed yet."""
+    @property
+    def succeeded(self) -> bool:
+        """Whether the upstream delivered a complete answer."""
+        return self.decoder.complete
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """Canonical chunks, or in relay mode the upstream's own data lines."""
+        if self.relay_mode:
+            async for data in self._relay():
+                yield data
+            return
         encoder = ChunkEncoder(
             id=completion_id(),
             model=self.model_label,
             created=int(time.time()),
-            include_usage=include_usage,
+            include_usage=self.include_usage,
         )
         encode = encoder.encode
-        pending: list[bytes] = []
-        started = False
         async for events in self.events():
-            if not started:
-                # Whether output came before a failure is decided by the stream, not by how the
-                # network batched it: after a visible event, a failure is an error frame.
-                for ev in events:
-                    if started:
-                        pending.append(encode(ev))
-                    elif isinstance(ev, StreamError):
-                        raise GatewayError(to_client_error(ev.error))
-                    elif isinstance(ev, _SILENT):
-                        if type(ev) is Role:
-                            pending.append(encode(ev))
-                    else:
-                        started = True
-                        pending.append(encode(ev))
-                if started:
-                    yield b"".join(pending)
-                continue
             out = b"".join([encode(ev) for ev in events])
             if out:
                 yield out
 
-    async def relay(self, *, include_usage: bool) -> AsyncIterator[bytes]:
-        """The upstream's data lines byte for byte; a failure becomes one synthetic error frame."""
-        pending: list[bytes] = []
-        started = False
-        async for frames, events in self._relay_batches(include_usage):
-            for ev in events:
-                if isinstance(ev, StreamError):
-                    if not started:
-                        raise GatewayError(to_client_error(ev.error))
-                    frames.append(_error_frame(ev.error))
-                elif not started and not isinstance(ev, _SILENT):
-                    started = True
-            pending.extend(frames)
-            if started and pending:
-                yield b"".join(pending)
-                pending = []
-
-    async def _relay_batches(
-        self, include_usage: bool
-    ) -> AsyncIterator[tuple[list[bytes], list[Event]]]:
-        """Batches of (raw frames to forward, events decoded from them)."""
-        assert self._resp is not None
-        parser = SSEParser()
-        decoder = self.decoder
-        try:
-            async for data in self._resp.iter_bytes():
-                try:
-                    items = parser.feed(data)
-                except SSEError as exc:
-                    err = UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True)
-                    yield [], decoder.fail(err)
-                    return
-                frames: list[bytes] = []
-                events: list[Event] = []
-                for item in items:
-                    usage, finish = decoder.usage, decoder.finish_reason
-                    got = decoder.feed_item(item)
-                    events.extend(got)
-                    if type(item) is not SSEEvent or (got and isinstance(got[-1], StreamError)):
-                        continue  # comments stay here; an error is replaced by svir's own frame
-                    # The client did not ask for usage: drop the chunk that only carries it.
-                    usage_only = (
-                        decoder.usage is not usage
-                        and decoder.finish_reason == finish
-                        and all(isinstance(e, _SILENT) for e in got)
-                    )
-                    if include_usage or not usage_only:
-                        frames.append(encode_data(item.data))
-                yield frames, events
-                if decoder.error is not None or decoder.complete:
-                    return
-            yield [], decoder.close()
-        except UpstreamError as exc:
-            yield [], decoder.fail(exc)
-        finally:
-            self._resp.close()
-            self._finish_stats()
+    async def _relay(self) -> AsyncIterator[bytes]:
+        async for frames, events in self._pairs():
+            if events and isinstance(events[-1], StreamError):
+                frames.append(_error_frame(events[-1].error))
+            if frames:
+                yield b"".join(frames)
 
     async def complete(self) -> dict[str, Any]:
-        """The aggregated `chat.completion`; any upstream failure is a GatewayError."""
+        """The aggregated `chat.completion`; a failure after priming is a GatewayError too."""
         agg = CompletionAggregator()
         async for events in self.events():
             for ev in events:
                 if isinstance(ev, StreamError):
-                    raise GatewayError(to_client_error(ev.error))
+                    raise GatewayError(to_client_error(ev.error), ev.error)
                 agg.add(ev)
         return agg.completion(id=completion_id(), model=self.model_label, created=int(time.time()))
 

@@ -55,6 +55,50 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     idle: float = 120.0
 
 
+class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How failures before the first byte are retried on one provider."""
+
+    attempts: int = 3
+    # Exponential backoff with jitter: base * 2**n, capped.
+    backoff: float = 0.25
+    max_backoff: float = 8.0
+    # A 429's Retry-After is waited for up to this long; longer, the next fallback serves.
+    retry_after_cap: float = 30.0
+    # Retries allowed per request sent (a retry budget), so a failing upstream is not hammered.
+    budget_ratio: float = 0.2
+
+
+class BreakerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A deployment that fails `failures` times in a row rests for `cooldown` seconds."""
+
+    failures: int = 5
+    cooldown: float = 30.0
+
+
+class RouteTarget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One deployment of a route: a `<provider>/<model-id>` and its share of the traffic."""
+
+    model: str
+    weight: float = 1.0
+
+
+class RouteConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model name clients ask for, served by balanced deployments, then by fallbacks in order.
+
+    `name` may be a plain alias ("smart") or a provider's model ("lab/gemma"), which then gets the
+    route's deployments and fallbacks.
+    """
+
+    name: str
+    targets: tuple[RouteTarget, ...] = ()
+    strategy: str = "weighted"
+    fallbacks: tuple[str, ...] = ()
+    # Where a context overflow goes: a model with a larger context.
+    context_fallback: str | None = None
+    # A content-filter block is the answer, not a failure: no fallback unless asked.
+    fallback_on_content_filter: bool = False
+
+
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where svir listens and what it accepts."""
 
@@ -84,6 +128,12 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     think_tags: bool | None = None
     api_version: str | None = None
     timeouts: Timeouts = Timeouts()
+    retry: RetryConfig = RetryConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    # Whether the server takes images; None: the kind's default (mlx-lm takes none, §2.2).
+    images: bool | None = None
+    # For servers that ignore response_format (§2.6): "pass" it on, or "validate" the answer.
+    response_format: str = "pass"
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The upstream key from the environment; None when no variable is named or it is unset.
@@ -101,6 +151,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     server: ServerConfig = ServerConfig()
     providers: tuple[ProviderConfig, ...] = ()
+    routes: tuple[RouteConfig, ...] = ()
 
     @classmethod
     def default(cls) -> Config:
@@ -211,7 +262,35 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
         _checked_provider(fail, f"providers[{i}]", p, seen, i)
         for i, p in enumerate(config.providers)
     ]
-    return msgspec.structs.replace(config, providers=tuple(providers))
+    names = {p.name for p in providers}
+    routes = [_checked_route(fail, f"routes[{i}]", r, names) for i, r in enumerate(config.routes)]
+    if len({r.name for r in routes}) != len(routes):
+        raise fail("routes", "two routes have the same name")
+    return msgspec.structs.replace(config, providers=tuple(providers), routes=tuple(routes))
+
+
+def _checked_route(
+    fail: Callable[[str, str], ConfigError], at: str, route: RouteConfig, providers: set[str]
+) -> RouteConfig:
+    def known(field: str, model: str) -> None:
+        prefix, _, model_id = model.partition("/")
+        if prefix not in providers or not model_id:
+            raise fail(field, f"{_show(model)} is not <provider>/<model-id> of a known provider")
+
+    if not route.name.strip():
+        raise fail(f"{at}.name", "must not be empty")
+    if route.strategy not in ("weighted", "least-in-flight"):
+        raise fail(f"{at}.strategy", "must be 'weighted' or 'least-in-flight'")
+    targets = route.targets or (RouteTarget(route.name),)
+    for i, t in enumerate(targets):
+        known(f"{at}.targets[{i}].model" if route.targets else f"{at}.name", t.model)
+        if not (math.isfinite(t.weight) and t.weight > 0):
+            raise fail(f"{at}.targets[{i}].weight", "must be a positive number")
+    for i, f in enumerate(route.fallbacks):
+        known(f"{at}.fallbacks[{i}]", f)
+    if route.context_fallback is not None:
+        known(f"{at}.context_fallback", route.context_fallback)
+    return msgspec.structs.replace(route, targets=targets)
 
 
 def _checked_provider(
@@ -293,6 +372,20 @@ def _checked_provider(
         seconds = getattr(provider.timeouts, key)
         if not math.isfinite(seconds) or seconds <= 0:
             raise fail(f"{at}.timeouts.{key}", "must be a finite number of seconds above 0")
+
+    r = provider.retry
+    if not 1 <= r.attempts <= 20:
+        raise fail(f"{at}.retry.attempts", "must be between 1 and 20")
+    for key in ("backoff", "max_backoff", "retry_after_cap", "budget_ratio"):
+        value = getattr(r, key)
+        if not math.isfinite(value) or value < 0:
+            raise fail(f"{at}.retry.{key}", "must be a finite number, 0 or more")
+    if provider.breaker.failures < 1:
+        raise fail(f"{at}.breaker.failures", "must be at least 1")
+    if not math.isfinite(provider.breaker.cooldown) or provider.breaker.cooldown < 0:
+        raise fail(f"{at}.breaker.cooldown", "must be a finite number of seconds, 0 or more")
+    if provider.response_format not in ("pass", "validate"):
+        raise fail(f"{at}.response_format", "must be 'pass' or 'validate'")
 
     return msgspec.structs.replace(provider, base_url=base_url, models=tuple(models))
 

@@ -216,12 +216,7 @@ class App:
                 completion = await call.complete()
                 await send_json(send, 200, completion, headers)
                 return 200
-            options = request.get("stream_options") or {}
-            include_usage = bool(options.get("include_usage"))
-            if call.route.provider.relay:
-                stream = call.relay(include_usage=include_usage)
-            else:
-                stream = call.stream(include_usage=include_usage)
+            stream = call.stream()
             await send_stream(send, stream, headers)
             return 200
         finally:

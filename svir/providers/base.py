@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from svir.wire.errors import UpstreamError
 from svir.wire.models import normalize_base_url
 from svir.wire.request import ReasoningKey
 
@@ -27,6 +28,11 @@ __all__ = [
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 AuthHeader = Literal["authorization", "api-key"]
+
+
+def unchanged_error(error: UpstreamError) -> UpstreamError:
+    """The default error hook: the classification stands as it is."""
+    return error
 
 
 def unchanged_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +87,13 @@ class ProviderKind:
     key_required: bool = False
     # Used when the provider gives no base_url; only public endpoints have one.
     default_base_url: str | None = None
+    # Whether the server takes image parts (§2.2); a provider's `images` setting overrides it.
+    images: bool = True
+    # LM Studio holds reasoning to a response_format schema, so the JSON answer arrives as
+    # reasoning (§2.6): with a schema asked for, that reasoning is the answer.
+    json_in_reasoning: bool = False
+    # Turns a server's cryptic rejection into one that says what the server lacks.
+    explain_error: Callable[[UpstreamError], UpstreamError] = field(default=unchanged_error)
     normalize_base: Callable[[str], str] = field(default=normalize_base_url)
     adapt_body: Callable[[dict[str, Any]], dict[str, Any]] = field(default=unchanged_body)
     chat_url: Callable[[str, str, ProviderConfig], str] = field(default=openai_chat_url)
@@ -103,6 +116,10 @@ class ProviderKind:
     def think_tags_for(self, provider: ProviderConfig) -> bool:
         """Whether inline `<think>` is split off for this provider."""
         return self.think_tags if provider.think_tags is None else provider.think_tags
+
+    def images_for(self, provider: ProviderConfig) -> bool:
+        """Whether image parts may be sent to this provider."""
+        return self.images if provider.images is None else provider.images
 
     def discover_for(self, provider: ProviderConfig) -> bool:
         """Whether the provider's `/models` is asked for its models."""

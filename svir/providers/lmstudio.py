@@ -39,4 +39,9 @@ def _tool_name(tool: Any) -> Any:
     return function.get("name") if isinstance(function, dict) else None
 
 
-KIND = ProviderKind(name="lmstudio", reasoning_key="reasoning_content", adapt_body=adapt_body)
+KIND = ProviderKind(
+    name="lmstudio",
+    reasoning_key="reasoning_content",
+    adapt_body=adapt_body,
+    json_in_reasoning=True,
+)

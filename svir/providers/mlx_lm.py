@@ -4,4 +4,5 @@ from __future__ import annotations
 
 from svir.providers.base import ProviderKind
 
-KIND = ProviderKind(name="mlx-lm", reasoning_key="reasoning")
+# mlx-lm takes text parts only: an image is refused with 404 before generation (§2.2).
+KIND = ProviderKind(name="mlx-lm", reasoning_key="reasoning", images=False)
