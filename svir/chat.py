@@ -18,6 +18,7 @@ import msgspec
 
 from svir.config import ProviderConfig
 from svir.edges.upstream import Timeouts, UpstreamClient, UpstreamResponse
+from svir.policy.adapt import answer_transform
 from svir.providers import ProviderKind, build_upstream_body
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.decoder import StreamDecoder
@@ -25,7 +26,6 @@ from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_f
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
 from svir.wire.events import ContentFilter, Event, Keepalive, Role, StreamError, Usage
 from svir.wire.sse import SSEEvent, SSEParser, encode_data
-from svir.policy.adapt import answer_transform
 
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
@@ -103,6 +103,17 @@ def tool_names(request: Mapping[str, Any]) -> list[str]:
 Batch = tuple[list[bytes], list[Event]]
 
 
+def has_images(request: Mapping[str, Any]) -> bool:
+    """Whether any message carries an image part."""
+    for message in request.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
+                    return True
+    return False
+
+
 class ChatCall:
     """One request to one route, from opening the upstream to the last byte for the client.
 
@@ -136,6 +147,8 @@ class ChatCall:
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         self.relay_mode = bool(route.provider.relay) and bool(request.get("stream"))
         self.on_close: list[Callable[[ChatCall], None]] = []
+        # Fields this upstream is known to reject, taken out of the body it is sent.
+        self.drop_fields: frozenset[str] = frozenset()
         self.headers: dict[str, str] = {}
         self._transform = answer_transform(route, request)
         self._resp: UpstreamResponse | None = None
@@ -144,6 +157,16 @@ class ChatCall:
         self._closed = False
 
     def upstream_body(self) -> bytes:
+        if not self.route.kind.images_for(self.route.provider) and has_images(self.request):
+            # Refused here rather than by the server, which may answer 404 or 500 (§2.2).
+            name = self.route.provider.name
+            err = UpstreamError(
+                ErrorKind.UNSUPPORTED_INPUT,
+                f"The provider {name!r} does not take images; send text only or use a model "
+                "that sees images.",
+                param="messages",
+            )
+            raise GatewayError(to_client_error(err), err)
         try:
             body = build_upstream_body(
                 self.request,
@@ -153,6 +176,8 @@ class ChatCall:
             )
         except BodyError as exc:
             raise request_error(str(exc), param="messages") from None
+        for name in self.drop_fields:
+            body.pop(name, None)
         return _encode(body)
 
     def upstream_headers(self) -> dict[str, str]:
@@ -175,7 +200,11 @@ class ChatCall:
     async def open(self) -> None:
         """Send the request and read until the first visible output (see the class doc)."""
         route = self.route
-        body = self.upstream_body()
+        try:
+            body = self.upstream_body()
+        except GatewayError:
+            self.close()
+            raise
         url = route.kind.chat_url(route.base_url, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(

@@ -25,6 +25,7 @@ __all__ = [
     "ConfigError",
     "ProviderConfig",
     "ServerConfig",
+    "StoreConfig",
     "Timeouts",
     "check_keys",
     "load_config",
@@ -109,6 +110,23 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     models_cache_ttl: float = 60.0
 
 
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where threads (/v1/threads) are kept, and the limits on what they hold.
+
+    `url` is `sqlite:///<path>` or `postgresql://user@host:port/db` (optionally `?schema=NAME`);
+    empty means a SQLite file under the user's data directory (see `svir.store.default_url`).
+    """
+
+    url: str = ""
+    # One attachment (an image or a text file), as decoded bytes.
+    max_attachment_bytes: int = 20 * 1024 * 1024
+    # All the distinct attachments of one thread together.
+    max_thread_attachment_bytes: int = 100 * 1024 * 1024
+    # How long a running continuation holds its thread without renewing its lease: after a crash,
+    # the thread is busy for at most this long.
+    lease_seconds: float = 30.0
+
+
 class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One upstream server. Clients reach its models as `<name>/<model-id>`.
 
@@ -151,6 +169,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     server: ServerConfig = ServerConfig()
     providers: tuple[ProviderConfig, ...] = ()
+    store: StoreConfig = StoreConfig()
     routes: tuple[RouteConfig, ...] = ()
 
     @classmethod
@@ -257,6 +276,8 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
     if not math.isfinite(server.models_cache_ttl) or server.models_cache_ttl < 0:
         raise fail("server.models_cache_ttl", "must be a finite number of seconds, 0 or more")
 
+    _check_store(fail, config.store)
+
     seen: dict[str, int] = {}
     providers = [
         _checked_provider(fail, f"providers[{i}]", p, seen, i)
@@ -291,6 +312,26 @@ def _checked_route(
     if route.context_fallback is not None:
         known(f"{at}.context_fallback", route.context_fallback)
     return msgspec.structs.replace(route, targets=targets)
+
+
+_STORE_SCHEMES: Final = ("sqlite:///", "postgresql://", "postgres://")
+
+
+def _check_store(fail: Callable[[str, str], ConfigError], store: StoreConfig) -> None:
+    if store.url and not store.url.startswith(_STORE_SCHEMES):
+        # The value is not shown: a database URL may carry a password.
+        raise fail("store.url", "must start with sqlite:///, postgresql:// or postgres://")
+    if store.url.startswith("sqlite:///") and not store.url.removeprefix("sqlite:///"):
+        raise fail("store.url", "sqlite:/// needs a file path after it")
+    for key in ("max_attachment_bytes", "max_thread_attachment_bytes"):
+        if getattr(store, key) < 1:
+            raise fail(f"store.{key}", "must be at least 1")
+    if store.max_thread_attachment_bytes < store.max_attachment_bytes:
+        raise fail(
+            "store.max_thread_attachment_bytes", "must be at least store.max_attachment_bytes"
+        )
+    if not math.isfinite(store.lease_seconds) or store.lease_seconds < 0.5:
+        raise fail("store.lease_seconds", "must be a finite number of seconds, 0.5 or more")
 
 
 def _checked_provider(
@@ -410,6 +451,7 @@ _INDEX: Final = re.compile(r"\[\d+\]")
 _STRUCTS: Final[dict[str, type[msgspec.Struct]]] = {
     "": Config,
     "server": ServerConfig,
+    "store": StoreConfig,
     "providers[]": ProviderConfig,
     "providers[].timeouts": Timeouts,
 }

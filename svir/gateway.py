@@ -12,6 +12,7 @@ from typing import Any
 from svir.chat import ChatCall
 from svir.config import Config
 from svir.edges.upstream import UpstreamClient
+from svir.policy.resilience import Resilience
 from svir.policy.routing import Router
 
 
@@ -22,6 +23,7 @@ class Gateway:
         self.config = config
         self.client = UpstreamClient()
         self.router = Router(config, environ, self.client)
+        self.policy = Resilience(config, self.router, self.client)
 
     async def open_chat(
         self, request: dict[str, Any], *, request_id: str, fields: dict[str, Any] | None = None
@@ -30,14 +32,7 @@ class Gateway:
 
         `fields` (the request's log fields) learns which provider and model served.
         """
-        route = self.router.resolve(request["model"])
-        call = ChatCall(
-            self.client, route, request, request_id=request_id, model_label=request["model"]
-        )
-        if fields is not None:
-            fields.update(model=request["model"], provider=route.provider.name)
-        await call.open()
-        return call
+        return await self.policy.open(request, request_id=request_id, fields=fields)
 
     async def close(self) -> None:
         await self.client.close()

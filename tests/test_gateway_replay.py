@@ -334,6 +334,8 @@ def test_unknown_provider_is_404_listing_providers(client: openai.OpenAI) -> Non
         client.chat.completions.create(model="nope/x", messages=[{"role": "user", "content": "hi"}])
     assert info.value.code == "model_not_found"
     assert "plain" in info.value.message and "tags" in info.value.message
+    with pytest.raises(openai.NotFoundError):  # a provider with no model id is no model either
+        client.chat.completions.create(model="plain", messages=[{"role": "user", "content": "hi"}])
 
 
 @pytest.mark.parametrize(
@@ -341,7 +343,8 @@ def test_unknown_provider_is_404_listing_providers(client: openai.OpenAI) -> Non
     [
         ({"model": "plain/x", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
         ({"model": "plain/x", "messages": []}, "messages"),
-        ({"model": "plain", "messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": 5, "messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": "plain/x", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "has space", "schema": {}}}}, "response_format.json_schema.name"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
     ],
 )

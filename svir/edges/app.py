@@ -154,12 +154,13 @@ class App:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         status = 200 if self.ready else 503
-        await send_json(
-            send,
-            status,
-            {"status": "ok" if self.ready else "starting", "version": __version__},
-            {"x-request-id": rid},
-        )
+        body: dict[str, Any] = {
+            "status": "ok" if self.ready else "starting",
+            "version": __version__,
+        }
+        if b"verbose=1" in scope.get("query_string", b"").split(b"&"):
+            body.update(self.gateway.policy.snapshot())
+        await send_json(send, status, body, {"x-request-id": rid})
         return status
 
     async def list_models(
@@ -211,6 +212,7 @@ class App:
     ) -> int:
         headers = {"x-request-id": rid}
         call = await self.gateway.open_chat(request, request_id=rid, fields=fields)
+        headers.update(call.headers)
         try:
             if not request.get("stream"):
                 completion = await call.complete()

@@ -136,7 +136,10 @@ class AnswerValidator:
             try:
                 jsonschema.validate(value, self.schema)
             except jsonschema.ValidationError as exc:
-                return f"The server ignored response_format: the answer does not match the schema ({exc.message})."
+                return (
+                    "The server ignored response_format: the answer does not match the "
+                    f"schema ({exc.message})."
+                )
             except jsonschema.SchemaError as exc:
                 return f"The requested schema is not valid: {exc.message}"
         return None

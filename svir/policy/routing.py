@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from svir.chat import Route, request_error
 from svir.config import Config, ProviderConfig
 from svir.edges.upstream import Timeouts, UpstreamClient
-from svir.providers import ProviderKind, get_kind, split_model
+from svir.providers import ProviderKind, RequestError, get_kind, split_model
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.models import is_chat_model, parse_model_list
 
@@ -64,7 +64,10 @@ class Router:
 
     def resolve(self, model: str) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists."""
-        prefix, model_id = split_model(model)
+        try:
+            prefix, model_id = split_model(model)
+        except RequestError:
+            prefix, model_id = "", ""
         provider = self.providers.get(prefix)
         if provider is None or not model_id:
             known = ", ".join(sorted(self.providers)) or "none configured"

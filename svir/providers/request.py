@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import TYPE_CHECKING, Any, Final
 
 from svir.providers.base import ProviderKind
@@ -66,7 +67,11 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
     model = body.get("model")
     if model is None or model == "":
         raise RequestError("model is required", "model", "missing_required_parameter")
-    split_model(model)
+    if not isinstance(model, str):
+        raise RequestError(
+            f"model must be a string, not {_json_type(model)}", "model", "invalid_type"
+        )
+    # Whether the name is a route or `<provider>/<model-id>` is the router's to say (404).
 
     messages = body.get("messages")
     if messages is None:
@@ -101,7 +106,54 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
         value = body.get(key)
         if value is not None:
             _check_positive_int(key, value)
+    _check_response_format(body.get("response_format"))
     return body
+
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _check_response_format(rf: Any) -> None:
+    if rf is None:
+        return
+    if not isinstance(rf, dict):
+        raise RequestError(
+            f"response_format must be an object, not {_json_type(rf)}",
+            "response_format",
+            "invalid_type",
+        )
+    kind = rf.get("type")
+    if kind not in ("text", "json_object", "json_schema"):
+        raise RequestError(
+            "response_format.type must be 'text', 'json_object' or 'json_schema', "
+            f"not {_show(str(kind))}",
+            "response_format.type",
+            "invalid_value",
+        )
+    if kind != "json_schema":
+        return
+    spec = rf.get("json_schema")
+    if not isinstance(spec, dict):
+        raise RequestError(
+            "response_format.json_schema must be an object with a name and a schema",
+            "response_format.json_schema",
+            "invalid_type",
+        )
+    name = spec.get("name")
+    # The name is required, of ASCII letters, digits, '_' and '-', at most 64 (§2.6).
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+        raise RequestError(
+            "response_format.json_schema.name must be 1 to 64 ASCII letters, digits, '_' or '-'",
+            "response_format.json_schema.name",
+            "invalid_value",
+        )
+    schema = spec.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise RequestError(
+            "response_format.json_schema.schema must be an object",
+            "response_format.json_schema.schema",
+            "invalid_type",
+        )
 
 
 def _check_positive_int(key: str, value: Any) -> None:

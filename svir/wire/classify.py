@@ -396,6 +396,13 @@ class _Fields:
         fields.code = _code(source.get("code"))
         fields.type = _short_str(source.get("type"))
         fields.param = _short_str(source.get("param"))
+        detail = source.get("detail")
+        if fields.param is None and isinstance(detail, list) and detail:
+            # A FastAPI validation error names the field in `loc`: ["body", "stream_options"].
+            first = detail[0]
+            loc = first.get("loc") if isinstance(first, dict) else None
+            if isinstance(loc, list) and loc and loc[0] == "body" and len(loc) > 1:
+                fields.param = _short_str(loc[1])
         for key in ("n_prompt_tokens", "n_ctx"):
             value = source.get(key)
             if isinstance(value, int) and not isinstance(value, bool):

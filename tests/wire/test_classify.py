@@ -765,3 +765,10 @@ def test_credentials_are_redacted_at_classification() -> None:
 def test_now_of_the_wrong_type_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         classify_http_error(429, {"Retry-After": "5"}, b"", now="now")  # type: ignore[arg-type]
+
+
+def test_fastapi_validation_error_names_the_field_as_param() -> None:
+    body = b'{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted"}]}'
+    err = classify_http_error(422, {}, body)
+    assert err.param == "stream_options"
+    assert err.message == "Extra inputs are not permitted"

@@ -1,0 +1,438 @@
+"""Retries, fallback and load balancing around opening a chat call.
+
+Everything here happens before the client has seen a byte: a `ChatCall` is opened and primed to
+its first visible output, and only a failure until then is retried (transient classes, with
+backoff and jitter, a 429's Retry-After honoured up to a cap, under a retry budget), sent to the
+next deployment of the route, or to the route's fallbacks in order. A content-filter block is an
+answer, not a failure, and a context overflow only goes to a model configured as larger-context.
+A deployment that keeps failing rests (a circuit breaker) and is probed back with one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from svir.chat import ChatCall, GatewayError
+from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
+from svir.edges.upstream import UpstreamClient
+from svir.policy.routing import Router
+from svir.wire.classify import ClientError
+from svir.wire.errors import ErrorKind, UpstreamError
+
+log = logging.getLogger("svir.policy")
+
+RETRY_KINDS = frozenset(
+    {ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.RATE_LIMITED, ErrorKind.INCOMPLETE}
+)
+# Failures that another deployment or model may not have.
+FALLBACK_KINDS = RETRY_KINDS | {
+    ErrorKind.AUTH,
+    ErrorKind.UNSUPPORTED_INPUT,
+    ErrorKind.NOT_A_STREAM,
+    ErrorKind.PROTOCOL,
+    ErrorKind.OTHER,
+}
+# Failures of the deployment itself (not of the request): these count toward its breaker.
+BREAKER_KINDS = RETRY_KINDS | {ErrorKind.AUTH, ErrorKind.NOT_A_STREAM, ErrorKind.PROTOCOL}
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+_EFFORT_WORD = re.compile(r"\b(" + "|".join(EFFORTS) + r")\b")
+OPTIONAL_FIELDS = ("reasoning_effort", "stream_options")
+
+
+@dataclass(slots=True)
+class Deployment:
+    """Live state of one `<provider>/<model-id>` behind a route."""
+
+    model: str
+    in_flight: int = 0
+    failures: int = 0
+    open_until: float = 0.0
+    probing: bool = False
+
+    def state(self, now: float) -> str:
+        if self.open_until > now:
+            return "open"
+        return "half-open" if self.failures and self.open_until else "closed"
+
+
+class RetryBudget:
+    """Retries allowed: `ratio` of the requests sent plus `per_second` (a token bucket, as in
+    Envoy and Finagle), so retries stay a bounded share of the traffic when an upstream is down
+    while a quiet gateway can still retry every request."""
+
+    def __init__(
+        self, ratio: float, now: float, per_second: float = 3.0, cap: float = 20.0
+    ) -> None:
+        self.ratio = ratio
+        self.per_second = per_second
+        self.cap = cap
+        self.tokens = cap
+        self.at = now
+
+    def deposit(self, now: float) -> None:
+        self.tokens = min(self.cap, self.tokens + self.ratio + (now - self.at) * self.per_second)
+        self.at = now
+
+    def take(self) -> bool:
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+@dataclass(slots=True)
+class Quirks:
+    """What one upstream was learned not to accept (§2.5), so later requests don't pay twice."""
+
+    dropped: set[str]
+    efforts: dict[str, str | None]
+
+
+def backoff_delay(attempt: int, cfg: RetryConfig, rng: random.Random) -> float:
+    """Exponential backoff with jitter: half fixed, half random, capped."""
+    base = min(cfg.max_backoff, cfg.backoff * float(1 << min(attempt, 30)))
+    return base / 2 + rng.uniform(0, base / 2)
+
+
+def nearest_effort(rejected: str, message: str) -> str | None:
+    """The effort value nearest to `rejected` among those the server's message names."""
+    named: list[str] = [str(w) for w in _EFFORT_WORD.findall(message.lower()) if w != rejected]
+    if not named or rejected not in EFFORTS:
+        return None
+    at = EFFORTS.index(rejected)
+    # Nearest by rank; on a tie the stronger one, since the client asked for effort.
+    return min(set(named), key=lambda w: (abs(EFFORTS.index(w) - at), -EFFORTS.index(w)))
+
+
+def optional_culprit(err: UpstreamError, request: dict[str, Any]) -> str | None:
+    """The optional field a 400/422 rejection is about, if it is one svir may drop (§2.5).
+
+    svir sends `stream_options` on every call, so that one counts whether the client sent it.
+    """
+    if err.kind is not ErrorKind.REJECTED:
+        return None
+    text = f"{err.param or ''} {err.message}".lower()
+    if "reasoning_effort" in request and ("reasoning_effort" in text or "reasoning effort" in text):
+        return "reasoning_effort"
+    if "stream_options" in text or "include_usage" in text:
+        return "stream_options"
+    return None
+
+
+class Resilience:
+    """Opens chat calls under the configured routes, retries, fallbacks and breakers."""
+
+    def __init__(
+        self,
+        config: Config,
+        router: Router,
+        client: UpstreamClient,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.router = router
+        self.client = client
+        self.routes = {r.name: r for r in config.routes}
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self.deployments: dict[str, Deployment] = {}
+        self.budgets: dict[str, RetryBudget] = {}
+        self.quirks: dict[str, Quirks] = {}
+        self.retries = 0
+        self.fallbacks = 0
+
+    def route_for(self, model: str) -> RouteConfig:
+        return self.routes.get(model) or RouteConfig(name=model, targets=(RouteTarget(model),))
+
+    def deployment(self, model: str) -> Deployment:
+        d = self.deployments.get(model)
+        if d is None:
+            d = self.deployments[model] = Deployment(model)
+        return d
+
+    def pick(
+        self, targets: tuple[RouteTarget, ...], strategy: str, avoid: set[str]
+    ) -> Deployment | None:
+        """A deployment to try: closed ones first, else one half-open probe; None if all rest."""
+        now = self._clock()
+        ready: list[tuple[RouteTarget, Deployment]] = []
+        probe: list[tuple[RouteTarget, Deployment]] = []
+        for t in targets:
+            d = self.deployment(t.model)
+            if d.open_until > now:
+                continue
+            if d.open_until and d.failures:
+                if not d.probing:
+                    probe.append((t, d))
+                continue
+            ready.append((t, d))
+        fresh = [x for x in ready if x[1].model not in avoid] or ready
+        if not fresh:
+            if not probe:
+                return None
+            _, d = probe[0]
+            d.probing = True
+            return d
+        if strategy == "least-in-flight":
+            least = min(d.in_flight / t.weight for t, d in fresh)
+            fresh = [(t, d) for t, d in fresh if d.in_flight / t.weight == least]
+        total = sum(t.weight for t, _ in fresh)
+        r = self._rng.uniform(0, total)
+        for t, d in fresh:
+            r -= t.weight
+            if r <= 0:
+                return d
+        return fresh[-1][1]
+
+    def _succeeded(self, d: Deployment) -> None:
+        d.failures = 0
+        d.open_until = 0.0
+        d.probing = False
+
+    def _failed(self, d: Deployment, cfg: BreakerConfig) -> None:
+        d.failures += 1
+        if d.probing or d.failures >= cfg.failures:
+            d.open_until = self._clock() + cfg.cooldown
+            log.warning(
+                "deployment cooled down",
+                extra={
+                    "fields": {
+                        "deployment": d.model,
+                        "failures": d.failures,
+                        "cooldown": cfg.cooldown,
+                    }
+                },
+            )
+        d.probing = False
+
+    def adjust(self, provider: str, request: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+        """The request with what this upstream is known to refuse taken out or mapped."""
+        q = self.quirks.get(provider)
+        if q is None:
+            return request
+        out = dict(request)
+        for name in q.dropped:
+            out.pop(name, None)
+            if name in request:
+                warnings.append(f"{name} dropped: the server rejects it")
+        effort = out.get("reasoning_effort")
+        if isinstance(effort, str) and effort in q.efforts:
+            mapped = q.efforts[effort]
+            if mapped is None:
+                del out["reasoning_effort"]
+                warnings.append(f"reasoning_effort {effort!r} dropped: the server rejects it")
+            else:
+                out["reasoning_effort"] = mapped
+                warnings.append(
+                    f"reasoning_effort {effort!r} sent as {mapped!r}: the server rejects {effort!r}"
+                )
+        return out
+
+    def learn(self, provider: str, err: UpstreamError, request: dict[str, Any]) -> bool:
+        """Remember an optional field this upstream rejected; True if a retry without it helps."""
+        name = optional_culprit(err, request)
+        if name is None:
+            return False
+        q = self.quirks.setdefault(provider, Quirks(set(), {}))
+        effort = request.get("reasoning_effort")
+        if name == "reasoning_effort" and isinstance(effort, str):
+            if effort in q.efforts:
+                return False
+            q.efforts[effort] = nearest_effort(effort, err.message)
+        else:
+            if name in q.dropped:
+                return False
+            q.dropped.add(name)
+        log.info(
+            "learned an upstream quirk", extra={"fields": {"provider": provider, "field": name}}
+        )
+        return True
+
+    async def open(
+        self, request: dict[str, Any], *, request_id: str, fields: dict[str, Any] | None = None
+    ) -> ChatCall:
+        """Open and prime a call for the request; raise the last GatewayError if all fail."""
+        asked = request["model"]
+        route = self.route_for(asked)
+        tiers: list[tuple[RouteTarget, ...]] = [route.targets]
+        for f in route.fallbacks:
+            tiers.append(self.route_for(f).targets)
+        last: GatewayError | None = None
+        tried: list[str] = []
+        tier = 0
+        context_fallback_used = False
+        while tier < len(tiers):
+            targets = tiers[tier]
+            attempt = 0
+            avoid: set[str] = set()
+            while True:
+                d = self.pick(targets, route.strategy, avoid)
+                if d is None:
+                    last = last or GatewayError(
+                        _cooling_error(targets), UpstreamError(ErrorKind.TRANSIENT, "cooling down")
+                    )
+                    break
+                target_route = self.router.resolve(d.model)
+                provider = target_route.provider
+                budget = self.budgets.get(provider.name)
+                if budget is None:
+                    budget = self.budgets[provider.name] = RetryBudget(
+                        provider.retry.budget_ratio, self._clock()
+                    )
+                if attempt == 0:
+                    budget.deposit(self._clock())
+                warnings: list[str] = []
+                sent = self.adjust(provider.name, request, warnings)
+                sent = {**sent, "model": d.model}
+                call = ChatCall(
+                    self.client, target_route, sent, request_id=request_id, model_label=d.model
+                )
+                call.headers["x-svir-served-model"] = d.model
+                quirks = self.quirks.get(provider.name)
+                if quirks is not None:
+                    call.drop_fields = frozenset(quirks.dropped)
+                if warnings:
+                    call.headers["x-svir-warning"] = "; ".join(warnings)
+                d.in_flight += 1
+                call.on_close.append(self._closer(d, provider.breaker))
+                tried.append(d.model)
+                try:
+                    await call.open()
+                except GatewayError as exc:
+                    err = exc.upstream
+                    last = exc
+                    if err is None:
+                        raise
+                    self._log_failure(d.model, err, attempt)
+                    if self.learn(provider.name, err, sent):
+                        continue  # the same deployment, without the field: not a retry
+                    if err.kind in RETRY_KINDS and attempt + 1 < provider.retry.attempts:
+                        wait = self._retry_wait(err, attempt, provider.retry)
+                        if wait is not None and budget.take():
+                            self.retries += 1
+                            attempt += 1
+                            avoid = {d.model}
+                            await self._sleep(wait)
+                            continue
+                    if err.kind is ErrorKind.CONTEXT_OVERFLOW:
+                        if route.context_fallback and not context_fallback_used:
+                            context_fallback_used = True
+                            tiers[tier + 1 :] = [self.route_for(route.context_fallback).targets]
+                            break
+                        raise
+                    if (
+                        err.kind is ErrorKind.CONTENT_FILTER
+                        and not route.fallback_on_content_filter
+                    ):
+                        raise
+                    if err.kind in FALLBACK_KINDS or (
+                        err.kind is ErrorKind.CONTENT_FILTER and route.fallback_on_content_filter
+                    ):
+                        break
+                    raise
+                if fields is not None:
+                    fields.update(model=asked, provider=provider.name, served_model=d.model)
+                    if len(tried) > 1:
+                        fields["attempts"] = tried
+                return call
+            tier += 1
+            if tier < len(tiers):
+                self.fallbacks += 1
+                log.warning(
+                    "falling back",
+                    extra={
+                        "fields": {
+                            "model": asked,
+                            "to": [t.model for t in tiers[tier]],
+                            "after": tried,
+                            "error": last.error.message if last else None,
+                        }
+                    },
+                )
+        assert last is not None
+        raise last
+
+    def _retry_wait(self, err: UpstreamError, attempt: int, cfg: RetryConfig) -> float | None:
+        if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
+            # Longer than the cap: better served by a fallback than by waiting.
+            return err.retry_after if err.retry_after <= cfg.retry_after_cap else None
+        return backoff_delay(attempt, cfg, self._rng)
+
+    def _closer(self, d: Deployment, breaker: BreakerConfig) -> Callable[[ChatCall], None]:
+        def close(call: ChatCall) -> None:
+            d.in_flight -= 1
+            error = call.decoder.error
+            if call.succeeded:
+                self._succeeded(d)
+            elif error is not None:
+                error = call.route.kind.explain_error(error)
+                if error.kind in BREAKER_KINDS:
+                    self._failed(d, breaker)
+                elif d.probing:
+                    d.probing = False
+            elif (
+                call.stats.error_kind is not None
+                and ErrorKind(call.stats.error_kind) in BREAKER_KINDS
+            ):
+                self._failed(d, breaker)
+            elif d.probing:
+                d.probing = False
+
+        return close
+
+    def _log_failure(self, model: str, err: UpstreamError, attempt: int) -> None:
+        log.warning(
+            "upstream attempt failed",
+            extra={
+                "fields": {
+                    "deployment": model,
+                    "attempt": attempt + 1,
+                    "error_kind": err.kind.value,
+                    "error": err.message,
+                }
+            },
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """Breaker and load state per deployment, for `/healthz?verbose=1`."""
+        now = self._clock()
+        return {
+            "deployments": {
+                m: {
+                    "state": d.state(now),
+                    "failures": d.failures,
+                    "in_flight": d.in_flight,
+                    "cooldown_left": round(max(0.0, d.open_until - now), 3),
+                }
+                for m, d in sorted(self.deployments.items())
+            },
+            "retries": self.retries,
+            "fallbacks": self.fallbacks,
+            "quirks": {
+                p: {"dropped": sorted(q.dropped), "reasoning_effort": q.efforts}
+                for p, q in sorted(self.quirks.items())
+            },
+        }
+
+
+def _cooling_error(targets: tuple[RouteTarget, ...]) -> ClientError:
+    names = ", ".join(t.model for t in targets)
+    return ClientError(
+        503,
+        "upstream_error",
+        "upstream_unavailable",
+        f"Every deployment of {names} is cooling down after repeated failures",
+        None,
+        {"Retry-After": "1"},
+    )
