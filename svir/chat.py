@@ -8,8 +8,9 @@ client gets an HTTP error and not a 200 stream; after that it is one error frame
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from svir.config import ProviderConfig
 from svir.edges.upstream import Timeouts, UpstreamClient, UpstreamResponse
 from svir.policy.adapt import answer_transform
 from svir.providers import ProviderKind, build_upstream_body
+from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.decoder import StreamDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
@@ -87,8 +89,19 @@ class CallStats:
     upstream_request_id: str | None = None
 
 
+# Ids need to be unique, not secret: a random per-process prefix and a counter cost no system
+# call per request, unlike uuid4.
+_ID_PREFIX = os.urandom(10).hex()
+_id_counter = itertools.count()
+
+
+def unique_id() -> str:
+    """32 hex characters, unique across processes and requests."""
+    return f"{_ID_PREFIX}{next(_id_counter) & 0xFFFFFFFFFFFF:012x}"
+
+
 def completion_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex
+    return "chatcmpl-" + unique_id()
 
 
 def tool_names(request: Mapping[str, Any]) -> list[str]:
@@ -131,8 +144,10 @@ class ChatCall:
         *,
         request_id: str,
         model_label: str,
+        blobs: Blobs | None = None,
     ) -> None:
         self.client = client
+        self.blobs = blobs
         self.route = route
         self.request = request
         self.request_id = request_id
@@ -156,7 +171,12 @@ class ChatCall:
         self._primed: list[Batch] = []
         self._closed = False
 
-    def upstream_body(self) -> bytes:
+    def upstream_body(self) -> list[bytes | memoryview]:
+        """The body in pieces: the encoded JSON, with large image data spliced back in."""
+        body = self._encoded_body()
+        return self.blobs.splice(body) if self.blobs is not None else [body]
+
+    def _encoded_body(self) -> bytes:
         if not self.route.kind.images_for(self.route.provider) and has_images(self.request):
             # Refused here rather than by the server, which may answer 404 or 500 (§2.2).
             name = self.route.provider.name

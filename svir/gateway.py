@@ -14,6 +14,7 @@ from svir.config import Config
 from svir.edges.upstream import UpstreamClient
 from svir.policy.resilience import Resilience
 from svir.policy.routing import Router
+from svir.wire.blobs import Blobs
 
 
 class Gateway:
@@ -26,13 +27,18 @@ class Gateway:
         self.policy = Resilience(config, self.router, self.client)
 
     async def open_chat(
-        self, request: dict[str, Any], *, request_id: str, fields: dict[str, Any] | None = None
+        self,
+        request: dict[str, Any],
+        *,
+        request_id: str,
+        fields: dict[str, Any] | None = None,
+        blobs: Blobs | None = None,
     ) -> ChatCall:
         """Open the upstream for a validated chat request; raise GatewayError when it cannot be.
 
         `fields` (the request's log fields) learns which provider and model served.
         """
-        return await self.policy.open(request, request_id=request_id, fields=fields)
+        return await self.policy.open(request, request_id=request_id, fields=fields, blobs=blobs)
 
     async def close(self) -> None:
         await self.client.close()

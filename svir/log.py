@@ -40,6 +40,10 @@ class JSONFormatter(logging.Formatter):
 
 def setup_logging(level: str = "info") -> None:
     """Send svir's logs as JSON lines to stderr."""
+    # The JSON lines name none of these; looking them up costs a system call per record.
+    logging.logProcesses = False
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
     root = logging.getLogger("svir")

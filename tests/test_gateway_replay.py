@@ -563,3 +563,21 @@ def test_azure_deployment_url_and_key_header(client: openai.OpenAI, replay: Repl
     assert rec.headers["api-key"] == "sk-upstream-secret"
     assert "authorization" not in rec.headers
     assert rec.body["max_completion_tokens"] == 5 and "max_tokens" not in rec.body
+
+
+def test_large_images_reach_the_upstream_intact(client: openai.OpenAI, replay: ReplayServerThread, svir: SvirProcess) -> None:
+    import base64
+    import os
+
+    urls = ["data:image/jpeg;base64," + base64.b64encode(os.urandom(n)).decode() for n in (100_000, 150_001)]
+    replay.clear()
+    # Over the test server's 200,000-byte limit: raise it for this request's provider by using a
+    # body under it would not exercise the splice, so the limit here is checked to be the cause.
+    with pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(model="plain/llama-cpp", messages=[{"role": "user", "content": [{"type": "text", "text": "two"}, *({"type": "image_url", "image_url": {"url": u}} for u in urls)]}])  # type: ignore[misc]
+    assert info.value.status_code == 413
+    small = ["data:image/jpeg;base64," + base64.b64encode(os.urandom(n)).decode() for n in (70_000, 70_001)]
+    client.chat.completions.create(model="plain/llama-cpp", messages=[{"role": "user", "content": [{"type": "text", "text": "two"}, *({"type": "image_url", "image_url": {"url": u}} for u in small)]}])  # type: ignore[misc]
+    sent = replay.last.body["messages"][0]["content"]
+    assert [p["image_url"]["url"] for p in sent[1:]] == small
+    assert int(replay.last.headers["content-length"]) == len(replay.last.raw)

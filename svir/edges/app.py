@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from svir import __version__
-from svir.chat import ChatCall, GatewayError, request_error
+from svir.chat import ChatCall, GatewayError, request_error, unique_id
 from svir.config import Config
 from svir.edges.asgi import (
     SSE_HEADERS,
@@ -36,6 +36,7 @@ from svir.gateway import Gateway
 from svir.log import request_id_var
 from svir.policy.routing import Router
 from svir.providers import RequestError, validate_chat_request
+from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
 from svir.wire.classify import error_body
 
 log = logging.getLogger("svir.access")
@@ -50,7 +51,7 @@ def request_id_of(scope: Scope) -> str:
     given = header(scope, b"x-request-id")
     if given is not None and _SANE_REQUEST_ID.fullmatch(given):
         return given.decode()
-    return uuid.uuid4().hex
+    return unique_id()
 
 
 Handler = Callable[[Scope, Receive, Send, str, dict[str, Any]], Awaitable[int]]
@@ -182,17 +183,24 @@ class App:
             raw = await read_body(
                 receive, self.config.server.max_body_bytes, header(scope, b"content-length")
             )
+            # Large image data stays in `raw` and is spliced into the upstream body (§2.3).
+            blobs: Blobs | None = None
+            skeleton = raw
+            if len(raw) >= MIN_BLOB:
+                skeleton, blobs = extract_blobs(raw, new_token(os.urandom(15)))
             try:
-                parsed = _decode(raw)
+                parsed = _decode(skeleton)
             except msgspec.DecodeError as exc:
                 raise request_error(f"The request body is not valid JSON: {exc}") from None
-            del raw
+            del skeleton
             try:
                 request = validate_chat_request(parsed)
             except RequestError as exc:
                 raise request_error(exc.message, param=exc.param, code=exc.code) from None
             fields["stream"] = bool(request.get("stream"))
-            return await until_disconnect(receive, self._serve_chat(request, send, rid, fields))
+            return await until_disconnect(
+                receive, self._serve_chat(request, send, rid, fields, blobs)
+            )
         except BodyTooLarge:
             limit = self.config.server.max_body_bytes
             error = request_error(
@@ -208,10 +216,15 @@ class App:
             return await _send_error(send, exc, headers)
 
     async def _serve_chat(
-        self, request: dict[str, Any], send: Send, rid: str, fields: dict[str, Any]
+        self,
+        request: dict[str, Any],
+        send: Send,
+        rid: str,
+        fields: dict[str, Any],
+        blobs: Blobs | None = None,
     ) -> int:
         headers = {"x-request-id": rid}
-        call = await self.gateway.open_chat(request, request_id=rid, fields=fields)
+        call = await self.gateway.open_chat(request, request_id=rid, fields=fields, blobs=blobs)
         headers.update(call.headers)
         try:
             if not request.get("stream"):

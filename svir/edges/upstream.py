@@ -54,34 +54,64 @@ class UpstreamResponse:
         self.headers: Mapping[str, str] = resp.headers
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; raises UpstreamError on an idle timeout or a broken read."""
+        """The body as it arrives; raises UpstreamError on an idle timeout or a broken read.
+
+        The idle clock runs only while waiting on the upstream, never while the consumer is busy
+        (a slow client is not the upstream's silence). One timer serves the whole stream: each
+        firing re-arms itself from the current wait instead of a reschedule per chunk.
+        """
         content = self._resp.content
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
         idle = self._idle
+        waiting_since: float | None = None
+        expired = False
+
+        timer: list[asyncio.TimerHandle] = []
+
+        def check() -> None:
+            nonlocal expired
+            now = loop.time()
+            if waiting_since is not None and now - waiting_since >= idle:
+                expired = True
+                task.cancel()
+            else:
+                timer[0] = loop.call_at((waiting_since or now) + idle, check)
+
+        timer.append(loop.call_at(loop.time() + idle, check))
         try:
-            async with asyncio.timeout(idle) as deadline:
-                while True:
-                    data = await content.readany()
-                    if not data:
-                        return
-                    deadline.reschedule(loop.time() + idle)
-                    yield data
-        except TimeoutError:
-            raise UpstreamError(
-                ErrorKind.TIMEOUT,
-                f"upstream sent nothing for {idle:g} s",
-                in_stream=True,
-            ) from None
+            while True:
+                waiting_since = loop.time()
+                data = await content.readany()
+                waiting_since = None
+                if not data:
+                    return
+                yield data
+        except asyncio.CancelledError:
+            if expired:
+                task.uncancel()  # this cancellation was ours, and is answered here
+                raise UpstreamError(
+                    ErrorKind.TIMEOUT, f"upstream sent nothing for {idle:g} s", in_stream=True
+                ) from None
+            raise
         except aiohttp.ClientError as exc:
             raise UpstreamError(
                 ErrorKind.INCOMPLETE,
                 f"upstream connection broke: {type(exc).__name__}",
                 in_stream=True,
             ) from None
+        finally:
+            timer[0].cancel()
 
     def close(self) -> None:
         """Drop the connection (not back to the pool): the server sees the request cancelled."""
         self._resp.close()
+
+
+async def _pieces(parts: list[bytes | memoryview]) -> AsyncIterator[bytes | memoryview]:
+    for part in parts:
+        yield part
 
 
 class UpstreamClient:
@@ -112,15 +142,28 @@ class UpstreamClient:
         url: str,
         *,
         headers: Mapping[str, str],
-        body: bytes,
+        body: bytes | list[bytes | memoryview],
         timeouts: Timeouts,
     ) -> UpstreamResponse:
-        """POST a streamed request; return the open response, or raise a classified error."""
+        """POST a streamed request; return the open response, or raise a classified error.
+
+        A body in pieces is sent as they are, with its exact length up front: not every server
+        takes a chunked body (§2.3).
+        """
+        data: bytes | AsyncIterator[bytes | memoryview]
+        if isinstance(body, list):
+            if len(body) == 1:
+                data = bytes(body[0])
+            else:
+                headers = {**headers, "Content-Length": str(sum(len(p) for p in body))}
+                data = _pieces(body)
+        else:
+            data = body
         try:
             async with asyncio.timeout(timeouts.first_byte):
                 resp = await self.session.post(
                     url,
-                    data=body,
+                    data=data,
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
                 )

@@ -23,6 +23,7 @@ from svir.chat import ChatCall, GatewayError
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.edges.upstream import UpstreamClient
 from svir.policy.routing import Router
+from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 
@@ -260,7 +261,12 @@ class Resilience:
         return True
 
     async def open(
-        self, request: dict[str, Any], *, request_id: str, fields: dict[str, Any] | None = None
+        self,
+        request: dict[str, Any],
+        *,
+        request_id: str,
+        fields: dict[str, Any] | None = None,
+        blobs: Blobs | None = None,
     ) -> ChatCall:
         """Open and prime a call for the request; raise the last GatewayError if all fail."""
         asked = request["model"]
@@ -296,7 +302,12 @@ class Resilience:
                 sent = self.adjust(provider.name, request, warnings)
                 sent = {**sent, "model": d.model}
                 call = ChatCall(
-                    self.client, target_route, sent, request_id=request_id, model_label=d.model
+                    self.client,
+                    target_route,
+                    sent,
+                    request_id=request_id,
+                    model_label=d.model,
+                    blobs=blobs,
                 )
                 call.headers["x-svir-served-model"] = d.model
                 quirks = self.quirks.get(provider.name)

@@ -1,0 +1,70 @@
+"""Shared pytest fixtures.
+
+llama part: real `llama-server` processes serving Gemma 3 270M, one of each kind per session, on
+free loopback ports, stopped when the session ends. They are part of the test setup (`make
+install` builds and installs them), so a missing binary or model fails the tests that need them;
+it does not skip them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from svir.edges.llama_server import (
+    LlamaServer,
+    LlamaServerError,
+    ensure_gemma_model,
+    find_llama_server,
+    gemma_tools_template,
+)
+
+LLAMA_CTX = 4096
+LLAMA_SMALL_CTX = 256
+
+_llama_startup_seconds: dict[str, float] = {}
+
+
+def _start_llama(tmp_path_factory: pytest.TempPathFactory, name: str, ctx: int) -> LlamaServer:
+    try:
+        binary = find_llama_server()
+        model = ensure_gemma_model()
+    except LlamaServerError as exc:
+        pytest.fail(
+            f"{exc}\nThe real llama-server and its model are required for these tests: "
+            "run `make install`.",
+            pytrace=False,
+        )
+    log_path = tmp_path_factory.mktemp("llama") / f"{name}.log"
+    server = LlamaServer.start(
+        binary, model, ctx=ctx, chat_template_file=gemma_tools_template(), log_path=log_path
+    )
+    try:
+        _llama_startup_seconds[name] = server.wait_healthy(timeout=120)
+    except LlamaServerError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    return server
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A real llama-server with svir's Gemma tools template and a 4096-token context."""
+    server = _start_llama(tmp_path_factory, "llama_server", LLAMA_CTX)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server_small_ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """Like `llama_server`, with a 256-token context, for context-overflow tests."""
+    server = _start_llama(tmp_path_factory, "llama_server_small_ctx", LLAMA_SMALL_CTX)
+    yield server
+    server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _llama_startup_seconds:
+        started = ", ".join(f"{k} {v:.2f} s" for k, v in _llama_startup_seconds.items())
+        terminalreporter.write_line(f"llama-server startup (until /health is 200): {started}")
