@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,8 @@ class Route:
     base_url: str
     api_key: str | None
     timeouts: Timeouts
+    # For a server svir runs itself: starts (or swaps in) the model and gives its base URL.
+    ensure: Callable[[str], Awaitable[str]] | None = None
 
     @property
     def think_tags(self) -> bool:
@@ -225,7 +227,13 @@ class ChatCall:
         except GatewayError:
             self.close()
             raise
-        url = route.kind.chat_url(route.base_url, route.model_id, route.provider)
+        base = route.base_url
+        if route.ensure is not None:
+            try:
+                base = await route.ensure(route.model_id)
+            except UpstreamError as exc:
+                self._raise(exc)
+        url = route.kind.chat_url(base, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(
                 url, headers=self.upstream_headers(), body=body, timeouts=route.timeouts

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 
 from svir.chat import Route, request_error
 from svir.config import Config, ProviderConfig
@@ -34,6 +34,7 @@ class Provider:
     base_url: str
     api_key: str | None
     timeouts: Timeouts
+    ensure: Callable[[str], Awaitable[str]] | None = None
 
 
 class Router:
@@ -62,6 +63,11 @@ class Router:
             )
         self._cache: dict[str, tuple[float, list[str]]] = {}
 
+    def set_ensure(self, name: str, ensure: Callable[[str], Awaitable[str]]) -> None:
+        """Have requests to provider `name` first call `ensure(model_id)` for the base URL
+        (a server svir starts itself)."""
+        self.providers[name] = replace(self.providers[name], ensure=ensure)
+
     def resolve(self, model: str) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists."""
         try:
@@ -85,6 +91,7 @@ class Router:
             base_url=provider.base_url,
             api_key=provider.api_key,
             timeouts=provider.timeouts,
+            ensure=provider.ensure,
         )
 
     async def models(self) -> list[tuple[str, str]]:
