@@ -1,0 +1,334 @@
+"""Ollama's API on svir's port, over the same gateway, providers and models as `/v1`.
+
+Routes: `POST /api/chat` (NDJSON stream, or one object with `"stream": false`), `GET /api/tags`,
+`POST /api/show`, `GET /api/version`, `GET /api/ps`; any other `/api/` path is a 404 in
+Ollama's error shape. Errors are `{"error": "<message>"}` with the status svir's `/v1` would
+give; a stream that fails after its first line ends with one `{"error": ...}` line. A client
+that disconnects stops its upstream request at once. The translation itself is `svir.ollama`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+
+from svir import __version__
+from svir.chat import ChatCall, GatewayError, Route
+from svir.edges.app import App, Handler, call_fields, until_disconnect
+from svir.edges.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header,
+    headers_with,
+    read_body,
+    send_json,
+)
+from svir.ollama import (
+    OLLAMA_API_VERSION,
+    ChatAggregator,
+    Metrics,
+    NDJSONEncoder,
+    OllamaError,
+    created_at,
+    error_line,
+    model_name,
+    ps_entry,
+    show_response,
+    tags_entry,
+    to_openai_request,
+)
+from svir.providers import RequestError, validate_chat_request
+from svir.wire.classify import to_client_error
+from svir.wire.errors import UpstreamError
+from svir.wire.events import Usage
+
+__all__ = ["NDJSON_HEADERS", "OllamaAPI", "install"]
+
+NDJSON_HEADERS = (
+    (b"content-type", b"application/x-ndjson"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+# How long `/api/ps` lists a model after svir last served it: Ollama's default keep-alive.
+KEEP_ALIVE_SECONDS = 300.0
+_NS = 1_000_000_000
+_decode = msgspec.json.decode
+
+
+def install(app: App) -> OllamaAPI:
+    """Serve Ollama's API from `app`."""
+    api = OllamaAPI(app)
+    for method, path, handler in api.routes():
+        app.add_route(method, path, handler)
+    app.mount("/api/", api.not_found)
+    return api
+
+
+class OllamaAPI:
+    """The handlers; `recent` remembers when each model was last served, for `/api/ps`."""
+
+    def __init__(self, app: App, *, clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self.clock = clock
+        self.recent: dict[str, float] = {}
+
+    def routes(self) -> list[tuple[str, str, Handler]]:
+        return [
+            ("POST", "/api/chat", self.chat),
+            ("GET", "/api/tags", self.tags),
+            ("POST", "/api/show", self.show),
+            ("GET", "/api/version", self.version),
+            ("GET", "/api/ps", self.ps),
+        ]
+
+    # Chat
+
+    async def chat(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        headers = {"x-request-id": rid}
+        fields["api"] = "ollama"
+        try:
+            body = await self._read_json(scope, receive)
+            request = to_openai_request(body)
+            # Ollama answers with the name the client asked for, tag and all.
+            label = body.get("model") or body.get("name")
+            fields["stream"] = request["stream"]
+            if not request["messages"]:
+                return await self._load(request, label, body, send, headers)
+            try:
+                validate_chat_request(request)
+            except RequestError as exc:
+                raise OllamaError(exc.message) from None
+            work = self._serve_chat(request, label, send, rid, fields)
+            return await until_disconnect(receive, work)
+        except ClientGone:
+            return 499
+        except OllamaError as exc:
+            fields["error"] = "invalid_request"
+            return await _send_error(send, exc.status, exc.message, headers)
+        except RequestError as exc:  # a model name the router cannot split
+            fields["error"] = exc.code
+            return await _send_error(send, 400, exc.message, headers)
+        except GatewayError as exc:
+            ce = exc.error
+            fields["error"] = ce.code or ce.type
+            return await _send_error(send, ce.status, ce.message, {**headers, **ce.headers})
+
+    async def _load(
+        self,
+        request: dict[str, Any],
+        label: str,
+        body: dict[str, Any],
+        send: Send,
+        headers: dict[str, str],
+    ) -> int:
+        """No messages: Ollama loads (or with `keep_alive: 0` unloads) the model and says so.
+
+        For a server svir runs itself, loading starts it (or swaps the model in); for any other,
+        svir checks that the model routes. Unloading is left to the server's own idle timer.
+        """
+        route = self._route(request["model"])
+        unload = body.get("keep_alive") in (0, "0", "0s", "0m")
+        if route.ensure is not None and not unload:
+            try:
+                await route.ensure(route.model_id)
+            except UpstreamError as exc:
+                raise GatewayError(to_client_error(exc), exc) from None
+        answer = {
+            "model": label,
+            "created_at": created_at(),
+            "message": {"role": "assistant", "content": ""},
+            "done_reason": "unload" if unload else "load",
+            "done": True,
+        }
+        await send_json(send, 200, answer, headers)
+        return 200
+
+    async def _serve_chat(
+        self, request: dict[str, Any], label: str, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        headers = {"x-request-id": rid}
+        call = await self.app.gateway.open_chat(request, request_id=rid, fields=fields)
+        headers.update(call.headers)
+        self.recent[request["model"]] = self.clock()
+        metrics = functools.partial(_metrics, call)
+        try:
+            if not request["stream"]:
+                agg = ChatAggregator()
+                async for events in call.events():
+                    for ev in events:
+                        agg.add(ev)
+                if agg.error is not None:
+                    raise GatewayError(to_client_error(agg.error), agg.error)
+                try:
+                    answer = agg.response(model=label, metrics=metrics)
+                except UpstreamError as exc:
+                    raise GatewayError(to_client_error(exc), exc) from None
+                await send_json(send, 200, answer, headers)
+                return 200
+            encoder = NDJSONEncoder(model=label, metrics=metrics)
+            await _send_ndjson(send, _lines(call, encoder), headers)
+            return 200
+        finally:
+            call.close()  # at once, also when cancelled: the upstream stops with the client
+            call_fields(call, fields)
+
+    # Models
+
+    async def tags(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        models = await self.app.router.models()
+        entries = [tags_entry(name, self._kind(provider)) for name, provider in models]
+        await send_json(send, 200, {"models": entries}, {"x-request-id": rid})
+        return 200
+
+    async def show(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        headers = {"x-request-id": rid}
+        try:
+            body = await self._read_json(scope, receive)
+            if not isinstance(body, dict):
+                raise OllamaError("the request body must be a JSON object")
+            given = body.get("model") or body.get("name")
+            if not isinstance(given, str) or not given:
+                raise OllamaError("model is required")
+            name = model_name(given)
+            fields["model"] = name
+            route = self._route(name)
+            answer = show_response(name, route.provider.name, route.model_id, route.kind.name)
+            await send_json(send, 200, answer, headers)
+            return 200
+        except ClientGone:
+            return 499
+        except OllamaError as exc:
+            return await _send_error(send, exc.status, exc.message, headers)
+
+    async def ps(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """The models svir served within the keep-alive window: svir loads nothing itself."""
+        now = self.clock()
+        for name, last in list(self.recent.items()):
+            if now - last >= KEEP_ALIVE_SECONDS:
+                del self.recent[name]
+        entries = []
+        for name, last in sorted(self.recent.items(), key=lambda item: -item[1]):
+            provider = self.app.router.providers.get(name.partition("/")[0])
+            kind = provider.kind.name if provider is not None else ""
+            expires = datetime.datetime.fromtimestamp(last + KEEP_ALIVE_SECONDS, datetime.UTC)
+            entries.append(ps_entry(name, kind, created_at(expires)))
+        await send_json(send, 200, {"models": entries}, {"x-request-id": rid})
+        return 200
+
+    async def version(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        answer = {"version": OLLAMA_API_VERSION, "svir_version": __version__}
+        await send_json(send, 200, answer, {"x-request-id": rid})
+        return 200
+
+    async def not_found(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        method, path = scope["method"], scope["path"]
+        if any(p == path for _, p, _ in self.routes()):
+            return await _send_error(
+                send, 405, f"{method} is not allowed on {path}", {"x-request-id": rid}
+            )
+        return await _send_error(
+            send, 404, f"svir does not serve {method} {path}", {"x-request-id": rid}
+        )
+
+    # Helpers
+
+    async def _read_json(self, scope: Scope, receive: Receive) -> Any:
+        limit = self.app.config.server.max_body_bytes
+        try:
+            raw = await read_body(receive, limit, header(scope, b"content-length"))
+        except BodyTooLarge:
+            raise OllamaError(
+                f"the request body is larger than the limit of {limit} bytes", 413
+            ) from None
+        try:
+            return _decode(raw)
+        except msgspec.DecodeError as exc:
+            raise OllamaError(f"the request body is not valid JSON: {exc}") from None
+
+    def _route(self, name: str) -> Route:
+        """Where a model name goes (for a configured route, its first target), or an
+        OllamaError: Ollama's 404 for a model it does not have."""
+        for route in self.app.config.routes:
+            if route.name == name and route.targets:
+                name = route.targets[0].model
+                break
+        try:
+            return self.app.router.resolve(name)
+        except RequestError as exc:
+            raise OllamaError(exc.message) from None
+        except GatewayError as exc:
+            raise OllamaError(exc.error.message, exc.error.status) from None
+
+    def _kind(self, provider: str) -> str:
+        found = self.app.router.providers.get(provider)
+        return found.kind.name if found is not None else ""
+
+
+async def _lines(call: ChatCall, encoder: NDJSONEncoder) -> AsyncIterator[bytes]:
+    """The answer's NDJSON; raises GatewayError if it fails before its first line."""
+    async for events in call.events():
+        data = encoder.feed(events)
+        if encoder.early_error is not None:
+            raise GatewayError(to_client_error(encoder.early_error), encoder.early_error)
+        if data:
+            yield data
+    if not encoder.ended:  # not reached: the events always end with Done or an error
+        yield error_line("the upstream stream ended without an answer")
+
+
+async def _send_ndjson(send: Send, lines: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+    """Send the 200 only with the first line: an earlier failure is still an HTTP error."""
+    first = await anext(lines, None)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": headers_with(NDJSON_HEADERS, headers),
+        }
+    )
+    if first is not None:
+        await send({"type": "http.response.body", "body": first, "more_body": True})
+        async for data in lines:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _send_error(send: Send, status: int, message: str, headers: dict[str, str]) -> int:
+    await send_json(send, status, {"error": message}, headers)
+    return status
+
+
+def _metrics(call: ChatCall, usage: Usage | None) -> Metrics:
+    """Counts from the upstream's usage; durations as svir saw them, in nanoseconds."""
+    now = time.perf_counter()
+    started = call.stats.started
+    first = call.decoder.rate.first
+    if first is None or first < started:
+        first = now
+    return Metrics(
+        total_duration=round((now - started) * _NS),
+        prompt_eval_duration=round((first - started) * _NS),
+        eval_duration=round((now - first) * _NS),
+        prompt_eval_count=usage.prompt_tokens if usage is not None else None,
+        eval_count=usage.completion_tokens if usage is not None else None,
+    )

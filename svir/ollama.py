@@ -1,0 +1,828 @@
+"""Ollama's native API in svir's terms: pure translation, both ways, with no I/O.
+
+An Ollama client's `POST /api/chat` body becomes the OpenAI-shaped request the gateway takes
+(`to_openai_request`), and the gateway's normalized events become Ollama's answer: NDJSON lines
+for a stream (`NDJSONEncoder`), one object otherwise (`ChatAggregator`). Model listings
+(`/api/tags`, `/api/show`, `/api/ps`) are built here too. The edge that serves them over HTTP is
+`svir.edges.ollama_api`; see docs/ollama.md for the mapping in prose.
+
+Every client mistake is an `OllamaError` with status 400 and Ollama's plain error string;
+nothing else escapes `to_openai_request` for any JSON value.
+"""
+
+from __future__ import annotations
+
+import binascii
+import datetime
+import hashlib
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import msgspec
+
+from svir.wire.encoder import stream_error_fields
+from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.events import (
+    Done,
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    StreamError,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+)
+
+__all__ = [
+    "MODIFIED_AT",
+    "OLLAMA_API_VERSION",
+    "ChatAggregator",
+    "Metrics",
+    "NDJSONEncoder",
+    "OllamaError",
+    "capabilities_guess",
+    "created_at",
+    "done_reason",
+    "error_line",
+    "model_name",
+    "ps_entry",
+    "schema_name",
+    "show_response",
+    "sniff_image_type",
+    "tags_entry",
+    "to_openai_request",
+]
+
+# The Ollama API version svir answers `GET /api/version` with. Clients gate on it: GitHub
+# Copilot's Ollama provider refuses a server older than 0.6.4. svir speaks the API as Ollama
+# 0.12 does (`think` levels, `thinking`, `tool_name`, tool-call ids).
+OLLAMA_API_VERSION: Final = "0.12.0"
+
+# svir does not know when an upstream's model was made; Ollama's listings need a time.
+MODIFIED_AT: Final = "2023-11-14T22:13:20Z"  # the `created` of /v1/models, 1700000000
+
+_LATEST: Final = ":latest"
+_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
+_THINK_LEVELS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
+# `think: true` asks for reasoning without naming a level; servers that reason only when asked
+# (mlx-vlm, §2.5) need some level, and medium is every server's middle.
+_THINK_TRUE: Final = "medium"
+_SCHEMA_NAME_BAD: Final = re.compile(r"[^A-Za-z0-9_-]+")
+_INT64: Final = 2**63
+
+# Ollama options with an OpenAI Chat Completions field of the same meaning. The rest (load-time
+# options such as num_ctx, and samplers OpenAI does not define such as top_k) are dropped: a
+# hosted API rejects a field it does not know.
+_FLOAT_OPTIONS: Final = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+
+_encode = msgspec.json.encode
+
+
+class OllamaError(Exception):
+    """A request svir answers with Ollama's error shape: `{"error": message}` and `status`."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def body(self) -> dict[str, str]:
+        return {"error": self.message}
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and times
+
+
+def model_name(name: str) -> str:
+    """The svir model an Ollama client means: `lab/x:latest` is `lab/x`.
+
+    Ollama clients add the default tag to a name without one; svir's names have no tags, so only
+    that default is taken off. Any other tag is part of the upstream's id (Ollama upstreams
+    name models `llama3.2:3b`).
+    """
+    if name.endswith(_LATEST) and len(name) > len(_LATEST):
+        return name[: -len(_LATEST)]
+    return name
+
+
+def created_at(moment: datetime.datetime | None = None) -> str:
+    """An Ollama timestamp: RFC 3339 in UTC with microseconds, as `created_at` carries it."""
+    moment = moment or datetime.datetime.now(datetime.UTC)
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def done_reason(finish: str | None) -> str:
+    """Ollama's `done_reason` for an OpenAI `finish_reason`.
+
+    Ollama ends an answer with tool calls as `stop`; other reasons it does not have
+    (`content_filter`) are passed on as they are rather than hidden.
+    """
+    if finish is None or finish in ("tool_calls", "function_call"):
+        return "stop"
+    return finish
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def to_openai_request(body: Any) -> dict[str, Any]:
+    """The gateway request (OpenAI Chat Completions fields) for an Ollama `/api/chat` body.
+
+    The result still goes through `validate_chat_request` and the upstream body builder, which
+    check what they rely on; this checks every Ollama field it reads and raises `OllamaError`
+    (400) for any that is malformed. An empty `messages` list is kept: Ollama answers it by
+    loading the model, which the edge does without an upstream call.
+    """
+    if not isinstance(body, dict):
+        raise OllamaError(f"the request body must be a JSON object, not {_kind(body)}")
+    model = body.get("model")
+    if model is None or model == "":
+        model = body.get("name")  # the field's name before Ollama 0.1.30; clients still send it
+    if model is None or model == "":
+        raise OllamaError("model is required")
+    if not isinstance(model, str):
+        raise OllamaError(f"model must be a string, not {_kind(model)}")
+
+    stream = body.get("stream")
+    if stream is None:
+        stream = True  # Ollama streams unless told not to
+    elif not isinstance(stream, bool):
+        raise OllamaError(f"stream must be a boolean, not {_kind(stream)}")
+
+    raw_messages = body.get("messages")
+    if raw_messages is None:
+        raw_messages = []
+    elif not isinstance(raw_messages, list):
+        raise OllamaError(f"messages must be an array, not {_kind(raw_messages)}")
+
+    out: dict[str, Any] = {
+        "model": model_name(model),
+        "messages": _messages(raw_messages),
+        "stream": stream,
+    }
+    tools = body.get("tools")
+    if tools is not None:
+        checked = _tools(tools)
+        if checked:
+            out["tools"] = checked
+    response_format = _format(body.get("format"))
+    if response_format is not None:
+        out["response_format"] = response_format
+    out.update(_options(body.get("options")))
+    effort = _think(body.get("think"))
+    if effort is not None:
+        out["reasoning_effort"] = effort
+    return out
+
+
+def _messages(messages: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    # Calls of the latest assistant turn not answered yet, as (id, name): Ollama clients answer a
+    # call with a `tool_name`, and usually without any id, which OpenAI servers need.
+    pending: list[tuple[str, str]] = []
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise OllamaError(f"{where} must be an object, not {_kind(msg)}")
+        role = msg.get("role")
+        if not isinstance(role, str):
+            raise OllamaError(f"{where}.role must be a string, not {_kind(role)}")
+        if role not in _ROLES:
+            raise OllamaError(f"{where}.role: unknown role {_show(role)}")
+        content = _string(f"{where}.content", msg.get("content"))
+        images = msg.get("images")
+        if images is not None and not isinstance(images, list):
+            raise OllamaError(f"{where}.images must be an array, not {_kind(images)}")
+        if images and role != "user":
+            raise OllamaError(f"{where}.images: only user messages take images, not {role}")
+
+        built: dict[str, Any] = {"role": role}
+        if role == "user":
+            built["content"] = _user_content(where, content, images or [])
+            pending = []
+        elif role == "assistant":
+            built["content"] = content
+            thinking = _string(f"{where}.thinking", msg.get("thinking"))
+            if thinking:
+                built["reasoning_content"] = thinking
+            calls = _tool_calls(where, msg.get("tool_calls"), i)
+            if calls:
+                built["tool_calls"] = calls
+                pending = [(c["id"], c["function"]["name"]) for c in calls]
+            else:
+                pending = []
+        elif role == "tool":
+            name = msg.get("tool_name")
+            if name is not None and not isinstance(name, str):
+                raise OllamaError(f"{where}.tool_name must be a string, not {_kind(name)}")
+            call_id = msg.get("tool_call_id")
+            if call_id is not None and not isinstance(call_id, str):
+                raise OllamaError(f"{where}.tool_call_id must be a string, not {_kind(call_id)}")
+            built["tool_call_id"] = _answered_call(pending, call_id or None, name, i)
+            built["content"] = content
+        else:
+            built["content"] = content
+            pending = []
+        out.append(built)
+    return out
+
+
+def _answered_call(
+    pending: list[tuple[str, str]], call_id: str | None, name: str | None, i: int
+) -> str:
+    """The id of the call a tool result answers, taken off `pending`.
+
+    By id when the client sent one; else the first unanswered call of that tool; else the first
+    unanswered call; a result that answers no call gets an id of its own.
+    """
+    if call_id is not None:
+        for k, (pid, _) in enumerate(pending):
+            if pid == call_id:
+                del pending[k]
+                break
+        return call_id
+    if pending:
+        for k, (pid, pname) in enumerate(pending):
+            if name is not None and pname == name:
+                del pending[k]
+                return pid
+        return pending.pop(0)[0]
+    return f"call_{i}"
+
+
+def _user_content(where: str, content: str, images: list[Any]) -> str | list[dict[str, Any]]:
+    if not images:
+        return content
+    parts: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+    for j, image in enumerate(images):
+        url = _image_url(f"{where}.images[{j}]", image)
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def _image_url(where: str, image: Any) -> str:
+    """A data URL for one Ollama image: base64 without a prefix, its type read from its bytes."""
+    if not isinstance(image, str):
+        raise OllamaError(f"{where} must be a base64 string, not {_kind(image)}")
+    if image[:5].lower() == "data:":
+        return image  # already a data URL: some clients send one; the body builder checks it
+    try:
+        data = binascii.a2b_base64(image.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise OllamaError(f"{where} is not valid base64") from None
+    if not data:
+        raise OllamaError(f"{where} is empty")
+    media_type = sniff_image_type(data)
+    if media_type is None:
+        raise OllamaError(f"{where} is not a PNG, JPEG, GIF or WebP image")
+    return f"data:{media_type};base64,{image}"
+
+
+def sniff_image_type(data: bytes) -> str | None:
+    """The media type of an image from its first bytes: PNG, JPEG, GIF or WebP; else None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if len(data) >= 12 and data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise OllamaError(f"{where}.tool_calls must be an array, not {_kind(calls)}")
+    out: list[dict[str, Any]] = []
+    for k, call in enumerate(calls):
+        here = f"{where}.tool_calls[{k}]"
+        if not isinstance(call, dict):
+            raise OllamaError(f"{here} must be an object, not {_kind(call)}")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise OllamaError(f"{here}.function must be an object, not {_kind(fn)}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise OllamaError(f"{here}.function.name must be a non-empty string")
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise OllamaError(f"{here}.id must be a string, not {_kind(call_id)}")
+        arguments = fn.get("arguments")
+        if arguments is None:
+            text = "{}"
+        elif isinstance(arguments, dict):
+            text = _json_text(f"{here}.function.arguments", arguments)
+        elif isinstance(arguments, str):
+            text = arguments  # the OpenAI form; some clients send it back as they got it
+        else:
+            raise OllamaError(
+                f"{here}.function.arguments must be an object, not {_kind(arguments)}"
+            )
+        out.append(
+            {
+                # Ollama clients drop the ids they were given; a stable one per call links the
+                # call to its result for servers that need it.
+                "id": call_id or f"call_{i}_{k}",
+                "type": "function",
+                "function": {"name": name, "arguments": text},
+            }
+        )
+    return out
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise OllamaError(f"tools must be an array, not {_kind(tools)}")
+    out: list[dict[str, Any]] = []
+    for k, tool in enumerate(tools):
+        where = f"tools[{k}]"
+        if not isinstance(tool, dict):
+            raise OllamaError(f"{where} must be an object, not {_kind(tool)}")
+        kind = tool.get("type")
+        if kind is not None and kind != "function":
+            raise OllamaError(f"{where}.type must be 'function', not {_show(kind)}")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise OllamaError(f"{where}.function must be an object, not {_kind(fn)}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise OllamaError(f"{where}.function.name must be a non-empty string")
+        description = fn.get("description")
+        if description is not None and not isinstance(description, str):
+            raise OllamaError(
+                f"{where}.function.description must be a string, not {_kind(description)}"
+            )
+        parameters = fn.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise OllamaError(
+                f"{where}.function.parameters must be an object, not {_kind(parameters)}"
+            )
+        function: dict[str, Any] = {"name": name}
+        if description is not None:
+            function["description"] = description
+        function["parameters"] = parameters if parameters is not None else {"type": "object"}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _format(value: Any) -> dict[str, Any] | None:
+    """`format`: "json" is any JSON object, a schema is that schema, "" or null is free text."""
+    if value is None or value == "":
+        return None
+    if value == "json":
+        return {"type": "json_object"}
+    if isinstance(value, dict):
+        return {"type": "json_schema", "json_schema": {"name": schema_name(value), "schema": value}}
+    if isinstance(value, str):
+        raise OllamaError(f'format must be "json" or a JSON schema, not {_show(value)}')
+    raise OllamaError(f'format must be "json" or a JSON schema, not {_kind(value)}')
+
+
+def schema_name(schema: dict[str, Any]) -> str:
+    """A `json_schema.name` for an Ollama schema: its title made valid (§2.6), else "response"."""
+    title = schema.get("title")
+    if isinstance(title, str):
+        name = _SCHEMA_NAME_BAD.sub("_", title).strip("_")[:64]
+        if name:
+            return name
+    return "response"
+
+
+def _options(options: Any) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise OllamaError(f"options must be an object, not {_kind(options)}")
+    out: dict[str, Any] = {}
+    for key in _FLOAT_OPTIONS:
+        value = options.get(key)
+        if value is not None:
+            out[key] = _number(f"options.{key}", value)
+    limit = options.get("num_predict")
+    if limit is not None:
+        limit = _integer("options.num_predict", limit)
+        # Ollama's -1 is "no limit" and -2 "fill the context"; 0 caps nothing either.
+        if limit > 0:
+            out["max_tokens"] = limit
+    seed = options.get("seed")
+    if seed is not None:
+        out["seed"] = _integer("options.seed", seed)
+    stop = options.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise OllamaError("options.stop must be an array of strings")
+        stops = [s for s in stop if s]
+        if stops:
+            out["stop"] = stops
+    return out
+
+
+def _think(value: Any) -> str | None:
+    """`think` as a `reasoning_effort`: false is none, true is medium, a level is itself."""
+    if value is None:
+        return None
+    if value is False:
+        return "none"
+    if value is True:
+        return _THINK_TRUE
+    if isinstance(value, str) and value.lower() in _THINK_LEVELS:
+        return value.lower()
+    shown = _show(value) if isinstance(value, str) else _kind(value)
+    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown}')
+
+
+def _number(where: str, value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise OllamaError(f"{where} must be a number, not {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OllamaError(f"{where} must be a finite number")
+    if isinstance(value, int) and abs(value) >= _INT64:
+        raise OllamaError(f"{where} is out of range")
+    return value
+
+
+def _integer(where: str, value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type; Ollama reads 128.0 as 128
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OllamaError(f"{where} must be an integer, not {_kind(value)}")
+    if abs(value) >= _INT64:
+        raise OllamaError(f"{where} is out of range")
+    return value
+
+
+def _string(where: str, value: Any) -> str:
+    # Ollama's clients leave empty fields out, so a missing content is the empty string.
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise OllamaError(f"{where} must be a string, not {_kind(value)}")
+    return value
+
+
+def _json_text(where: str, value: Any) -> str:
+    try:
+        return _encode(value).decode("utf-8")
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
+        raise OllamaError(f"{where} cannot be written as JSON") from None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "…")
+    return _kind(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """The counts and durations (nanoseconds) of a final Ollama object.
+
+    svir loads no model and measures from its side of the wire: the prompt's evaluation is the
+    time to the first token, generation the time from it to the end.
+    """
+
+    total_duration: int
+    prompt_eval_duration: int
+    eval_duration: int
+    prompt_eval_count: int | None = None
+    eval_count: int | None = None
+    load_duration: int = 0
+
+    def fields(self) -> dict[str, int]:
+        out = {
+            "total_duration": self.total_duration,
+            "load_duration": self.load_duration,
+        }
+        if self.prompt_eval_count is not None:
+            out["prompt_eval_count"] = self.prompt_eval_count
+        out["prompt_eval_duration"] = self.prompt_eval_duration
+        if self.eval_count is not None:
+            out["eval_count"] = self.eval_count
+        out["eval_duration"] = self.eval_duration
+        return out
+
+
+MetricsFn = Callable[[Usage | None], Metrics]
+Clock = Callable[[], str]
+
+
+class ToolArgumentsError(Exception):
+    """A tool call whose arguments are not a JSON object, which Ollama's clients need."""
+
+
+class _ToolCalls:
+    """Streamed tool calls, assembled: Ollama sends each call whole, arguments as an object."""
+
+    __slots__ = ("_calls",)
+
+    def __init__(self) -> None:
+        self._calls: dict[int, tuple[str, str, list[str]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._calls)
+
+    def add(self, ev: ToolCallStart | ToolCallDelta) -> None:
+        if isinstance(ev, ToolCallStart):
+            self._calls[ev.index] = (ev.id, ev.name, [])
+        else:
+            self._calls[ev.index][2].append(ev.arguments)
+
+    def take(self) -> list[dict[str, Any]]:
+        """The calls in Ollama's form; raises ToolArgumentsError."""
+        out = []
+        for index in sorted(self._calls):
+            call_id, name, pieces = self._calls[index]
+            fn = {"index": index, "name": name, "arguments": _arguments(name, "".join(pieces))}
+            out.append({"id": call_id, "function": fn})
+        self._calls = {}
+        return out
+
+
+def _arguments(name: str, text: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        shown = text if len(text) <= 80 else text[:80] + "…"
+        raise ToolArgumentsError(
+            f"the model called {name!r} with arguments that are not a JSON object: {shown!r}"
+        )
+    return value
+
+
+def _tool_error(exc: ToolArgumentsError) -> UpstreamError:
+    return UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True)
+
+
+def error_line(message: str) -> bytes:
+    """The NDJSON line that ends a failed stream."""
+    return _encode({"error": message}) + b"\n"
+
+
+class NDJSONEncoder:
+    """A streamed `/api/chat` answer: normalized events in, NDJSON lines out.
+
+    Consecutive text (or thinking) in one batch is one line. Tool calls go out whole in one line
+    when the answer finishes, then the final `done: true` object. A failure is one
+    `{"error": ...}` line; a failure before any line (`early_error`) is left to the caller,
+    which can still answer it with an HTTP error status.
+    """
+
+    def __init__(self, *, model: str, metrics: MetricsFn, clock: Clock = created_at) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.clock = clock
+        self.sent = False
+        self.ended = False
+        self.early_error: UpstreamError | None = None
+        self._calls = _ToolCalls()
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+
+    def feed(self, events: Iterable[Event]) -> bytes:
+        """The lines for one batch of events (possibly none)."""
+        if self.ended:
+            return b""
+        now = self.clock()
+        lines: list[bytes] = []
+        run: list[str] = []
+        run_key: Literal["content", "thinking"] = "content"
+
+        def flush() -> None:
+            if run:
+                lines.append(self._line(now, {run_key: "".join(run)}))
+                run.clear()
+
+        for ev in events:
+            if isinstance(ev, TextDelta | RefusalDelta | ReasoningDelta):
+                key: Literal["content", "thinking"] = (
+                    "thinking" if isinstance(ev, ReasoningDelta) else "content"
+                )
+                if key != run_key:
+                    flush()
+                    run_key = key
+                if ev.text:
+                    run.append(ev.text)
+            elif isinstance(ev, ToolCallStart | ToolCallDelta):
+                self._calls.add(ev)
+            elif isinstance(ev, Finish):
+                flush()
+                self._finish = ev.reason
+                if self._calls:
+                    try:
+                        calls = self._calls.take()
+                    except ToolArgumentsError as exc:
+                        self._fail(_tool_error(exc), lines)
+                        break
+                    lines.append(self._line(now, {"tool_calls": calls}))
+            elif isinstance(ev, Usage):
+                self._usage = ev
+            elif isinstance(ev, Done):
+                flush()
+                lines.append(self._final(now))
+                self.ended = True
+                break
+            elif isinstance(ev, StreamError):
+                flush()
+                self._fail(ev.error, lines)
+                break
+            # Role, Keepalive and ContentFilter have no Ollama form.
+        else:
+            flush()
+        if lines:
+            self.sent = True
+        return b"".join(lines)
+
+    def _fail(self, error: UpstreamError, lines: list[bytes]) -> None:
+        self.ended = True
+        if not self.sent and not lines:
+            self.early_error = error
+            return
+        message, _, _ = stream_error_fields(error)
+        lines.append(error_line(message))
+
+    def _line(self, now: str, message: dict[str, Any]) -> bytes:
+        msg: dict[str, Any] = {"role": "assistant", "content": ""}
+        msg.update(message)
+        obj = {"model": self.model, "created_at": now, "message": msg, "done": False}
+        return _encode(obj) + b"\n"
+
+    def _final(self, now: str) -> bytes:
+        obj: dict[str, Any] = {
+            "model": self.model,
+            "created_at": now,
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": done_reason(self._finish),
+        }
+        obj.update(self.metrics(self._usage).fields())
+        return _encode(obj) + b"\n"
+
+
+class ChatAggregator:
+    """A non-streamed `/api/chat` answer: events in, one Ollama chat object out."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.thinking: list[str] = []
+        self._calls = _ToolCalls()
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+        self.error: UpstreamError | None = None
+        self.done = False
+
+    def add(self, ev: Event) -> None:
+        if isinstance(ev, TextDelta | RefusalDelta):
+            self.content.append(ev.text)
+        elif isinstance(ev, ReasoningDelta):
+            self.thinking.append(ev.text)
+        elif isinstance(ev, ToolCallStart | ToolCallDelta):
+            self._calls.add(ev)
+        elif isinstance(ev, Finish):
+            self.finish = ev.reason
+        elif isinstance(ev, Usage):
+            self.usage = ev
+        elif isinstance(ev, StreamError):
+            self.error = ev.error
+        elif isinstance(ev, Done):
+            self.done = True
+
+    def response(self, *, model: str, metrics: MetricsFn, now: str | None = None) -> dict[str, Any]:
+        """The answer; raises UpstreamError when the model's tool calls cannot be given."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.thinking:
+            message["thinking"] = "".join(self.thinking)
+        if self._calls:
+            try:
+                message["tool_calls"] = self._calls.take()
+            except ToolArgumentsError as exc:
+                raise _tool_error(exc) from None
+        out: dict[str, Any] = {
+            "model": model,
+            "created_at": now or created_at(),
+            "message": message,
+            "done": True,
+            "done_reason": done_reason(self.finish),
+        }
+        out.update(metrics(self.usage).fields())
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Model listings
+
+# Name fragments of models that take images, and of models that reason; a guess, as Ollama's
+# own capabilities are read from the model file, which svir does not have.
+_VISION_HINT: Final = re.compile(
+    r"(?:^|[-_/.:])(?:vl|vlm|vision|llava|pixtral|bakllava|moondream|minicpm-v|omni)(?:$|[-_/.:\d])",
+    re.IGNORECASE,
+)
+_THINKING_HINT: Final = re.compile(
+    r"(?:^|[-_/.:])(?:qwen3|r1|qwq|gpt-oss|magistral|think|thinking|reasoning|o[1345])"
+    r"(?:$|[-_/.:\d])",
+    re.IGNORECASE,
+)
+
+
+def capabilities_guess(name: str) -> list[str]:
+    """What a model can do, guessed from its name: chat and tools always, images and reasoning
+    when the name says so."""
+    caps = ["completion", "tools"]
+    if _VISION_HINT.search(name):
+        caps.append("vision")
+    if _THINKING_HINT.search(name):
+        caps.append("thinking")
+    return caps
+
+
+def _digest(name: str) -> str:
+    # Ollama's digest is the sha256 of the model's manifest; the name's is stable and unique.
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()
+
+
+def _details(kind: str) -> dict[str, Any]:
+    return {
+        "parent_model": "",
+        "format": "gguf" if kind in ("llamacpp", "llamacpp-managed") else "",
+        "family": "",
+        "families": None,
+        "parameter_size": "",
+        "quantization_level": "",
+    }
+
+
+def tags_entry(name: str, kind: str) -> dict[str, Any]:
+    """One model of `GET /api/tags`."""
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": MODIFIED_AT,
+        "size": 0,
+        "digest": _digest(name),
+        "details": _details(kind),
+    }
+
+
+def ps_entry(name: str, kind: str, expires_at: str) -> dict[str, Any]:
+    """One model of `GET /api/ps`."""
+    return {
+        "name": name,
+        "model": name,
+        "size": 0,
+        "digest": _digest(name),
+        "details": _details(kind),
+        "expires_at": expires_at,
+        "size_vram": 0,
+    }
+
+
+def show_response(name: str, provider: str, model_id: str, kind: str) -> dict[str, Any]:
+    """`POST /api/show` for one model."""
+    return {
+        "modelfile": "",
+        "parameters": "",
+        "template": "",
+        "details": _details(kind),
+        "model_info": {
+            "general.basename": model_id,
+            "general.svir.provider": provider,
+            "general.svir.kind": kind,
+        },
+        "capabilities": capabilities_guess(model_id),
+        "modified_at": MODIFIED_AT,
+    }
