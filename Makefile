@@ -29,4 +29,5 @@ lint: $(VENV)/.installed
 	$(PY) -m mypy
 
 test: lint
+	bash scripts/services.sh
 	$(PY) -m pytest $(ARGS)

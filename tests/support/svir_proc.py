@@ -20,14 +20,23 @@ def free_port() -> int:
 
 
 class SvirProcess:
-    """`svir serve --config FILE` in a child process; `base_url` ends in /v1."""
+    """`svir serve --config FILE` in a child process; `base_url` ends in /v1.
 
-    def __init__(self, config_text: str, tmp: Path, env: dict[str, str] | None = None) -> None:
+    With `config_text` None, `svir serve` without a config (and without $SVIR_CONFIG)."""
+
+    def __init__(
+        self, config_text: str | None, tmp: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
-        self.config_path = tmp / "svir.toml"
-        self.config_path.write_text(config_text)
+        self.config_path: Path | None = None
+        if config_text is not None:
+            self.config_path = tmp / "svir.toml"
+            self.config_path.write_text(config_text)
         self.log_path = tmp / "svir.log"
-        self.env = {**os.environ, **(env or {})}
+        # The default store lives under the data dir: keep each test's svir in its own.
+        self.env = {**os.environ, "XDG_DATA_HOME": str(tmp / "data"), **(env or {})}
+        if config_text is None:
+            self.env.pop("SVIR_CONFIG", None)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,8 +50,8 @@ class SvirProcess:
     def start(self, timeout: float = 20.0) -> SvirProcess:
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "svir", "serve", "--config", str(self.config_path),
-             "--port", str(self.port)],
+            [sys.executable, "-m", "svir", "serve", "--port", str(self.port),
+             *(["--config", str(self.config_path)] if self.config_path else [])],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=self.env,

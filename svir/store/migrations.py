@@ -1,0 +1,171 @@
+"""The store's schema, as numbered migrations per database.
+
+A migration is never edited once released: a change to the schema is a new migration with the next
+number. On start, the store applies, in order and each in the same transaction as its record in
+`svir_schema`, the migrations the database has not seen; a database that has seen a number this
+version does not know was written by a newer svir, and the store refuses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from svir.store.base import StoreError, Tx
+
+__all__ = ["MIGRATIONS", "SCHEMA_TABLE", "Migration", "SchemaTooNew", "apply_migrations", "latest"]
+
+SCHEMA_TABLE: Final = "svir_schema"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_SQLITE_1 = (
+    """CREATE TABLE threads (
+        pk INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        model TEXT,
+        system TEXT,
+        metadata TEXT,
+        lease_id TEXT,
+        lease_until REAL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        message_count INTEGER NOT NULL DEFAULT 0,
+        attachment_bytes INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX threads_owner ON threads (owner, pk)",
+    """CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        reasoning TEXT,
+        reasoning_carrier TEXT,
+        refusal TEXT,
+        finish_reason TEXT,
+        model TEXT,
+        usage TEXT,
+        UNIQUE (thread_id, seq)
+    )""",
+    """CREATE TABLE blobs (
+        hash TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    """CREATE TABLE thread_blobs (
+        thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+        hash TEXT NOT NULL REFERENCES blobs (hash),
+        media_type TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (thread_id, hash)
+    )""",
+    "CREATE INDEX thread_blobs_hash ON thread_blobs (hash)",
+)
+
+_POSTGRES_1 = (
+    """CREATE TABLE threads (
+        pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        model TEXT,
+        system TEXT,
+        metadata TEXT,
+        lease_id TEXT,
+        lease_until DOUBLE PRECISION,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        message_count BIGINT NOT NULL DEFAULT 0,
+        attachment_bytes BIGINT NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX threads_owner ON threads (owner, pk)",
+    """CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+        seq BIGINT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        reasoning TEXT,
+        reasoning_carrier TEXT,
+        refusal TEXT,
+        finish_reason TEXT,
+        model TEXT,
+        usage TEXT,
+        UNIQUE (thread_id, seq)
+    )""",
+    """CREATE TABLE blobs (
+        hash TEXT PRIMARY KEY,
+        size BIGINT NOT NULL,
+        data BYTEA NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE thread_blobs (
+        thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+        hash TEXT NOT NULL REFERENCES blobs (hash),
+        media_type TEXT NOT NULL,
+        size BIGINT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (thread_id, hash)
+    )""",
+    "CREATE INDEX thread_blobs_hash ON thread_blobs (hash)",
+)
+
+MIGRATIONS: Final[dict[str, tuple[Migration, ...]]] = {
+    "sqlite": (Migration(1, "threads, messages and attachments", _SQLITE_1),),
+    "postgresql": (Migration(1, "threads, messages and attachments", _POSTGRES_1),),
+}
+
+
+def latest(dialect: str) -> int:
+    return max(m.version for m in MIGRATIONS[dialect])
+
+
+class SchemaTooNew(StoreError):
+    """The database was migrated by a newer svir than this one."""
+
+
+async def apply_migrations(tx: Tx, dialect: str) -> int:
+    """Bring the schema up to date inside `tx`, which the caller holds exclusively (a write
+    transaction on SQLite, an advisory lock on PostgreSQL). Returns the schema's version."""
+    real = "REAL" if dialect == "sqlite" else "DOUBLE PRECISION"
+    await tx.execute(
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version INTEGER PRIMARY KEY,"
+        f" name TEXT NOT NULL, applied_at {real} NOT NULL)"
+    )
+    done = {int(r["version"]) for r in await tx.fetch(f"SELECT version FROM {SCHEMA_TABLE}")}
+    known = MIGRATIONS[dialect]
+    newest = latest(dialect)
+    if done and max(done) > newest:
+        raise SchemaTooNew(
+            f"the database's schema is at version {max(done)}, and this svir knows versions up"
+            f" to {newest} only: run a newer svir, or point [store] url at another database"
+        )
+    for migration in known:
+        if migration.version in done:
+            continue
+        for statement in migration.statements:
+            await tx.execute(statement)
+        await tx.execute(
+            f"INSERT INTO {SCHEMA_TABLE} (version, name, applied_at) VALUES (?, ?, ?)",
+            migration.version,
+            migration.name,
+            await tx.now(),
+        )
+    return newest

@@ -1,0 +1,117 @@
+"""The thread store on SQLite: one file, WAL, no server (the default).
+
+One connection (aiosqlite runs it on its own thread) serves the process, one transaction at a
+time. Writes take the database's write lock at their start (`BEGIN IMMEDIATE`), so a check and the
+write that depends on it can never be separated by another writer, in this process or another one
+on the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from svir.store.base import Row, SqlStore, StoreError, Tx, Unavailable
+from svir.store.migrations import apply_migrations
+
+__all__ = ["SqliteStore"]
+
+
+class _SqliteTx(Tx):
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        async with self._db.execute(sql, args) as cursor:
+            return list(await cursor.fetchall())
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        async with self._db.execute(sql, args) as cursor:
+            return cursor.rowcount
+
+    async def now(self) -> float:
+        # One machine, one clock: every process on this file reads the same time.
+        return time.time()
+
+
+class SqliteStore(SqlStore):
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.busy_timeout = busy_timeout
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._version = 0
+
+    async def open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the SQLite store at {self.path}: {exc}") from None
+        db.row_factory = sqlite3.Row
+        try:
+            await db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            mode = await self._retry_locked(db, "PRAGMA journal_mode=WAL")
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise StoreError(f"SQLite at {self.path} cannot use WAL (got {mode!r})")
+            # A committed answer survives a crash of the process and of the machine.
+            await db.execute("PRAGMA synchronous=FULL")
+            await db.execute("PRAGMA foreign_keys=ON")
+            self._db = db
+            async with self.transaction(write=True) as tx:
+                self._version = await apply_migrations(tx, self.dialect)
+        except BaseException:
+            self._db = None
+            await db.close()
+            raise
+
+    async def _retry_locked(self, db: aiosqlite.Connection, sql: str) -> Any:
+        """Run `sql`, waiting out "database is locked": switching a new file to WAL while another
+        process opens it is refused at once, without SQLite's busy handler."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return await (await db.execute(sql)).fetchone()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            async with self._lock:
+                await db.close()
+
+    async def schema_version(self) -> int:
+        async with self.transaction(write=False) as tx:
+            return int(await tx.fetchval("SELECT MAX(version) FROM svir_schema"))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *, write: bool) -> AsyncIterator[Tx]:
+        async with self._lock:
+            db = self._db
+            if db is None:
+                raise StoreError("the store is not open")
+            try:
+                await db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield _SqliteTx(db)
+                except BaseException:
+                    # Shielded: a cancelled request must still leave the connection out of its
+                    # transaction for the next one.
+                    await asyncio.shield(db.rollback())
+                    raise
+                else:
+                    await asyncio.shield(db.commit())
+            except sqlite3.Error as exc:
+                raise Unavailable(f"SQLite: {exc}") from exc

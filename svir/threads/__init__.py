@@ -1,0 +1,1 @@
+"""Threads: conversations svir keeps, continued by the model on request (/v1/threads)."""
