@@ -9,7 +9,8 @@ answers is chosen by the request's JSON `model` (anything up to a `/` is ignored
   reads every upstream as a stream), the same completion as a short stream instead.
 - `stream-N`: N content chunks (the first also carries the role), a finish chunk, a usage chunk
   and `[DONE]`, as `text/event-stream`, chunked (or with Content-Length: `--framing length`).
-- `drip` / `drip-N`: the same stream (N = 20 by default) with one chunk every 50 ms.
+- `drip` / `drip-N`: the same stream (N = 20 by default) with one chunk every 50 ms
+  (`--drip-interval`).
 
 Any other model is answered as `json`. A request body of any size is accepted: past 1 MiB it is
 read and thrown away, keeping only its first 64 KiB and last 4 KiB to find `model` and `stream`.
@@ -37,6 +38,7 @@ KEEP_TAIL = 4 * 1024  # ...and its last, where `model` and `stream` are looked f
 DRIP_INTERVAL = 0.05
 DRIP_DEFAULT = 20
 CREATED = 1700000000
+drip_interval = DRIP_INTERVAL  # seconds between drip chunks (--drip-interval)
 
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"]*)"')
 _STREAM_TRUE = re.compile(rb'"stream"\s*:\s*true')
@@ -331,7 +333,7 @@ class Upstream(asyncio.Protocol):
             i += 1
         if i + 1 < len(frames):
             loop = asyncio.get_running_loop()
-            self.drip = loop.call_later(DRIP_INTERVAL, self._drip, frames, i + 1)
+            self.drip = loop.call_later(drip_interval, self._drip, frames, i + 1)
             return
         self.busy = False
         self._after()
@@ -364,12 +366,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument(
+        "--drip-interval", type=float, default=DRIP_INTERVAL, help="seconds between drip chunks"
+    )
+    parser.add_argument(
         "--framing",
         choices=["chunked", "length"],
         default="chunked",
         help="how an SSE answer is framed (default: chunked)",
     )
     args = parser.parse_args(argv)
+    global drip_interval
+    drip_interval = args.drip_interval
     print(f"fake upstream on http://{args.host}:{args.port}/v1 ({args.framing})", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(args.host, args.port, args.framing == "chunked"))

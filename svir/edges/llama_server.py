@@ -204,11 +204,13 @@ class LlamaServer:
         extra_args: Sequence[str] = (),
         chat_template_file: Path | None = None,
         log_path: Path | None = None,
+        own_group: bool = False,
     ) -> Self:
         """Start `binary` serving `model`; `port=0` picks a free port on `host`.
 
         The server's stdout and stderr go to `log_path` (a new temporary file when None), which
-        `log_tail()` reads back for error messages.
+        `log_tail()` reads back for error messages. `own_group` starts it in a process group of
+        its own, so that a Ctrl-C in svir's terminal reaches svir only, which then stops it.
         """
         if not model.is_file():
             raise LlamaServerError(f"model file not found: {model}")
@@ -247,6 +249,7 @@ class LlamaServer:
                 stderr=subprocess.STDOUT,
                 # Only a pre-resolved prctl() runs in the child (see _PRCTL).
                 preexec_fn=_die_with_parent if _PRCTL is not None else None,  # noqa: PLW1509
+                process_group=0 if own_group else None,
             )
         except OSError as exc:
             log.close()

@@ -1,8 +1,9 @@
 """The upstream HTTP client: opens a model server's response and yields its body bytes.
 
-It turns every network failure into a classified `UpstreamError`, applies the three timeouts
-(connect, first byte, idle between chunks), and closes the connection at once when the caller
-stops reading, so that a client who went away stops the generation upstream too.
+HTTP/1.1 goes through svir's own small client (`svir.edges.h1`, chosen by measurement: see
+BENCHMARKS.md). It turns every network failure into a classified `UpstreamError`, applies the
+three timeouts (connect, first byte, idle between chunks), and closes the connection at once when
+the caller stops reading, so that a client who went away stops the generation upstream too.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-import aiohttp
-
+from svir.edges.h1 import H1Error, H1Pool, H1Response
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
 
@@ -29,12 +29,12 @@ class Timeouts:
     idle: float = 120.0
 
 
-async def read_limited(content: aiohttp.StreamReader, limit: int) -> bytes:
+async def read_limited(resp: H1Response, limit: int) -> bytes:
     """Read a body to its end, or to `limit` bytes, whichever comes first."""
     parts: list[bytes] = []
     size = 0
     while size < limit:
-        data = await content.readany()
+        data = await resp.read()
         if not data:
             break
         parts.append(data)
@@ -47,7 +47,7 @@ class UpstreamResponse:
 
     __slots__ = ("_idle", "_resp", "headers", "status")
 
-    def __init__(self, resp: aiohttp.ClientResponse, idle: float) -> None:
+    def __init__(self, resp: H1Response, idle: float) -> None:
         self._resp = resp
         self._idle = idle
         self.status = resp.status
@@ -60,7 +60,7 @@ class UpstreamResponse:
         (a slow client is not the upstream's silence). One timer serves the whole stream: each
         firing re-arms itself from the current wait instead of a reschedule per chunk.
         """
-        content = self._resp.content
+        read = self._resp.read
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
@@ -83,7 +83,7 @@ class UpstreamResponse:
         try:
             while True:
                 waiting_since = loop.time()
-                data = await content.readany()
+                data = await read()
                 waiting_since = None
                 if not data:
                     return
@@ -95,11 +95,9 @@ class UpstreamResponse:
                     ErrorKind.TIMEOUT, f"upstream sent nothing for {idle:g} s", in_stream=True
                 ) from None
             raise
-        except aiohttp.ClientError as exc:
+        except H1Error as exc:
             raise UpstreamError(
-                ErrorKind.INCOMPLETE,
-                f"upstream connection broke: {type(exc).__name__}",
-                in_stream=True,
+                ErrorKind.INCOMPLETE, f"upstream connection broke: {exc}", in_stream=True
             ) from None
         finally:
             timer[0].cancel()
@@ -109,33 +107,23 @@ class UpstreamResponse:
         self._resp.close()
 
 
-async def _pieces(parts: list[bytes | memoryview]) -> AsyncIterator[bytes | memoryview]:
-    for part in parts:
-        yield part
-
-
 class UpstreamClient:
-    """One connection pool for all upstreams."""
+    """One connection pool for all upstreams (svir.edges.h1: keep-alive, no limit by default)."""
 
     def __init__(self, *, limit: int = 0) -> None:
-        self._limit = limit
-        self._session: aiohttp.ClientSession | None = None
+        self._limit = limit  # kept for the interface; the pool does not cap connections
+        self._pool: H1Pool | None = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, ttl_dns_cache=300),
-                timeout=aiohttp.ClientTimeout(total=None),
-                auto_decompress=True,
-                skip_auto_headers=("User-Agent",),
-            )
-        return self._session
+    def pool(self) -> H1Pool:
+        if self._pool is None:
+            self._pool = H1Pool()
+        return self._pool
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     async def open_stream(
         self,
@@ -150,32 +138,22 @@ class UpstreamClient:
         A body in pieces is sent as they are, with its exact length up front: not every server
         takes a chunked body (§2.3).
         """
-        data: bytes | AsyncIterator[bytes | memoryview]
-        if isinstance(body, list):
-            if len(body) == 1:
-                data = bytes(body[0])
-            else:
-                headers = {**headers, "Content-Length": str(sum(len(p) for p in body))}
-                data = _pieces(body)
-        else:
-            data = body
         try:
             async with asyncio.timeout(timeouts.first_byte):
-                resp = await self.session.post(
-                    url,
-                    data=data,
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
+                resp = await self.pool.request(
+                    "POST", url, headers=headers, body=body, connect_timeout=timeouts.connect
                 )
         except TimeoutError:
             raise UpstreamError(
                 ErrorKind.TIMEOUT, f"upstream did not answer within {timeouts.first_byte:g} s"
             ) from None
-        except aiohttp.ClientConnectorError as exc:
-            raise UpstreamError(
-                ErrorKind.TRANSIENT, f"cannot connect to upstream: {exc.os_error or exc}"
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except H1Error as exc:
+            if exc.connect:
+                raise UpstreamError(
+                    ErrorKind.TRANSIENT, f"cannot connect to upstream: {exc}"
+                ) from None
+            raise UpstreamError(ErrorKind.TRANSIENT, f"upstream request failed: {exc}") from None
+        except OSError as exc:
             raise UpstreamError(
                 ErrorKind.TRANSIENT, f"upstream request failed: {type(exc).__name__}"
             ) from None
@@ -191,29 +169,31 @@ class UpstreamClient:
         self, url: str, *, headers: Mapping[str, str], timeout: float
     ) -> bytes:
         """A small GET (model lists): the body, or a classified error."""
+        resp: H1Response | None = None
         try:
-            async with (
-                asyncio.timeout(timeout),
-                self.session.get(url, headers=headers) as resp,
-            ):
-                body = await read_limited(resp.content, 4 << 20)
+            async with asyncio.timeout(timeout):
+                resp = await self.pool.request("GET", url, headers=headers, connect_timeout=timeout)
+                body = await read_limited(resp, 4 << 20)
                 if resp.status >= 300:
                     raise classify_http_error(resp.status, resp.headers, body)
                 return body
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except (H1Error, OSError) as exc:
             raise UpstreamError(ErrorKind.TRANSIENT, f"request failed: {exc}") from None
+        finally:
+            if resp is not None:
+                resp.close()
 
     @staticmethod
-    async def _error(resp: aiohttp.ClientResponse) -> UpstreamError:
+    async def _error(resp: H1Response) -> UpstreamError:
         body = b""
         # Some servers stall an auth error's body: its words would not change the answer anyway.
         if resp.status not in (401, 403):
             try:
                 async with asyncio.timeout(ERROR_BODY_TIMEOUT):
-                    body = await read_limited(resp.content, ERROR_BODY_LIMIT)
-            except (TimeoutError, aiohttp.ClientError):
+                    body = await read_limited(resp, ERROR_BODY_LIMIT)
+            except (TimeoutError, H1Error):
                 pass
         resp.close()
         return classify_http_error(resp.status, resp.headers, body)

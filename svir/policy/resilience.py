@@ -152,6 +152,8 @@ class Resilience:
         self.quirks: dict[str, Quirks] = {}
         self.retries = 0
         self.fallbacks = 0
+        # Called with each attempt's call before it is opened (svir.keys: metrics, tracing).
+        self.on_attempt: list[Callable[[ChatCall], None]] = []
 
     def route_for(self, model: str) -> RouteConfig:
         return self.routes.get(model) or RouteConfig(name=model, targets=(RouteTarget(model),))
@@ -317,6 +319,8 @@ class Resilience:
                     call.headers["x-svir-warning"] = "; ".join(warnings)
                 d.in_flight += 1
                 call.on_close.append(self._closer(d, provider.breaker))
+                for hook in self.on_attempt:
+                    hook(call)
                 tried.append(d.model)
                 try:
                     await call.open()

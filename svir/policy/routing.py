@@ -35,6 +35,7 @@ class Provider:
     api_key: str | None
     timeouts: Timeouts
     ensure: Callable[[str], Awaitable[str]] | None = None
+    release: Callable[[str], None] | None = None
 
 
 class Router:
@@ -63,10 +64,16 @@ class Router:
             )
         self._cache: dict[str, tuple[float, list[str]]] = {}
 
-    def set_ensure(self, name: str, ensure: Callable[[str], Awaitable[str]]) -> None:
+    def set_ensure(
+        self,
+        name: str,
+        ensure: Callable[[str], Awaitable[str]],
+        release: Callable[[str], None] | None = None,
+    ) -> None:
         """Have requests to provider `name` first call `ensure(model_id)` for the base URL
-        (a server svir starts itself)."""
-        self.providers[name] = replace(self.providers[name], ensure=ensure)
+        (a server svir starts itself), and `release(model_id)` when a call that ensure served
+        closes."""
+        self.providers[name] = replace(self.providers[name], ensure=ensure, release=release)
 
     def resolve(self, model: str) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists."""
@@ -92,6 +99,7 @@ class Router:
             api_key=provider.api_key,
             timeouts=provider.timeouts,
             ensure=provider.ensure,
+            release=provider.release,
         )
 
     async def models(self) -> list[tuple[str, str]]:

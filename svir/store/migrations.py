@@ -127,9 +127,104 @@ _POSTGRES_1 = (
     "CREATE INDEX thread_blobs_hash ON thread_blobs (hash)",
 )
 
+# 2: svir's own API keys (svir.keys) and the usage ledger (svir.ledger).
+_SQLITE_2 = (
+    """CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        secret_hash TEXT NOT NULL UNIQUE,
+        hint TEXT NOT NULL,
+        models TEXT,
+        rpm INTEGER,
+        tpm INTEGER,
+        concurrent INTEGER,
+        tokens_per_day INTEGER,
+        tokens_per_month INTEGER,
+        cost_per_day INTEGER,
+        cost_per_month INTEGER,
+        created_at REAL NOT NULL,
+        expires_at REAL,
+        revoked_at REAL
+    )""",
+    """CREATE TABLE usage_ledger (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        request_id TEXT NOT NULL,
+        key_id TEXT,
+        api TEXT NOT NULL,
+        model TEXT NOT NULL,
+        served_model TEXT,
+        provider TEXT,
+        status TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER,
+        cached_tokens INTEGER,
+        usage_source TEXT NOT NULL,
+        cost_micros INTEGER,
+        latency_ms REAL,
+        ttft_ms REAL,
+        tokens_per_second REAL,
+        upstream_request_id TEXT,
+        upstream_id TEXT
+    )""",
+    "CREATE INDEX usage_ledger_ts ON usage_ledger (ts)",
+    "CREATE INDEX usage_ledger_key_ts ON usage_ledger (key_id, ts)",
+)
+
+_POSTGRES_2 = (
+    """CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        secret_hash TEXT NOT NULL UNIQUE,
+        hint TEXT NOT NULL,
+        models TEXT,
+        rpm BIGINT,
+        tpm BIGINT,
+        concurrent BIGINT,
+        tokens_per_day BIGINT,
+        tokens_per_month BIGINT,
+        cost_per_day BIGINT,
+        cost_per_month BIGINT,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION,
+        revoked_at DOUBLE PRECISION
+    )""",
+    """CREATE TABLE usage_ledger (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        ts DOUBLE PRECISION NOT NULL,
+        request_id TEXT NOT NULL,
+        key_id TEXT,
+        api TEXT NOT NULL,
+        model TEXT NOT NULL,
+        served_model TEXT,
+        provider TEXT,
+        status TEXT NOT NULL,
+        prompt_tokens BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL,
+        reasoning_tokens BIGINT,
+        cached_tokens BIGINT,
+        usage_source TEXT NOT NULL,
+        cost_micros BIGINT,
+        latency_ms DOUBLE PRECISION,
+        ttft_ms DOUBLE PRECISION,
+        tokens_per_second DOUBLE PRECISION,
+        upstream_request_id TEXT,
+        upstream_id TEXT
+    )""",
+    "CREATE INDEX usage_ledger_ts ON usage_ledger (ts)",
+    "CREATE INDEX usage_ledger_key_ts ON usage_ledger (key_id, ts)",
+)
+
 MIGRATIONS: Final[dict[str, tuple[Migration, ...]]] = {
-    "sqlite": (Migration(1, "threads, messages and attachments", _SQLITE_1),),
-    "postgresql": (Migration(1, "threads, messages and attachments", _POSTGRES_1),),
+    "sqlite": (
+        Migration(1, "threads, messages and attachments", _SQLITE_1),
+        Migration(2, "api keys and the usage ledger", _SQLITE_2),
+    ),
+    "postgresql": (
+        Migration(1, "threads, messages and attachments", _POSTGRES_1),
+        Migration(2, "api keys and the usage ledger", _POSTGRES_2),
+    ),
 }
 
 

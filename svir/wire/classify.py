@@ -313,6 +313,10 @@ def to_client_error(err: UpstreamError, *, before_first_byte: bool = True) -> Cl
     """
     if not isinstance(err, UpstreamError):
         raise TypeError(f"err must be an UpstreamError, not {type(err).__name__}")
+    # svir's own error ending a stream (a token budget running out, svir.keys) says itself.
+    own = err.details.get("client_error")
+    if isinstance(own, ClientError):
+        return own if before_first_byte else msgspec.structs.replace(own, headers={})
     message = _client_message(err.message)
     headers: dict[str, str] = {}
     kind = err.kind

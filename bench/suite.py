@@ -1,0 +1,783 @@
+"""The side-by-side gateway benchmark: svir against its peers, on one fake upstream, in one run.
+
+Targets (each started on a free loopback port, all pointing at the same `bench.fake_upstream`):
+
+- `direct`: the fake upstream itself (the floor of every figure);
+- `svir`: `svir serve`, one worker (and `svir x2` with `--svir-workers 2`);
+- with `--peers` (installed on first use into bench/.peers/, never into .venv):
+  `nginx` (`apt-get install -y nginx`; one worker process, `proxy_buffering off`, upstream
+  keep-alive), `portkey` (`npm install @portkey-ai/gateway`, headers `x-portkey-provider: openai`
+  and `x-portkey-custom-host`), `litellm` (`pip install 'litellm[proxy]'` into its own venv;
+  `openai/<model>` with `api_base`; 1 and 2 workers). Bifrost is not measured: its npm package
+  downloads its binary at run time, which this workplace cannot do.
+
+Figures, per target:
+
+1. idle RSS (the process and its children) after start-up and one checked answer of each kind;
+2. throughput: `wrk -t1 -c32` for `--duration` s, non-streamed (`json`) and streamed (20 content
+   chunks + finish + usage + `[DONE]`, `stream: true`, `include_usage`), the targets alternating
+   inside each of `--runs` rounds; min / median; CPU of the target and of the upstream (% of one
+   core) over the median run;
+3. added latency, sequential: `--probe-requests` requests on one keep-alive connection, each
+   target interleaved with the upstream directly; p50 / p99 minus direct's, non-streamed and a
+   whole stream; and at c=16: `wrk -c16` p99 minus direct's (closed loop, so it includes queueing);
+4. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
+   stream = (RSS with the streams open - idle) / N; every stream must end whole), and the peak RSS
+   of one request carrying a 50 MiB image.
+
+Run (needs `wrk`: `apt-get install -y wrk`):
+
+    .venv/bin/python -m bench.suite [--peers litellm,portkey,nginx] [--quick] [--out FILE]
+
+`--quick` is one round of 5 s figures and 200 probe requests (min = median then: said in the
+report). `--profile FILE` records svir under the streamed load with py-spy and summarizes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import http.client
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.common import (
+    CHAT,
+    INSTALL_WRK,
+    ROOT,
+    STREAM_CHUNKS,
+    Child,
+    RssResult,
+    WrkRun,
+    check_completion,
+    check_stream,
+    describe,
+    free_port,
+    mib,
+    percentile,
+    post,
+    profile,
+    request_body,
+    rss_probe,
+    run_wrk,
+    summarize_profile,
+    wait_healthy,
+    write_lua,
+)
+
+PEERS_DIR = ROOT / "bench" / ".peers"
+PEERS = ("nginx", "portkey", "litellm")
+STREAM_MODEL = f"stream-{STREAM_CHUNKS}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers: installed on first use, each in its own folder
+
+
+def install_peer(name: str) -> None:
+    PEERS_DIR.mkdir(parents=True, exist_ok=True)
+    if name == "nginx":
+        if shutil.which("nginx") is None:
+            print("installing nginx (apt-get) ...", flush=True)
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+            subprocess.run(["apt-get", "install", "-y", "-qq", "nginx"], check=True, env=env)
+    elif name == "portkey":
+        folder = PEERS_DIR / "portkey"
+        if not (folder / "node_modules/@portkey-ai/gateway/build/start-server.js").exists():
+            print("installing @portkey-ai/gateway (npm) ...", flush=True)
+            folder.mkdir(exist_ok=True)
+            if not (folder / "package.json").exists():
+                (folder / "package.json").write_text('{"name": "peers", "private": true}\n')
+            subprocess.run(["npm", "install", "@portkey-ai/gateway"], check=True, cwd=folder)
+    elif name == "litellm":
+        venv = PEERS_DIR / "litellm"
+        if not (venv / "bin" / "litellm").exists():
+            print("installing litellm[proxy] into bench/.peers/litellm ...", flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            pip = str(venv / "bin" / "pip")
+            subprocess.run([pip, "install", "-q", "litellm[proxy]"], check=True)
+    else:
+        raise ValueError(f"unknown peer {name!r} (known: {', '.join(PEERS)})")
+
+
+def peer_version(name: str) -> str:
+    try:
+        if name == "nginx":
+            out = subprocess.run(
+                ["nginx", "-v"], capture_output=True, text=True, check=False
+            ).stderr
+            return out.strip().rpartition("/")[2]
+        if name == "portkey":
+            pkg = PEERS_DIR / "portkey/node_modules/@portkey-ai/gateway/package.json"
+            return str(json.loads(pkg.read_text())["version"])
+        if name == "litellm":
+            py = PEERS_DIR / "litellm/bin/python"
+            code = "import importlib.metadata as m; print(m.version('litellm'))"
+            return subprocess.run(
+                [str(py), "-c", code], capture_output=True, text=True, check=False
+            ).stdout.strip()
+    except (OSError, ValueError, KeyError):
+        pass
+    return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets
+
+
+@dataclass
+class Target:
+    name: str
+    child: Child
+    port: int
+    models: dict[str, str]  # "json" / "stream" -> the model to ask for
+    headers: dict[str, str] = field(default_factory=dict)
+    idle_rss: int = 0
+    version: str = ""
+
+    def body(self, kind: str) -> bytes:
+        return request_body(self.models[kind], kind == "stream")
+
+
+SVIR_CONFIG = """\
+[server]
+max_body_bytes = {max_body}
+
+[store]
+url = "sqlite:///{tmp}/svir-store.db"
+
+[[providers]]
+name = "fake"
+kind = "openai-compatible"
+base_url = "http://127.0.0.1:{upstream}/v1"
+discover = false
+
+[[providers]]
+name = "slow"
+kind = "openai-compatible"
+base_url = "http://127.0.0.1:{slow}/v1"
+discover = false
+"""
+
+NGINX_CONFIG = """\
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    upstream fake {{ server 127.0.0.1:{upstream}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        client_max_body_size 200m;
+        location / {{
+            proxy_pass http://fake;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+        }}
+    }}
+}}
+"""
+
+# Node 20's fetch gives responses with immutable headers; Portkey 1.15 appends to them on the
+# streamed path and answers 500 ("TypeError: immutable"). Re-wrapping each response with mutable
+# headers (one object per request) makes it work.
+PORTKEY_FETCH_SHIM = """\
+const realFetch = globalThis.fetch;
+globalThis.fetch = async (...args) => {
+  const res = await realFetch(...args);
+  const init = { status: res.status, statusText: res.statusText, headers: new Headers(res.headers) };
+  return new Response(res.body, init);
+};
+"""
+
+LITELLM_CONFIG = """\
+model_list:
+  - model_name: json
+    litellm_params: {{model: openai/json, api_base: "http://127.0.0.1:{upstream}/v1", api_key: fake}}
+  - model_name: {stream}
+    litellm_params: {{model: openai/{stream}, api_base: "http://127.0.0.1:{upstream}/v1", api_key: fake}}
+litellm_settings:
+  set_verbose: false
+  telemetry: false
+"""
+
+
+def start_svir(  # noqa: PLR0917
+    tmp: Path,
+    name: str,
+    up_port: int,
+    slow_port: int,
+    max_body: int,
+    workers: int,
+    src: Path | None = None,
+    server: str = "uvicorn",
+) -> Target:
+    port = free_port()
+    config = tmp / "svir.toml"
+    config.write_text(
+        SVIR_CONFIG.format(upstream=up_port, slow=slow_port, max_body=max_body, tmp=tmp)
+    )
+    argv = [sys.executable, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
+    # Another server or several workers: the same app through bench.svir_app (an import string).
+    entry = ["bench.svir_app:app", "--host", "127.0.0.1", "--port", str(port)]
+    if server == "granian":
+        argv = [str(Path(sys.executable).with_name("granian")), "--interface", "asgi"]
+        argv += ["--loop", "uvloop", "--workers", str(workers), "--log-level", "warning", *entry]
+    elif workers > 1:
+        argv = [sys.executable, "-m", "uvicorn", "--loop", "uvloop", "--http", "httptools"]
+        argv += ["--workers", str(workers), "--no-access-log", "--log-level", "warning", *entry]
+    env = {"SVIR_CONFIG": str(config)}
+    if src is not None:
+        # A bench snapshot of the tree may leave out the keys (see --svir-src).
+        env["PYTHONPATH"] = f"{src}{os.pathsep}{ROOT}"
+        cli = (src / "svir/cli.py").read_text()
+        env["SVIR_BENCH_KEYS"] = "0" if "pass  # keys_service.install" in cli else "1"
+
+    child = Child(name, argv, tmp / f"{name.replace(' ', '-')}.log", env=env, cwd=src)
+    wait_healthy(child, port, "/healthz")
+    return Target(name, child, port, {"json": "fake/json", "stream": f"fake/{STREAM_MODEL}"})
+
+
+def start_peer(tmp: Path, name: str, up_port: int, workers: int = 1) -> Target:
+    port = free_port()
+    models = {"json": "json", "stream": STREAM_MODEL}
+    if name == "nginx":
+        conf = tmp / "nginx.conf"
+        conf.write_text(NGINX_CONFIG.format(tmp=tmp, upstream=up_port, port=port))
+        child = Child("nginx", ["nginx", "-p", str(tmp), "-c", str(conf)], tmp / "nginx.log")
+        wait_healthy(child, port, "/healthz")
+        return Target("nginx", child, port, models, version=peer_version("nginx"))
+    if name == "portkey":
+        folder = PEERS_DIR / "portkey"
+        script = folder / "node_modules/@portkey-ai/gateway/build/start-server.js"
+        shim = folder / "fetch-shim.mjs"
+        shim.write_text(PORTKEY_FETCH_SHIM)
+        child = Child(
+            "portkey",
+            ["node", "--import", str(shim), str(script), f"--port={port}", "--headless"],
+            tmp / "portkey.log",
+            env={"NODE_ENV": "production"},
+            cwd=folder,
+        )
+        wait_healthy(child, port, "/*")
+        headers = {
+            "x-portkey-provider": "openai",
+            "x-portkey-custom-host": f"http://127.0.0.1:{up_port}/v1",
+            "Authorization": "Bearer fake",
+        }
+        return Target("portkey", child, port, models, headers, version=peer_version("portkey"))
+    if name == "litellm":
+        conf = tmp / "litellm.yaml"
+        conf.write_text(LITELLM_CONFIG.format(upstream=up_port, stream=STREAM_MODEL))
+        label = f"litellm x{workers}"
+        argv = [str(PEERS_DIR / "litellm/bin/litellm"), "--config", str(conf)]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", str(workers)]
+        key = "sk-bench-" + os.urandom(32).hex()  # it refuses to start without a master key
+        env = {
+            "LITELLM_MASTER_KEY": key,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_LOG": "ERROR",
+            "LITELLM_TELEMETRY": "False",
+        }
+        child = Child(label, argv, tmp / f"litellm-{workers}.log", env=env)
+        wait_healthy(child, port, "/health/liveliness", timeout=180)
+        auth = {"Authorization": f"Bearer {key}"}
+        return Target(label, child, port, models, auth, version=peer_version("litellm"))
+    raise ValueError(name)
+
+
+def check_target(t: Target) -> list[str]:
+    problems = []
+    for kind in ("json", "stream"):
+        conn = http.client.HTTPConnection("127.0.0.1", t.port, timeout=30)
+        try:
+            status, data = post(conn, t.body(kind), t.headers)
+        finally:
+            conn.close()
+        if status != 200:
+            problems.append(f"{t.name} {kind}: HTTP {status}: {data[:300]!r}")
+            continue
+        problem = check_stream(data, STREAM_CHUNKS) if kind == "stream" else check_completion(data)
+        if problem:
+            problems.append(f"{t.name} {kind}: {problem}")
+    return problems
+
+
+def settle_rss(child: Child, seconds: float = 1.0) -> int:
+    samples = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append(child.rss())
+        time.sleep(0.05)
+    return int(statistics.median(samples))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sequential added latency
+
+
+def latency_probe(
+    targets: list[Target], direct: Target, n: int, budget: float
+) -> dict[str, dict[str, list[float]]]:
+    """times[kind][target] in ms; each target interleaved with direct, `budget` s at most each."""
+    times: dict[str, dict[str, list[float]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
+    clock = time.perf_counter
+    for t in targets:
+        conns = {
+            x.name: http.client.HTTPConnection("127.0.0.1", x.port, timeout=30) for x in (direct, t)
+        }
+        deadline = clock() + budget
+        for i in range(n + 10):  # the first 10 warm up
+            if i >= 30 and clock() > deadline:
+                break
+            for kind in ("json", "stream"):
+                for x in (direct, t):
+                    t0 = clock()
+                    status, _ = post(conns[x.name], x.body(kind), x.headers)
+                    elapsed = (clock() - t0) * 1000
+                    if status != 200:
+                        raise RuntimeError(f"latency probe: {kind} via {x.name}: HTTP {status}")
+                    if i >= 10:
+                        key = f"{x.name}@{t.name}" if x is direct else x.name
+                        times[kind][key].append(elapsed)
+        for c in conns.values():
+            c.close()
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+# Many open streams
+
+
+@dataclass
+class StreamsResult:
+    n: int
+    opened_s: float
+    idle: int
+    held: int
+    errors: collections.Counter[str]
+    whole: int
+    upstream_rss: int = 0
+
+    @property
+    def per_stream(self) -> float:
+        return (self.held - self.idle) / self.n
+
+
+async def _one_stream(  # noqa: PLR0917
+    port: int, body: bytes, opened: asyncio.Event, started: list[int], n: int, chunks: int
+) -> str | None:
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        started.append(1)
+        if len(started) == n:
+            opened.set()
+        return f"connect: {type(exc).__name__}"
+    try:
+        head = (
+            f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        writer.write(head + body)
+        first = await reader.readuntil(b"data: ")
+        started.append(1)
+        if len(started) == n:
+            opened.set()
+        if not first.startswith(b"HTTP/1.1 200"):
+            return "status " + first[:12].decode(errors="replace")
+        rest = await reader.read()  # Connection: close: to the end
+        # Chunked framing: each piece svir sends holds whole events, so the data lines are intact.
+        lines = [ln for ln in (b"data: " + rest).splitlines() if ln.startswith(b"data: ")]
+        return check_stream(b"\n".join(lines), chunks)
+    except (OSError, asyncio.IncompleteReadError) as exc:
+        started.append(1)
+        if len(started) == n:
+            opened.set()
+        return type(exc).__name__
+    finally:
+        writer.close()
+
+
+async def open_streams(svir: Child, port: int, n: int, chunks: int, batch: int) -> StreamsResult:
+    body = request_body(f"slow/drip-{chunks}", True)
+    idle = settle_rss(svir, 0.5)
+    opened = asyncio.Event()
+    started: list[int] = []
+    t0 = time.perf_counter()
+    tasks = []
+    for i in range(0, n, batch):
+        for _ in range(min(batch, n - i)):
+            tasks.append(asyncio.ensure_future(_one_stream(port, body, opened, started, n, chunks)))
+        await asyncio.sleep(0.05)
+    await opened.wait()
+    opened_s = time.perf_counter() - t0
+    await asyncio.sleep(1.0)
+    held = max(svir.rss() for _ in range(5))
+    results = await asyncio.gather(*tasks)
+    errors = collections.Counter(r for r in results if r is not None)
+    return StreamsResult(n, opened_s, idle, held, errors, sum(r is None for r in results))
+
+
+def raise_nofile(want: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt_rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+def report(  # noqa: PLR0917
+    targets: list[Target],
+    direct: Target,
+    wrk32: dict[tuple[str, str], list[WrkRun]],
+    wrk16: dict[tuple[str, str], list[WrkRun]],
+    lat: dict[str, dict[str, list[float]]],
+    args: argparse.Namespace,
+) -> list[str]:
+    def med(runs: list[WrkRun]) -> WrkRun:
+        return sorted(runs, key=lambda r: r.rps)[len(runs) // 2]
+
+    runs_note = f"{args.runs} run{'s' if args.runs > 1 else ''}"
+    if args.quick:
+        runs_note += " (--quick: min = median, a single figure)"
+    out = [
+        f"wrk -t1 -c32 -d{args.duration:g}s, {runs_note}; req/s min / median; CPU (% of one core)"
+        " of the target and of the fake upstream over the median run; CPU µs per request of the"
+        " target (of the upstream for direct), median over runs; idle RSS includes workers.",
+        "",
+        "| target | non-stream req/s (min / med) | stream req/s (min / med) | target CPU json / stream"
+        " | target CPU µs per request json / stream | upstream CPU json / stream | idle RSS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in [direct, *targets]:
+        cells = []
+        cpus = []
+        per = []
+        ups = []
+        for kind in ("json", "stream"):
+            runs = wrk32[(t.name, kind)]
+            rates = [r.rps for r in runs]
+            cells.append(f"{fmt_rate(min(rates))} / {fmt_rate(statistics.median(rates))}")
+            m = med(runs)
+            cpus.append(f"{m.cpu.get('target', 0):.0f}%" if t is not direct else "-")
+            # CPU per request: robust to other tenants taking the cores (the median over runs).
+            key = "upstream" if t is direct else "target"
+            us = statistics.median(1e4 * r.cpu.get(key, 0) / r.rps for r in runs if r.rps)
+            per.append(f"{us:,.0f}")
+            ups.append(f"{m.cpu.get('upstream', 0):.0f}%")
+        name = f"{t.name} {t.version}".strip()
+        out.append(
+            f"| {name} | {cells[0]} | {cells[1]} | {' / '.join(cpus)} | {' / '.join(per)}"
+            f" | {' / '.join(ups)} | {mib(t.idle_rss)} |"
+        )
+    out += [
+        "",
+        "Added latency (target minus the upstream directly, ms). Sequential: one keep-alive"
+        " connection each, interleaved with direct. c=16: wrk -c16 closed loop, p99 minus direct's"
+        " p99 (includes queueing at saturation).",
+        "",
+        "| target | seq non-stream p50 / p99 | seq whole stream p50 / p99 | n"
+        " | c=16 non-stream p99 | c=16 stream p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in targets:
+        cells = []
+        n = 0
+        for kind in ("json", "stream"):
+            mine = lat[kind][t.name]
+            base = lat[kind][f"{direct.name}@{t.name}"]
+            n = len(mine)
+            d50 = percentile(mine, 0.5) - percentile(base, 0.5)
+            d99 = percentile(mine, 0.99) - percentile(base, 0.99)
+            cells.append(f"+{d50:.2f} / +{d99:.2f}")
+        c16 = []
+        for kind in ("json", "stream"):
+            mine16 = statistics.median(r.p99_ms for r in wrk16[(t.name, kind)])
+            base16 = statistics.median(r.p99_ms for r in wrk16[(direct.name, kind)])
+            c16.append(f"+{mine16 - base16:.2f}")
+        out.append(f"| {t.name} | {cells[0]} | {cells[1]} | {n} | {c16[0]} | {c16[1]} |")
+    rate = {
+        (t.name, kind): statistics.median(r.rps for r in wrk32[(t.name, kind)])
+        for t in [direct, *targets]
+        for kind in ("json", "stream")
+    }
+    out += ["", "Ratios (medians):"]
+    names = [t.name for t in targets]
+    svirs = [n for n in names if n.startswith("svir")]
+    for s in svirs:
+        for peer in names:
+            if peer.startswith("svir"):
+                continue
+            out.append(
+                f"- {s} / {peer}: non-stream {rate[(s, 'json')] / rate[(peer, 'json')]:.2f}x,"
+                f" stream {rate[(s, 'stream')] / rate[(peer, 'stream')]:.2f}x"
+            )
+        out.append(
+            f"- {s} / direct: non-stream {rate[(s, 'json')] / rate[('direct', 'json')]:.1%},"
+            f" stream {rate[(s, 'stream')] / rate[('direct', 'stream')]:.1%}"
+        )
+    return out
+
+
+def streams_lines(r: StreamsResult) -> list[str]:
+    ok = not r.errors and r.whole == r.n
+    errs = ", ".join(f"{k}: {v}" for k, v in r.errors.most_common(5)) or "none"
+    return [
+        f"- {r.n:,} streams opened in {r.opened_s:.1f} s; all {'ended whole' if ok else 'NOT whole'}"
+        f" ({r.whole:,} whole; errors: {errs})",
+        f"- svir RSS idle {mib(r.idle)}, with the streams open {mib(r.held)}:"
+        f" **{r.per_stream / 1024:.1f} KiB per stream** (target < 30 KB)",
+    ]
+
+
+def rss_lines(r: RssResult) -> list[str]:
+    peak = max(r.peak_sampled, r.peak_hwm or 0)
+    return [
+        f"- request {mib(r.request_bytes)}, relayed in {r.seconds:.2f} s; svir idle {mib(r.idle)},"
+        f" peak {mib(peak)} (VmHWM {mib(r.peak_hwm or 0)}, sampled {mib(r.peak_sampled)}):"
+        f" **+{(peak - r.idle) / r.request_bytes:.2f}x the request** (target < 2x)",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--peers", default="", help="comma-separated: nginx,portkey,litellm")
+    parser.add_argument("--quick", action="store_true", help="1 run of 5 s, 200 probe requests")
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--probe-requests", type=int, default=500)
+    parser.add_argument("--probe-budget", type=float, default=30.0, help="s per target at most")
+    parser.add_argument("--svir-workers", type=int, default=1, help="also svir with N workers")
+    parser.add_argument("--litellm-workers", default="1,2")
+    parser.add_argument("--streams", type=int, default=5000, help="0: skip the open streams")
+    parser.add_argument("--image-mib", type=float, default=50.0, help="0: skip the large image")
+    parser.add_argument("--profile", type=Path, help="py-spy raw stacks of svir, streamed load")
+    parser.add_argument(
+        "--svir-src", type=Path, help="run svir from this source tree (default: this one)"
+    )
+    parser.add_argument(
+        "--compare-src",
+        type=Path,
+        help="also run svir from this source tree, as `svir (other)`: before/after in one run",
+    )
+    parser.add_argument("--granian", action="store_true", help="also svir's app on granian")
+    parser.add_argument("--native", action="store_true", help="py-spy --native")
+    parser.add_argument("--out", type=Path, help="also write the report here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.duration = 1, min(args.duration, 5.0)
+        args.probe_requests = min(args.probe_requests, 200)
+    peers = [p for p in args.peers.split(",") if p]
+    for p in peers:
+        if p not in PEERS:
+            parser.error(f"unknown peer {p!r} (known: {', '.join(PEERS)}; Bifrost cannot run here)")
+    if shutil.which("wrk") is None:
+        print(INSTALL_WRK, file=sys.stderr)
+        return 2
+    for p in peers:
+        install_peer(p)
+    nofile = raise_nofile(4 * args.streams + 4096)  # inherited by every child started below
+
+    what = describe()
+    tmp = Path(tempfile.mkdtemp(prefix="svir-suite-"))
+    image_bytes = int(args.image_mib * 2**20)
+    max_body = max(64 << 20, 2 * image_bytes)
+    children: list[Child] = []
+    out: list[str] = []
+    failed = False
+    try:
+        up_port, slow_port = free_port(), free_port()
+        upstream = Child(
+            "direct",
+            [sys.executable, "-m", "bench.fake_upstream", "--port", str(up_port)],
+            tmp / "upstream.log",
+        )
+        children.append(upstream)
+        wait_healthy(upstream, up_port, "/healthz")
+        direct = Target("direct", upstream, up_port, {"json": "json", "stream": STREAM_MODEL})
+        slow = Child(
+            "slow upstream",
+            [
+                sys.executable,
+                "-m",
+                "bench.fake_upstream",
+                "--port",
+                str(slow_port),
+                "--drip-interval",
+                "2",
+            ],
+            tmp / "slow.log",
+        )
+        children.append(slow)
+        wait_healthy(slow, slow_port, "/healthz")
+
+        targets: list[Target] = []
+        starters: list[Callable[[], Target]] = [
+            lambda: start_svir(tmp, "svir", up_port, slow_port, max_body, 1, args.svir_src)
+        ]
+        if args.compare_src:
+            starters.append(
+                lambda: start_svir(
+                    tmp, "svir (other)", up_port, slow_port, max_body, 1, args.compare_src
+                )
+            )
+        if args.granian:
+            starters.append(
+                lambda: start_svir(
+                    tmp, "svir granian", up_port, slow_port, max_body, 1, args.svir_src, "granian"
+                )
+            )
+        if args.svir_workers > 1:
+            w = args.svir_workers
+            starters.append(
+                lambda: start_svir(
+                    tmp, f"svir x{w}", up_port, slow_port, max_body, w, args.svir_src
+                )
+            )
+        for p in peers:
+            if p == "litellm":
+                for w in (int(x) for x in args.litellm_workers.split(",")):
+                    starters.append(lambda w=w: start_peer(tmp, "litellm", up_port, w))
+            else:
+                starters.append(lambda p=p: start_peer(tmp, p, up_port))
+        for start in starters:
+            t = start()
+            children.append(t.child)
+            targets.append(t)
+            print(f"{t.name} {t.version} on :{t.port} (pid {t.child.pid})", flush=True)
+        problems = [p for t in [direct, *targets] for p in check_target(t)]
+        if problems:
+            print("answers are wrong:\n  " + "\n  ".join(problems), file=sys.stderr)
+            return 1
+        time.sleep(1.0)
+        for t in [direct, *targets]:
+            t.idle_rss = settle_rss(t.child)
+
+        luas: dict[tuple[str, str], Path] = {}
+        for t in [direct, *targets]:
+            for kind in ("json", "stream"):
+                lua = tmp / f"{t.name.replace(' ', '-')}-{kind}.lua"
+                write_lua(lua, t.body(kind), t.headers)
+                luas[(t.name, kind)] = lua
+        print("warm-up ...", flush=True)
+        for t in [direct, *targets]:
+            for kind in ("json", "stream"):
+                run_wrk(t.port, luas[(t.name, kind)], 2, connections=32, threads=1)
+        wrk32: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
+        wrk16: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
+        for i in range(args.runs):
+            for t in [direct, *targets]:
+                watched = {"upstream": upstream} if t is direct else {"target": t.child}
+                if t is not direct:
+                    watched["upstream"] = upstream
+                for kind in ("json", "stream"):
+                    for conns, store in ((32, wrk32), (16, wrk16)):
+                        dur = args.duration if conns == 32 else max(3.0, args.duration / 2)
+                        run = run_wrk(
+                            t.port, luas[(t.name, kind)], dur,
+                            connections=conns, threads=1, watched=watched,
+                        )  # fmt: skip
+                        store[(t.name, kind)].append(run)
+                        bad = f"  {run.non2xx} non-2xx, {run.errors} socket errors"
+                        print(
+                            f"  run {i + 1}/{args.runs} c={conns} {t.name:12} {kind:6}"
+                            f" {run.rps:10,.1f} req/s p99 {run.p99_ms:8.2f} ms"
+                            + (bad if run.non2xx or run.errors else ""),
+                            flush=True,
+                        )
+                        if run.non2xx:
+                            failed = True
+        print(
+            f"added latency: up to {args.probe_requests} sequential requests each ...", flush=True
+        )
+        lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
+        out += report(targets, direct, wrk32, wrk16, lat, args)
+
+        svir = targets[0]
+        if args.streams:
+            print(
+                f"{args.streams} open streams through svir (RLIMIT_NOFILE {nofile}) ...", flush=True
+            )
+            sr = uvloop_run(open_streams(svir.child, svir.port, args.streams, 20, 250))
+            out += [
+                "",
+                f"{args.streams:,} concurrent streams through svir (slow drip, 1 chunk / 2 s):",
+                "",
+            ]
+            out += streams_lines(sr)
+            failed = failed or bool(sr.errors) or sr.whole != sr.n
+        if image_bytes:
+            print(f"peak RSS: one request with a {args.image_mib:g} MiB image ...", flush=True)
+            rss = rss_probe(svir.child, svir.port, image_bytes)
+            out += ["", f"Peak RSS of svir, one request with a {args.image_mib:g} MiB image:", ""]
+            out += rss_lines(rss)
+        if args.profile:
+            print("py-spy: svir under the streamed load ...", flush=True)
+            profile(
+                svir.child, svir.port, luas[("svir", "stream")], args.duration,
+                connections=32, threads=1, out=args.profile, native=args.native,
+            )  # fmt: skip
+            out += ["", "```", summarize_profile(args.profile), "```"]
+    finally:
+        for child in reversed(children):
+            child.stop()
+    text = "\n".join([what, "", *out])
+    print()
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    if args.keep:
+        print(f"\nlogs and configs kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+def uvloop_run(coro: object) -> StreamsResult:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)  # type: ignore[arg-type]
+    except ImportError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

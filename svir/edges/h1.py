@@ -1,0 +1,387 @@
+"""A minimal HTTP/1.1 client on asyncio protocols, with httptools' response parser.
+
+What svir's upstream calls need and no more: one request at a time per connection, keep-alive
+pooling per (scheme, host, port), bodies in pieces with a Content-Length, responses framed by
+Content-Length, chunked or connection close (httptools decodes the framing), gzip/deflate bodies
+decoded, TLS through `ssl`. It is cheaper per request than a general client: no request and
+response object graphs, no per-request timeout objects, one `write` per request.
+
+Timeouts are the caller's (`asyncio.timeout` around `request`, an idle clock around `read`),
+except the connect timeout, applied here. A response not read to its end, or `close`d, takes its
+connection down with it; only a connection whose response was read whole and allows keep-alive
+goes back to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Final
+from urllib.parse import urlsplit
+
+import httptools
+
+HIGH_WATER: Final = 256 * 1024  # buffered body bytes before the socket stops being read
+MAX_IDLE_PER_HOST: Final = 256
+
+
+class H1Error(Exception):
+    """The request failed: could not connect (`connect` true) or the connection broke."""
+
+    def __init__(self, message: str, *, connect: bool = False) -> None:
+        super().__init__(message)
+        self.connect = connect
+
+
+class Headers(Mapping[str, str]):
+    """Response headers, looked up case-insensitively; repeated ones joined with ", "."""
+
+    __slots__ = ("_items", "_map")
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+        merged: dict[str, str] = {}
+        for name, value in items:
+            key = name.lower()
+            merged[key] = f"{merged[key]}, {value}" if key in merged else value
+        self._map = merged
+
+    def __getitem__(self, name: str) -> str:
+        return self._map[name.lower()]
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._map.get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._map
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+Key = tuple[str, str, int]  # scheme, host, port
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; the parser's callbacks fill the current response."""
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.lost = False
+        self.error: Exception | None = None
+        # The response being read.
+        self._names: list[tuple[str, str]] = []
+        self._header_name = b""
+        self.status = 0
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.until_close = False
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.paused = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(H1Error("upstream answered with a protocol upgrade"))
+        except httptools.HttpParserError as exc:
+            self._fail(H1Error(f"malformed HTTP response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        if self.headers_done and not self.complete and self.until_close:
+            # A body framed by the connection's end is whole now; any other is cut short
+            # (connection_lost says so).
+            self.complete = True
+            self.keep_alive = False
+            self._wake()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self.complete:
+            reason = f": {exc}" if exc else ""
+            self._fail(H1Error(f"upstream closed the connection{reason}"))
+
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._names.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
+        framed = {name.lower() for name, _ in self._names}
+        chunked = any(
+            name.lower() == "transfer-encoding" and "chunked" in value.lower()
+            for name, value in self._names
+        )
+        self.until_close = "content-length" not in framed and not chunked
+        self.headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._wake()
+
+    # Reading
+
+    def _fail(self, error: Exception) -> None:
+        if self.error is None:
+            self.error = error
+        if self.transport is not None:
+            self.transport.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.waiter = loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    def start(self) -> None:
+        """Reset for the next response on this connection."""
+        self._names = []
+        self.status = 0
+        self.headers_done = self.complete = False
+        self.chunks.clear()
+        self.buffered = 0
+        self.error = None
+        self.parser = httptools.HttpResponseParser(self)
+
+    def take(self) -> bytes:
+        data = self.chunks.popleft() if len(self.chunks) == 1 else b"".join(self.chunks)
+        self.chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    @property
+    def reusable(self) -> bool:
+        return not self.lost and self.error is None and self.transport is not None
+
+
+class H1Response:
+    """An open response: status and headers read, the body read with `read`."""
+
+    __slots__ = ("_conn", "_decoder", "_pool", "_released", "headers", "status")
+
+    def __init__(self, conn: _Connection, pool: H1Pool) -> None:
+        self._conn = conn
+        self._pool = pool
+        self._released = False
+        self.status = conn.status
+        self.headers = Headers(conn._names)
+        encoding = (self.headers.get("content-encoding") or "").strip().lower()
+        self._decoder: zlib._Decompress | None = None
+        if encoding in ("gzip", "x-gzip"):
+            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._decoder = zlib.decompressobj()
+
+    async def read(self) -> bytes:
+        """The next body bytes as they arrive; b"" at the end. Raises H1Error on a broken read."""
+        conn = self._conn
+        while True:
+            if conn.chunks:
+                data = conn.take()
+                if self._decoder is not None:
+                    data = self._decoder.decompress(data)
+                    if not data:
+                        continue
+                return data
+            if conn.error is not None:
+                raise conn.error
+            if conn.complete:
+                self._release()
+                if self._decoder is not None:
+                    return self._decoder.flush()
+                return b""
+            await conn.wait()
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        conn = self._conn
+        if conn.keep_alive and conn.reusable:
+            self._pool.put(conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+
+    def close(self) -> None:
+        """Done with the response: a connection whose response has fully arrived (read or not)
+        goes back to the pool; one still receiving is dropped, so the server sees the request
+        cancelled."""
+        if self._released:
+            return
+        conn = self._conn
+        if conn.complete and conn.error is None:
+            conn.chunks.clear()
+            self._release()
+            return
+        self._released = True
+        if conn.transport is not None:
+            conn.transport.close()
+
+
+class H1Pool:
+    """Keep-alive connections per (scheme, host, port); no limit on open connections."""
+
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._idle: dict[Key, list[_Connection]] = {}
+        self._ssl = ssl_context
+        self._heads: dict[tuple[str, str], tuple[Key, bytes, str]] = {}
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    def put(self, conn: _Connection) -> None:
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) < MAX_IDLE_PER_HOST:
+            idle.append(conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+
+    def _target(self, method: str, url: str) -> tuple[Key, bytes, str]:
+        """(pool key, request line and Host header, host) for `url`; cached."""
+        cached = self._heads.get((method, url))
+        if cached is not None:
+            return cached
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise H1Error(f"unsupported URL scheme {parts.scheme!r}", connect=True)
+        host = parts.hostname or ""
+        port = parts.port or (443 if scheme == "https" else 80)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        default = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
+        host_header = host if ":" not in host else f"[{host}]"
+        if not default:
+            host_header += f":{port}"
+        head = f"{method} {target} HTTP/1.1\r\nHost: {host_header}\r\n".encode("latin-1")
+        found = ((scheme, host, port), head, host)
+        if len(self._heads) < 1024:
+            self._heads[(method, url)] = found
+        return found
+
+    async def _connect(self, key: Key, host: str, timeout: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+        scheme, _, port = key
+        context = self._ssl_context() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(key),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                )
+        except TimeoutError:
+            raise H1Error(f"connect timed out after {timeout:g} s", connect=True) from None
+        except OSError as exc:
+            raise H1Error(str(exc) or type(exc).__name__, connect=True) from None
+        return conn
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes | Sequence[bytes | memoryview] = b"",
+        connect_timeout: float = 10.0,
+    ) -> H1Response:
+        """Send a request and wait for its response's status and headers."""
+        key, head, host = self._target(method, url)
+        pieces = [body] if isinstance(body, bytes | bytearray | memoryview) else list(body)
+        length = sum(len(p) for p in pieces)
+        lines = [head]
+        for name, value in headers.items():
+            if name.lower() not in ("host", "content-length", "connection", "transfer-encoding"):
+                lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+        if length or method not in ("GET", "HEAD"):
+            lines.append(b"Content-Length: %d\r\n" % length)
+        lines.append(b"\r\n")
+        message = b"".join(lines)
+        small = length <= 65536
+        if small:
+            message += b"".join(pieces)
+        idle = self._idle.get(key)
+        while True:
+            reused = bool(idle)
+            if idle:
+                conn = idle.pop()
+                if not conn.reusable:
+                    continue
+            else:
+                conn = await self._connect(key, host, connect_timeout)
+            conn.start()
+            transport = conn.transport
+            assert transport is not None
+            if small:
+                transport.write(message)
+            else:
+                transport.writelines([message, *pieces])
+            try:
+                while not conn.headers_done:
+                    if conn.error is not None:
+                        raise conn.error
+                    await conn.wait()
+            except H1Error:
+                # A pooled connection the server had already closed: try once more, anew.
+                if reused and not conn.headers_done and not conn.chunks:
+                    idle = None
+                    continue
+                raise
+            except BaseException:
+                transport.close()
+                raise
+            return H1Response(conn, self)
+
+    def close(self) -> None:
+        for conns in self._idle.values():
+            for conn in conns:
+                if conn.transport is not None:
+                    conn.transport.close()
+        self._idle.clear()

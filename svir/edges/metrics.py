@@ -1,0 +1,332 @@
+"""GET /metrics: Prometheus text exposition (format 0.0.4), from counters kept in this process.
+
+Written by hand rather than with prometheus-client: svir needs counters, gauges and histograms
+with a few labels, one event loop updates them (no locks), and several Apps in one process (the
+tests) must not share a global registry. Values read at scrape time (retries, fallbacks, breaker
+states, the ledger's queue) come from collectors.
+
+What is measured (see docs/keys.md):
+
+- HTTP: `svir_http_requests_total{endpoint,method,status}`, `svir_http_request_duration_seconds`,
+  `svir_errors_total{class}` (svir's error code, or the upstream failure's kind).
+- Chat calls (every front end): `svir_chat_requests_total{model,provider,outcome}`,
+  `svir_tokens_total{model,provider,kind}`, `svir_time_to_first_token_seconds{provider}`,
+  `svir_tokens_per_second{provider}` (§3.6), `svir_streams_in_flight{provider}`.
+- Upstream attempts (retries and fallbacks each count): `svir_upstream_attempts_total
+  {provider,outcome}`, `svir_upstream_latency_seconds{provider}` (to the first visible output, or
+  to the failure).
+- Policy: `svir_retries_total`, `svir_fallbacks_total`, `svir_breaker_state{deployment}` (0
+  closed, 1 half-open, 2 open), `svir_breaker_failures{deployment}`.
+- Keys: `svir_limit_rejections_total{limit}`, `svir_streams_cut_total{limit}`, and the ledger's
+  `svir_ledger_rows_written_total`, `svir_ledger_rows_dropped_total`, `svir_ledger_rows_pending`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from svir import __version__
+
+if TYPE_CHECKING:
+    from svir.chat import ChatCall
+    from svir.policy.resilience import Resilience
+
+__all__ = ["CONTENT_TYPE", "Counter", "Gauge", "Histogram", "Metrics", "Registry"]
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)  # fmt: skip
+RATE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0)
+_LABEL_LIMIT: Final = 120
+
+Labels = tuple[str, ...]
+
+
+def _escape(value: str) -> str:
+    if len(value) > _LABEL_LIMIT:
+        value = value[: _LABEL_LIMIT - 1] + "…"
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _labels(names: Labels, values: Labels, extra: str = "") -> str:
+    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+class _Metric:
+    kind = "untyped"
+
+    def __init__(self, name: str, help: str, labels: Labels = ()) -> None:
+        self.name = name
+        self.help = help
+        self.labelnames = labels
+
+    def header(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+
+    def samples(self) -> list[str]:
+        raise NotImplementedError
+
+
+class Counter(_Metric):
+    kind = "counter"
+
+    def __init__(self, name: str, help: str, labels: Labels = ()) -> None:
+        super().__init__(name, help, labels)
+        self.values: dict[Labels, float] = {}
+
+    def inc(self, labels: Labels = (), amount: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) + amount
+
+    def get(self, labels: Labels = ()) -> float:
+        return self.values.get(labels, 0.0)
+
+    def samples(self) -> list[str]:
+        return [
+            f"{self.name}{_labels(self.labelnames, k)} {_number(v)}"
+            for k, v in sorted(self.values.items())
+        ]
+
+
+class Gauge(Counter):
+    kind = "gauge"
+
+    def set(self, labels: Labels, value: float) -> None:
+        self.values[labels] = value
+
+
+class Histogram(_Metric):
+    kind = "histogram"
+
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        labels: Labels = (),
+        buckets: tuple[float, ...] = LATENCY_BUCKETS,
+    ) -> None:
+        super().__init__(name, help, labels)
+        self.buckets = buckets
+        # labels -> [count per bucket (not cumulative) ..., +Inf count], sum
+        self.values: dict[Labels, tuple[list[int], list[float]]] = {}
+
+    def observe(self, labels: Labels, value: float) -> None:
+        entry = self.values.get(labels)
+        if entry is None:
+            entry = self.values[labels] = ([0] * (len(self.buckets) + 1), [0.0])
+        entry[0][bisect.bisect_left(self.buckets, value)] += 1
+        entry[1][0] += value
+
+    def count(self, labels: Labels = ()) -> int:
+        entry = self.values.get(labels)
+        return sum(entry[0]) if entry else 0
+
+    def samples(self) -> list[str]:
+        out: list[str] = []
+        for labels, (counts, total) in sorted(self.values.items()):
+            running = 0
+            for bound, n in zip(self.buckets, counts, strict=False):
+                running += n
+                le = f'le="{_number(bound)}"'
+                out.append(f"{self.name}_bucket{_labels(self.labelnames, labels, le)} {running}")
+            running += counts[-1]
+            inf = 'le="+Inf"'
+            out.append(f"{self.name}_bucket{_labels(self.labelnames, labels, inf)} {running}")
+            out.append(f"{self.name}_sum{_labels(self.labelnames, labels)} {_number(total[0])}")
+            out.append(f"{self.name}_count{_labels(self.labelnames, labels)} {running}")
+        return out
+
+
+Collector = Callable[[], Iterable[_Metric]]
+M = TypeVar("M", bound=_Metric)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.metrics: list[_Metric] = []
+        self.collectors: list[Collector] = []
+
+    def add(self, metric: M) -> M:
+        self.metrics.append(metric)
+        return metric
+
+    def render(self) -> bytes:
+        lines: list[str] = []
+        metrics = list(self.metrics)
+        for collect in self.collectors:
+            metrics.extend(collect())
+        for metric in metrics:
+            lines.extend(metric.header())
+            lines.extend(metric.samples())
+        return ("\n".join(lines) + "\n").encode()
+
+
+class Metrics:
+    """svir's metrics; the gateway's interceptor and the App's guard feed them."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        r = self.registry = Registry()
+        self.http_requests = r.add(
+            Counter(
+                "svir_http_requests_total",
+                "HTTP requests by route, method and status.",
+                ("endpoint", "method", "status"),
+            )
+        )
+        self.http_duration = r.add(
+            Histogram(
+                "svir_http_request_duration_seconds",
+                "HTTP request duration, to the last byte of the answer.",
+                ("endpoint",),
+            )
+        )
+        self.errors = r.add(
+            Counter(
+                "svir_errors_total",
+                "Failed requests by class: svir's error code, or the upstream failure's kind.",
+                ("class",),
+            )
+        )
+        self.chat_requests = r.add(
+            Counter(
+                "svir_chat_requests_total",
+                "Chat calls (every front end) by model asked, provider and outcome.",
+                ("model", "provider", "outcome"),
+            )
+        )
+        self.tokens = r.add(
+            Counter(
+                "svir_tokens_total",
+                "Tokens by model, provider and kind (prompt, completion, reasoning, cached).",
+                ("model", "provider", "kind"),
+            )
+        )
+        self.ttft = r.add(
+            Histogram(
+                "svir_time_to_first_token_seconds",
+                "From the chat call's start (retries included) to the first visible token.",
+                ("provider",),
+            )
+        )
+        self.tps = r.add(
+            Histogram(
+                "svir_tokens_per_second",
+                "Generation speed, first visible token to last (§3.6).",
+                ("provider",),
+                RATE_BUCKETS,
+            )
+        )
+        self.in_flight = r.add(
+            Gauge("svir_streams_in_flight", "Chat calls streaming now.", ("provider",))
+        )
+        self.attempts = r.add(
+            Counter(
+                "svir_upstream_attempts_total",
+                "Upstream attempts (each retry and fallback counts) by provider and outcome.",
+                ("provider", "outcome"),
+            )
+        )
+        self.upstream_latency = r.add(
+            Histogram(
+                "svir_upstream_latency_seconds",
+                "Per attempt: to the first visible output, or to the failure.",
+                ("provider",),
+            )
+        )
+        self.limit_rejections = r.add(
+            Counter("svir_limit_rejections_total", "Calls refused by a key's limit.", ("limit",))
+        )
+        self.streams_cut = r.add(
+            Counter(
+                "svir_streams_cut_total",
+                "Answers ended by an error frame when a budget ran out mid-answer.",
+                ("limit",),
+            )
+        )
+        info = r.add(Gauge("svir_build_info", "svir's version.", ("version",)))
+        info.set((__version__,), 1)
+
+    # Feeds
+
+    def request_guard(self) -> Callable[[Any, dict[str, Any]], Any]:
+        """An App guard counting every HTTP request when it ends."""
+
+        async def guard(scope: Any, fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+            endpoint = scope.get("svir.route") or "other"
+            method = scope["method"]
+
+            def after(done: dict[str, Any]) -> None:
+                status = int(done.get("status") or 500)
+                self.http_requests.inc((endpoint, method, str(status)))
+                self.http_duration.observe((endpoint,), float(done.get("duration_ms", 0)) / 1000)
+                error = done.get("error") or done.get("error_kind")
+                if status >= 400 or error:
+                    self.errors.inc((str(error or f"http_{status}"),))
+
+            return after
+
+        return guard
+
+    def watch_attempts(self, policy: Resilience) -> None:
+        """Count every upstream attempt, and read the policy's state at scrape time."""
+
+        def attempt(call: ChatCall) -> None:
+            call.on_close.append(self._attempt_closed)
+
+        policy.on_attempt.append(attempt)
+        self.registry.collectors.append(lambda: self._policy_metrics(policy))
+
+    def _attempt_closed(self, call: ChatCall) -> None:
+        provider = call.route.provider.name
+        s = call.stats
+        if s.error_kind is not None and not call.succeeded and s.first_token_ms is None:
+            outcome = s.error_kind
+            seconds = self.clock() - s.started
+        else:
+            outcome = "ok" if call.succeeded else (s.error_kind or "cancelled")
+            seconds = (s.first_token_ms or 0.0) / 1000
+        self.attempts.inc((provider, outcome))
+        self.upstream_latency.observe((provider,), seconds)
+
+    def _policy_metrics(self, policy: Resilience) -> list[_Metric]:
+        retries = Counter("svir_retries_total", "Upstream attempts retried.")
+        retries.inc((), policy.retries)
+        fallbacks = Counter("svir_fallbacks_total", "Calls sent on to a fallback model.")
+        fallbacks.inc((), policy.fallbacks)
+        state = Gauge(
+            "svir_breaker_state",
+            "Circuit breaker per deployment: 0 closed, 1 half-open, 2 open.",
+            ("deployment",),
+        )
+        failures = Gauge(
+            "svir_breaker_failures",
+            "Failures in a row per deployment.",
+            ("deployment",),
+        )
+        codes = {"closed": 0, "half-open": 1, "open": 2}
+        deployments: dict[str, dict[str, Any]] = policy.snapshot()["deployments"]
+        for model, d in deployments.items():
+            state.set((model,), codes.get(d["state"], 0))
+            failures.set((model,), d["failures"])
+        return [retries, fallbacks, state, failures]
+
+    def render(self) -> bytes:
+        return self.registry.render()

@@ -1,0 +1,227 @@
+"""OpenTelemetry traces: a span per HTTP request (kind SERVER) and one per upstream attempt (kind
+CLIENT, a child of it), named and described with the GenAI semantic conventions.
+
+Off by default (`[telemetry] otel`). When off, nothing here is imported or installed: no guard,
+no hook, no cost. When on, svir has a tracer provider of its own (not the global one), sampled
+by `sample_ratio` and parent-based (a caller's `traceparent` is honoured), exporting in batches
+from a background thread over OTLP/HTTP (the `opentelemetry-exporter-otlp-proto-http` package) or
+to the console.
+
+Request span: `http.request.method`, `http.route`, `url.path`, `http.response.status_code`,
+`svir.request_id` (the `x-request-id` of the answer), `svir.key_id`, `gen_ai.request.model`,
+`error.type`. Attempt span `chat {model}`: `gen_ai.operation.name`, `gen_ai.provider.name`,
+`gen_ai.request.model`, `gen_ai.request.max_tokens`, `gen_ai.request.temperature`,
+`gen_ai.request.top_p`, `gen_ai.request.stream`, `server.address`, `server.port`, then
+`gen_ai.response.id`, `gen_ai.response.model`, `gen_ai.response.finish_reasons`,
+`gen_ai.response.time_to_first_chunk`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+`gen_ai.usage.reasoning.output_tokens`, `gen_ai.usage.cache_read.input_tokens`,
+`svir.tokens_per_second`, `svir.upstream_request_id`, `error.type`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
+
+from svir import __version__
+from svir.config import TelemetryConfig
+from svir.edges.asgi import Scope, header
+
+if TYPE_CHECKING:
+    from svir.chat import ChatCall
+    from svir.policy.resilience import Resilience
+
+__all__ = ["Tracing"]
+
+# gen_ai.provider.name for the kinds the conventions name; other kinds go by their own name.
+_PROVIDER_NAMES: Final = {
+    "openai": "openai",
+    "azure": "azure.ai.openai",
+    "gemini": "gcp.gemini",
+}
+
+
+class Tracing:
+    def __init__(
+        self,
+        config: TelemetryConfig,
+        environ: Mapping[str, str] | None = None,
+        *,
+        exporter: Any = None,
+        batch: bool = True,
+    ) -> None:
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        env = os.environ if environ is None else environ
+        if exporter is None:
+            exporter = _exporter(config, env)
+        self._trace = trace
+        self._context = otel_context
+        self.provider = TracerProvider(
+            resource=Resource.create(
+                {"service.name": config.service_name, "service.version": __version__}
+            ),
+            sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
+        )
+        processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+        self.provider.add_span_processor(processor)
+        self.tracer = self.provider.get_tracer("svir", __version__)
+        self.propagator = TraceContextTextMapPropagator()
+
+    async def close(self) -> None:
+        # Flushes the batch: the exporter's HTTP calls block, so off the event loop.
+        await asyncio.to_thread(self.provider.shutdown)
+
+    def request_guard(self) -> Callable[[Scope, dict[str, Any]], Any]:
+        trace = self._trace
+        context = self._context
+        server = trace.SpanKind.SERVER
+
+        async def guard(scope: Scope, fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+            carrier: dict[str, str] = {}
+            for name in (b"traceparent", b"tracestate"):
+                value = header(scope, name)
+                if value is not None:
+                    carrier[name.decode()] = value.decode("latin-1")
+            parent = self.propagator.extract(carrier) if carrier else None
+            route = scope.get("svir.route") or scope["path"]
+            method = scope["method"]
+            span = self.tracer.start_span(
+                f"{method} {route}",
+                context=parent,
+                kind=server,
+                attributes={
+                    "http.request.method": method,
+                    "http.route": route,
+                    "url.path": scope["path"],
+                },
+            )
+            token = context.attach(trace.set_span_in_context(span, parent))
+
+            def after(done: dict[str, Any]) -> None:
+                try:
+                    status = int(done.get("status") or 500)
+                    span.set_attribute("http.response.status_code", status)
+                    rid = _request_id(done)
+                    if rid:
+                        span.set_attribute("svir.request_id", rid)
+                    for src, dst in (
+                        ("key_id", "svir.key_id"),
+                        ("model", "gen_ai.request.model"),
+                        ("provider", "svir.provider"),
+                        ("served_model", "svir.served_model"),
+                        ("upstream_request_id", "svir.upstream_request_id"),
+                    ):
+                        value = done.get(src)
+                        if isinstance(value, str):
+                            span.set_attribute(dst, value)
+                    error = done.get("error") or done.get("error_kind")
+                    if status >= 500 or error:
+                        span.set_attribute("error.type", str(error or status))
+                        span.set_status(trace.Status(trace.StatusCode.ERROR))
+                    span.end()
+                finally:
+                    context.detach(token)
+
+            return after
+
+        return guard
+
+    def watch_attempts(self, policy: Resilience) -> None:
+        trace = self._trace
+        client = trace.SpanKind.CLIENT
+
+        def attempt(call: ChatCall) -> None:
+            route = call.route
+            request = call.request
+            url = urlsplit(route.base_url)
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),
+                "gen_ai.request.model": route.model_id,
+                "gen_ai.request.stream": bool(request.get("stream")),
+                "svir.provider": route.provider.name,
+                "svir.request_id": call.request_id,
+            }
+            if url.hostname:
+                attributes["server.address"] = url.hostname
+            port = url.port or (443 if url.scheme == "https" else 80)
+            attributes["server.port"] = port
+            max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
+            if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+                attributes["gen_ai.request.max_tokens"] = max_tokens
+            for src, dst in (
+                ("temperature", "gen_ai.request.temperature"),
+                ("top_p", "gen_ai.request.top_p"),
+            ):
+                value = request.get(src)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    attributes[dst] = float(value)
+            span = self.tracer.start_span(
+                f"chat {route.model_id}", kind=client, attributes=attributes
+            )
+            call.on_close.append(lambda done: _end_attempt(trace, span, done))
+
+        policy.on_attempt.append(attempt)
+
+
+def _end_attempt(trace: Any, span: Any, call: ChatCall) -> None:
+    s = call.stats
+    d = call.decoder
+    if s.upstream_id:
+        span.set_attribute("gen_ai.response.id", s.upstream_id)
+    if d.model:
+        span.set_attribute("gen_ai.response.model", d.model)
+    if s.finish_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [s.finish_reason])
+    if s.first_token_ms is not None:
+        span.set_attribute("gen_ai.response.time_to_first_chunk", s.first_token_ms / 1000)
+    if s.tokens_per_second is not None:
+        span.set_attribute("svir.tokens_per_second", s.tokens_per_second)
+    if s.upstream_request_id:
+        span.set_attribute("svir.upstream_request_id", s.upstream_request_id)
+    u = s.usage
+    if u is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", u.prompt_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", u.completion_tokens)
+        if u.reasoning_tokens is not None:
+            span.set_attribute("gen_ai.usage.reasoning.output_tokens", u.reasoning_tokens)
+        if u.cached_tokens is not None:
+            span.set_attribute("gen_ai.usage.cache_read.input_tokens", u.cached_tokens)
+    if not call.succeeded:
+        kind = s.error_kind or "cancelled"
+        span.set_attribute("error.type", kind)
+        if s.error_kind:
+            span.set_status(trace.Status(trace.StatusCode.ERROR))
+    span.end()
+
+
+def _request_id(fields: dict[str, Any]) -> str | None:
+    from svir.log import request_id_var
+
+    return request_id_var.get()
+
+
+def _exporter(config: TelemetryConfig, env: Mapping[str, str]) -> Any:
+    if config.exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise RuntimeError(
+            "[telemetry] exporter 'otlp' needs the opentelemetry-exporter-otlp-proto-http package"
+            " (pip install 'svir[otel]')"
+        ) from None
+    endpoint = config.otlp_endpoint or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    return OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()

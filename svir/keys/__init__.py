@@ -1,0 +1,12 @@
+"""svir's own API keys, their limits and budgets, and the usage they run up (docs/keys.md).
+
+`svir.keys.service.install(app)` puts it all on an App: authentication, the admin API,
+GET /v1/usage, the limits around every chat call, the usage ledger, /metrics and tracing.
+`current_key()` is the key of the request being served (None when svir runs without keys).
+"""
+
+from __future__ import annotations
+
+from svir.keys.context import current_key
+
+__all__ = ["current_key"]

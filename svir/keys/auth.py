@@ -1,0 +1,168 @@
+"""Who is calling: `Authorization: Bearer <svir key>`, checked before any route runs.
+
+With no keys issued svir runs open, for clients on this machine only (unless
+`[auth] allow_open_non_loopback`). Once a key exists every request needs one, except the health
+check, the metrics (see `[auth] metrics_need_admin`) and the admin API (which takes the admin
+key). The key of the request being served is `current_key()`, for the limits, the ledger, and any
+front end that keeps things per caller (threads).
+
+svir's own refusal is 401 `invalid_api_key`; a model server refusing svir's credentials is 502
+`upstream_auth_error` (svir.wire.classify), so a client is never sent to fix the wrong key.
+Lookups are cached for `[auth] cache_seconds`: a revocation reaches every replica within that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import ipaddress
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from svir.chat import GatewayError
+from svir.edges.asgi import Scope, header
+from svir.keys.context import current_key, key_var
+from svir.keys.model import KeyRecord
+from svir.keys.store import KeyStore
+from svir.wire.classify import ClientError
+
+__all__ = ["Authenticator", "bearer_token", "current_key", "is_loopback", "key_var"]
+
+_CACHE_CAP: Final = 10_000
+
+
+def bearer_token(scope: Scope) -> bytes | None:
+    value = header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    token = token.strip()
+    return token or None
+
+
+@functools.lru_cache(maxsize=1024)
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` (an address, or `localhost`) is this machine. Names other than localhost
+    are not resolved: they count as elsewhere."""
+    if host is None:
+        return False
+    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def auth_error(message: str, *, status: int = 401, code: str = "invalid_api_key") -> GatewayError:
+    headers = {"WWW-Authenticate": 'Bearer realm="svir"'} if status == 401 else {}
+    return GatewayError(ClientError(status, "invalid_request_error", code, message, None, headers))
+
+
+After = Callable[[dict[str, Any]], None]
+
+
+class Authenticator:
+    def __init__(
+        self,
+        *,
+        cache_seconds: float = 5.0,
+        allow_open: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.keys: KeyStore | None = None
+        self.cache_seconds = cache_seconds
+        self.allow_open = allow_open
+        self.clock = clock
+        self.wall = wall
+        self.exempt_paths: set[str] = {"/healthz"}
+        self.exempt_prefixes: tuple[str, ...] = ()
+        self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
+        self._configured: tuple[bool, float] | None = None
+        self._checking: asyncio.Future[bool] | None = None
+
+    def forget(self) -> None:
+        """Drop what is cached (after this process made or revoked a key)."""
+        self._cache.clear()
+        self._configured = None
+
+    async def configured(self) -> bool:
+        """Whether any key is issued (cached; one store query at a time)."""
+        now = self.clock()
+        known = self._configured
+        if known is not None and now - known[1] < self.cache_seconds:
+            return known[0]
+        if self._checking is None:
+            self._checking = asyncio.ensure_future(self._check_configured())
+        checking = self._checking
+        try:
+            return await asyncio.shield(checking)
+        finally:
+            if checking.done() and self._checking is checking:
+                self._checking = None
+
+    async def _check_configured(self) -> bool:
+        if self.keys is None:
+            raise RuntimeError("the key store is not open")
+        value = await self.keys.configured()
+        self._configured = (value, self.clock())
+        return value
+
+    async def lookup(self, token: bytes) -> KeyRecord | None:
+        digest = hashlib.sha256(token).hexdigest()
+        now = self.clock()
+        cached = self._cache.get(digest)
+        if cached is not None and now - cached[1] < self.cache_seconds:
+            return cached[0]
+        if self.keys is None:
+            raise RuntimeError("the key store is not open")
+        record = await self.keys.by_hash(digest)
+        if len(self._cache) >= _CACHE_CAP:
+            self._cache.clear()
+        self._cache[digest] = (record, now)
+        return record
+
+    async def guard(self, scope: Scope, fields: dict[str, Any]) -> After | None:
+        """App guard: set the request's key, or refuse the request."""
+        path: str = scope["path"]
+        if path in self.exempt_paths or path.startswith(self.exempt_prefixes):
+            return None
+        if self.keys is None:
+            raise auth_error("svir is starting.", status=503, code="starting")
+        if not await self.configured():
+            if self.allow_open:
+                return None
+            client = scope.get("client")
+            if client is None or is_loopback(client[0]):
+                return None
+            raise auth_error(
+                "svir has no API keys and so serves this machine only: issue a key with"
+                " `svir keys create`, or set [auth] allow_open_non_loopback.",
+                status=403,
+                code="loopback_only",
+            )
+        token = bearer_token(scope)
+        if token is None:
+            raise auth_error(
+                "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued)."
+            )
+        record = await self.lookup(token)
+        if record is None:
+            raise auth_error("Invalid API key: svir issued no such key.")
+        state = record.state(self.wall())
+        if state != "active":
+            raise auth_error(f"This API key is {state}.")
+        fields["key_id"] = record.id
+        reset = key_var.set(record)
+
+        def after(_fields: dict[str, Any]) -> None:
+            key_var.reset(reset)
+
+        return after

@@ -1,0 +1,617 @@
+"""The gate every chat call passes, whatever the front end (OpenAI, Ollama, threads): it wraps
+`Gateway.open_chat` (an interceptor), so a front end gets keys, limits, the ledger and the metrics
+by calling the gateway as it always did.
+
+Before the call: the key's models (403 `model_not_allowed`), then its limits (429 with
+Retry-After, naming the limit). Tokens are reserved: the prompt's estimate plus the answer's
+allowance (`max_tokens`, or `[limits] default_completion_tokens`). While the answer streams, a
+guard on the call asks for more whenever what streamed passes what is held, and ends the answer
+with one error frame when a budget has no more (never a silent truncation). When the call
+closes, the reservation is settled with the upstream's usage or, when it reported none, with a
+count of what streamed (§3.6's visible tokens) and the prompt's estimate; the ledger gets its row
+and the metrics their counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Final
+
+from svir.chat import ChatCall, Cut, GatewayError
+from svir.config import LimitsConfig, PriceConfig
+from svir.edges.metrics import Metrics
+from svir.gateway import OpenChat
+from svir.keys.auth import current_key
+from svir.keys.model import KeyRecord, model_allowed
+from svir.ledger import Ledger, LedgerRow
+from svir.policy.limits import (
+    Ask,
+    Backend,
+    Denied,
+    Grant,
+    budget_denial,
+    limit_description,
+    windows_at,
+)
+from svir.policy.limits_redis import LimitsUnavailable
+from svir.wire.blobs import Blobs
+from svir.wire.classify import ClientError
+from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.events import Event
+
+__all__ = ["Gate", "Meter", "Price", "estimate_prompt_tokens", "limit_error"]
+
+log = logging.getLogger("svir.keys")
+
+# What an image costs in prompt tokens, for the estimate: about a 512×512 tile and change.
+IMAGE_TOKENS: Final = 1000
+# Per message, the tokens of its role and framing.
+MESSAGE_TOKENS: Final = 4
+
+
+class Price:
+    """A model's price in micro-USD per token (= USD per million tokens)."""
+
+    __slots__ = ("cached_input", "input", "output")
+
+    def __init__(self, config: PriceConfig) -> None:
+        self.input = config.input
+        self.output = config.output
+        self.cached_input = config.input if config.cached_input is None else config.cached_input
+
+    def cost(self, prompt: int, completion: int, cached: int = 0) -> int:
+        """Micro-USD, rounded up."""
+        cached = min(max(cached, 0), prompt)
+        micros = (prompt - cached) * self.input + cached * self.cached_input
+        micros += completion * self.output
+        return math.ceil(micros - 1e-9)
+
+
+def _text_tokens(text: str) -> int:
+    # About four characters a token in English; about one a token in CJK and the like.
+    if text.isascii():
+        return len(text)
+    return len(text.encode()) * 4 // 3
+
+
+def estimate_prompt_tokens(request: dict[str, Any]) -> int:
+    """A cheap estimate of the prompt's tokens, before the server counts them."""
+    units = 0  # quarter tokens
+    images = 0
+    messages = request.get("messages") or ()
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            units += _text_tokens(content)
+        elif isinstance(content, list):
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                text = part.get("text")
+                if isinstance(text, str):
+                    units += _text_tokens(text)
+                elif part.get("type") in ("image_url", "input_image"):
+                    images += 1
+        for key in ("reasoning_content", "reasoning", "name"):
+            value = message.get(key)
+            if isinstance(value, str):
+                units += _text_tokens(value)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                fn = call.get("function") if isinstance(call, dict) else None
+                if isinstance(fn, dict):
+                    for key in ("name", "arguments"):
+                        value = fn.get(key)
+                        if isinstance(value, str):
+                            units += _text_tokens(value)
+    tools = request.get("tools")
+    if tools:
+        import msgspec
+
+        units += len(msgspec.json.encode(tools))
+    return math.ceil(units / 4) + MESSAGE_TOKENS * len(messages) + 3 + IMAGE_TOKENS * images
+
+
+def completion_allowance(request: dict[str, Any], default: int) -> int:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = request.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
+def _human(seconds: float) -> str:
+    s = max(1, math.ceil(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{math.ceil(s / 60)} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def _amount(name: str, value: float) -> str:
+    if name.startswith("cost_"):
+        return f"${value / 1_000_000:.4f}"
+    return f"{value:g}"
+
+
+def limit_client_error(key: KeyRecord, d: Denied, *, cut_after: int | None = None) -> ClientError:
+    """The OpenAI-shaped 429 naming the limit: `<limit>_exceeded`, type `rate_limit_error` for
+    rates and `insufficient_quota` for budgets, with Retry-After."""
+    desc = limit_description(d.limit)
+    retry = max(1, math.ceil(d.retry_after))
+    value = _amount(d.limit, d.value)
+    used = _amount(d.limit, d.used)
+    if d.budget:
+        kind = "insufficient_quota"
+        said = f"the {desc} of key {key.name!r} ({value}) is used up ({used} used)"
+    elif d.limit == "concurrent":
+        kind = "rate_limit_error"
+        said = f"key {key.name!r} has {int(d.used)} requests running, its limit of {desc}"
+    else:
+        kind = "rate_limit_error"
+        said = f"key {key.name!r} reached its {desc} ({value}; {used} in the last minute)"
+    if cut_after is not None:
+        message = (
+            f"The answer was cut after {cut_after} tokens: {said}. Try again in {_human(retry)}."
+        )
+    else:
+        message = f"Rate limit: {said}. Try again in {_human(retry)}."
+    headers = {"Retry-After": str(retry), "x-svir-limit": d.limit}
+    if d.limit in ("rpm", "tpm"):
+        unit = "requests" if d.limit == "rpm" else "tokens"
+        headers[f"x-ratelimit-limit-{unit}"] = str(d.value)
+        headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, math.floor(d.value - d.used)))
+        headers[f"x-ratelimit-reset-{unit}"] = f"{retry}s"
+    return ClientError(429, kind, f"{d.limit}_exceeded", message, None, headers)
+
+
+def limit_error(key: KeyRecord, d: Denied) -> GatewayError:
+    return GatewayError(limit_client_error(key, d))
+
+
+def _api_of(fields: dict[str, Any] | None) -> str:
+    path = (fields or {}).get("path") or ""
+    if path.startswith("/api/"):
+        return "ollama"
+    if path.startswith("/v1/threads"):
+        return "threads"
+    return "openai" if path else "internal"
+
+
+class Gate:
+    """The interceptor (see the module doc). Any of backend, ledger and metrics may be None."""
+
+    def __init__(
+        self,
+        *,
+        backend: Backend | None,
+        ledger: Ledger | None,
+        metrics: Metrics | None,
+        limits: LimitsConfig,
+        prices: tuple[PriceConfig, ...] = (),
+    ) -> None:
+        self.backend = backend
+        self.ledger = ledger
+        self.metrics = metrics
+        self.config = limits
+        self.prices = [(p.model, Price(p)) for p in prices]
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def price(self, model: str) -> Price | None:
+        for pattern, price in self.prices:
+            if model_allowed((pattern,), model):
+                return price
+        return None
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for the settlements still running (at shut-down)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def settle(self, grant: Grant, tokens: int, cost: int) -> None:
+        assert self.backend is not None
+        try:
+            await self.backend.settle(grant, tokens, cost)
+        except Exception:
+            log.warning(
+                "could not settle a reservation",
+                extra={"fields": {"key_id": grant.subject, "tokens": tokens}},
+                exc_info=True,
+            )
+
+    async def __call__(
+        self,
+        request: dict[str, Any],
+        request_id: str,
+        fields: dict[str, Any] | None,
+        blobs: Blobs | None,
+        proceed: OpenChat,
+    ) -> ChatCall:
+        started = time.perf_counter()
+        key = current_key()
+        model = str(request.get("model"))
+        if key is not None and not key.allows(model):
+            if fields is not None:
+                fields["limit"] = "models"
+            self._refused(
+                key, model, request_id, fields, status="model_not_allowed", started=started
+            )
+            raise GatewayError(
+                ClientError(
+                    403,
+                    "invalid_request_error",
+                    "model_not_allowed",
+                    f"The key {key.name!r} may not use the model {model!r}.",
+                    "model",
+                )
+            )
+        grant: Grant | None = None
+        prompt_estimate: int | None = None
+        limits = key.limits if key is not None else None
+        backend = self.backend
+        if key is not None and limits is not None and limits.any and backend is not None:
+            price = self.price(model) if limits.cost_budgets else None
+            if limits.counts_tokens or price is not None:
+                allowance = completion_allowance(request, self.config.default_completion_tokens)
+                prompt_estimate = estimate_prompt_tokens(request)
+                ask = Ask(
+                    tokens=prompt_estimate + allowance,
+                    floor=prompt_estimate + 1,
+                    cost=price.cost(prompt_estimate, allowance) if price else 0,
+                    cost_floor=price.cost(prompt_estimate, 1) if price else 0,
+                )
+            else:
+                ask = Ask(tokens=1, floor=1)  # only requests are counted
+            try:
+                outcome = await backend.admit(
+                    key.id, limits, ask, f"{request_id}:{os.urandom(4).hex()}"
+                )
+            except LimitsUnavailable as exc:
+                log.error("limits unavailable", extra={"fields": {"error": str(exc)}})
+                self._refused(
+                    key, model, request_id, fields, status="limits_unavailable", started=started
+                )
+                raise GatewayError(
+                    ClientError(
+                        503,
+                        "server_error",
+                        "limits_unavailable",
+                        "svir cannot check this key's limits right now; try again shortly.",
+                        None,
+                        {"Retry-After": "1"},
+                    )
+                ) from None
+            if isinstance(outcome, Denied):
+                if fields is not None:
+                    fields["limit"] = outcome.limit
+                if self.metrics is not None:
+                    self.metrics.limit_rejections.inc((outcome.limit,))
+                self._refused(
+                    key,
+                    model,
+                    request_id,
+                    fields,
+                    status=f"{outcome.limit}_exceeded",
+                    started=started,
+                )
+                raise limit_error(key, outcome)
+            grant = outcome
+        try:
+            call = await proceed(request, request_id=request_id, fields=fields, blobs=blobs)
+        except BaseException as exc:
+            if grant is not None:
+                self.spawn(self.settle(grant, 0, 0))
+            status = "cancelled"
+            if isinstance(exc, GatewayError):
+                ce = exc.error
+                status = (
+                    exc.upstream.kind.value if exc.upstream is not None else (ce.code or ce.type)
+                )
+            self._refused(
+                key, model, request_id, fields, status=status, started=started, failed=True
+            )
+            raise
+        meter = Meter(
+            self,
+            call,
+            key=key,
+            model=model,
+            grant=grant,
+            prompt_estimate=prompt_estimate,
+            started=started,
+            fields=fields,
+        )
+        if (
+            grant is not None
+            and limits is not None
+            and (limits.token_budgets or limits.cost_budgets or limits.concurrent is not None)
+        ):
+            call.guard = meter
+        call.on_close.append(meter.closed)
+        if self.metrics is not None:
+            self.metrics.in_flight.inc((call.route.provider.name,))
+        return call
+
+    def _refused(
+        self,
+        key: KeyRecord | None,
+        model: str,
+        request_id: str,
+        fields: dict[str, Any] | None,
+        *,
+        status: str,
+        started: float,
+        failed: bool = False,
+    ) -> None:
+        """A call that never streamed: refused by svir, or failed at every upstream tried."""
+        f = fields or {}
+        if self.metrics is not None:
+            self.metrics.chat_requests.inc(("", str(f.get("provider") or ""), status))
+        if self.ledger is not None:
+            self.ledger.record(
+                LedgerRow(
+                    ts=time.time(),
+                    request_id=request_id,
+                    key_id=key.id if key is not None else None,
+                    api=_api_of(fields),
+                    model=model,
+                    served_model=f.get("served_model"),
+                    provider=f.get("provider"),
+                    status=status,
+                    prompt_tokens=0,
+                    completion_tokens=0,
+                    reasoning_tokens=None,
+                    cached_tokens=None,
+                    usage_source="none",
+                    cost_micros=None,
+                    latency_ms=round((time.perf_counter() - started) * 1000, 2) if failed else 0.0,
+                    ttft_ms=None,
+                    tokens_per_second=None,
+                    upstream_request_id=None,
+                    upstream_id=None,
+                )
+            )
+
+
+class Meter:
+    """One opened call: its stream guard (budgets mid-answer, the concurrency slot's renewal)
+    and, when it closes, its settlement, ledger row and metrics."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        call: ChatCall,
+        *,
+        key: KeyRecord | None,
+        model: str,
+        grant: Grant | None,
+        prompt_estimate: int | None,
+        started: float,
+        fields: dict[str, Any] | None,
+    ) -> None:
+        self.gate = gate
+        self.call = call
+        self.key = key
+        self.model = model
+        self.grant = grant
+        self.prompt_estimate = prompt_estimate
+        self.started = started
+        self.fields = fields
+        self.price = gate.price(call.model_label) or gate.price(model)
+        self.delivered = 0
+        self.cut: str | None = None
+        self.touched = time.monotonic()
+        self.allowed = self._allowed()
+
+    def _allowed(self) -> float:
+        """Answer tokens the reservation covers now."""
+        grant = self.grant
+        if grant is None:
+            return math.inf
+        limits = grant.limits
+        prompt = self.prompt_estimate or 0
+        allowed = math.inf
+        if limits.token_budgets:
+            allowed = grant.tokens - prompt
+        if limits.cost_budgets and self.price is not None and grant.cost > 0:
+            if self.price.output > 0:
+                by_cost = (grant.cost - self.price.cost(prompt, 0)) / self.price.output
+                allowed = min(allowed, math.floor(by_cost))
+        return allowed
+
+    # StreamGuard
+
+    def check(self, events: list[Event]) -> Awaitable[Cut | None] | None:
+        count = self.call.decoder.rate.count
+        if count <= self.allowed:
+            self.delivered = count
+            grant = self.grant
+            if grant is not None and grant.limits.concurrent is not None:
+                backend = self.gate.backend
+                lease = backend.lease_seconds if backend is not None else math.inf
+                if time.monotonic() - self.touched > lease / 3:
+                    self.touched = time.monotonic()
+                    return self._touch()
+            return None
+        return self._extend(count)
+
+    async def _touch(self) -> Cut | None:
+        assert self.gate.backend is not None and self.grant is not None
+        try:
+            await self.gate.backend.extend(self.grant, 0, 0)
+        except LimitsUnavailable:
+            log.warning("could not renew a concurrency slot", exc_info=True)
+        return None
+
+    async def _extend(self, count: int) -> Cut | None:
+        backend = self.gate.backend
+        grant = self.grant
+        assert backend is not None and grant is not None
+        step = self.gate.config.extend_tokens
+        while count > self.allowed:
+            want = max(step, math.ceil(count - self.allowed))
+            want_cost = self.price.cost(0, want) if self.price is not None else 0
+            try:
+                await backend.extend(grant, want, want_cost)
+            except LimitsUnavailable:
+                log.error("limits unavailable mid-answer", exc_info=True)
+                keep = self._keep(count)
+                self.delivered += keep
+                return Cut(self._cut_unavailable(), keep)
+            self.touched = time.monotonic()
+            before = self.allowed
+            self.allowed = self._allowed()
+            if self.allowed <= before:
+                keep = self._keep(count)
+                self.delivered += keep
+                return Cut(await self._cut(), keep)
+        self.delivered = count
+        return None
+
+    def _keep(self, count: int) -> int:
+        """How many of this batch's visible pieces the reservation still covers."""
+        return max(0, min(count, math.floor(self.allowed)) - self.delivered)
+
+    async def _cut(self) -> UpstreamError:
+        """The error that ends the answer: which budget ran out, and when it renews."""
+        backend = self.gate.backend
+        grant = self.grant
+        key = self.key
+        assert backend is not None and grant is not None and key is not None
+        limits = grant.limits
+        try:
+            used = (await backend.figures(grant.subject, limits)).used
+        except LimitsUnavailable:
+            return self._cut_unavailable()
+        w = windows_at(backend.clock())
+        names = ("tokens_per_day", "tokens_per_month", "cost_per_day", "cost_per_month")
+        present = [n for n in names if limits.value(n) is not None]
+        # The budget with the least left is the one that ran out.
+        name = min(present, key=lambda n: (limits.value(n) or 0) - used.get(n, 0))
+        value = limits.value(name) or 0
+        denial = budget_denial(name, value, used.get(name, value), w)
+        self.cut = name
+        if self.fields is not None:
+            self.fields["limit"] = name
+        metrics = self.gate.metrics
+        if metrics is not None:
+            metrics.streams_cut.inc((name,))
+        return _own_error(limit_client_error(key, denial, cut_after=self.delivered))
+
+    def _cut_unavailable(self) -> UpstreamError:
+        self.cut = "limits_unavailable"
+        return _own_error(
+            ClientError(
+                503,
+                "server_error",
+                "limits_unavailable",
+                f"The answer was cut after {self.delivered} tokens: svir cannot check this"
+                " key's budgets right now.",
+                None,
+                {"Retry-After": "1"},
+            )
+        )
+
+    # Close
+
+    def closed(self, call: ChatCall) -> None:
+        s = call.stats
+        usage = s.usage
+        cut = self.cut is not None
+        if usage is not None and not cut:
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            reasoning, cached = usage.reasoning_tokens, usage.cached_tokens
+            source = "reported"
+        else:
+            if self.prompt_estimate is None:
+                self.prompt_estimate = estimate_prompt_tokens(call.request)
+            prompt = self.prompt_estimate
+            completion = self.delivered if cut else call.decoder.rate.count
+            reasoning = cached = None
+            source = "counted"
+        price = self.price
+        cost = price.cost(prompt, completion, cached or 0) if price is not None else None
+        gate = self.gate
+        if self.grant is not None:
+            gate.spawn(gate.settle(self.grant, prompt + completion, cost or 0))
+        if call.succeeded:
+            status = "ok"
+        elif cut:
+            status = self.cut if self.cut == "limits_unavailable" else f"{self.cut}_exceeded"
+        else:
+            status = s.error_kind or "cancelled"
+        provider = call.route.provider.name
+        ttft_ms = None
+        if s.first_token_ms is not None:
+            ttft_ms = round((s.started - self.started) * 1000 + s.first_token_ms, 2)
+        metrics = gate.metrics
+        if metrics is not None:
+            metrics.in_flight.inc((provider,), -1)
+            metrics.chat_requests.inc((self.model, provider, status))
+            tokens = metrics.tokens
+            tokens.inc((self.model, provider, "prompt"), prompt)
+            tokens.inc((self.model, provider, "completion"), completion)
+            if reasoning:
+                tokens.inc((self.model, provider, "reasoning"), reasoning)
+            if cached:
+                tokens.inc((self.model, provider, "cached"), cached)
+            if ttft_ms is not None:
+                metrics.ttft.observe((provider,), ttft_ms / 1000)
+            if s.tokens_per_second is not None:
+                metrics.tps.observe((provider,), s.tokens_per_second)
+        if self.fields is not None and source == "counted":
+            self.fields["usage_source"] = "counted"
+        if gate.ledger is not None:
+            gate.ledger.record(
+                LedgerRow(
+                    ts=time.time(),
+                    request_id=call.request_id,
+                    key_id=self.key.id if self.key is not None else None,
+                    api=_api_of(self.fields),
+                    model=self.model,
+                    served_model=call.model_label,
+                    provider=provider,
+                    status=status,
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    reasoning_tokens=reasoning,
+                    cached_tokens=cached,
+                    usage_source=source,
+                    cost_micros=cost,
+                    latency_ms=round((time.perf_counter() - self.started) * 1000, 2),
+                    ttft_ms=ttft_ms,
+                    tokens_per_second=(
+                        round(s.tokens_per_second, 3) if s.tokens_per_second is not None else None
+                    ),
+                    upstream_request_id=s.upstream_request_id,
+                    upstream_id=s.upstream_id,
+                )
+            )
+
+
+def _own_error(ce: ClientError) -> UpstreamError:
+    """svir's own error as the event that ends a stream: every front end shows `ce` itself."""
+    return UpstreamError(
+        ErrorKind.RATE_LIMITED if ce.status == 429 else ErrorKind.OTHER,
+        ce.message,
+        status=ce.status,
+        code=ce.code,
+        in_stream=True,
+        details={"client_error": ce},
+    )

@@ -1,0 +1,473 @@
+"""Keys, limits, the usage ledger, metrics and tracing, installed on an App (`install`).
+
+Routes: the admin API under `/admin/` (guarded by the admin key, `[auth] admin_key_env`),
+`GET /v1/usage` (a key's own figures), `GET /metrics`. Guards, in order: tracing (when on),
+metrics, authentication. The gateway gets the gate (svir.keys.gate) around every chat call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hmac
+import logging
+import math
+import time
+from typing import Any, Final
+from urllib.parse import parse_qsl
+
+import msgspec
+
+from svir.chat import GatewayError, request_error
+from svir.edges.app import App
+from svir.edges.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_json
+from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
+from svir.keys.auth import Authenticator, auth_error, bearer_token, current_key
+from svir.keys.gate import Gate
+from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
+from svir.keys.store import KeyStore
+from svir.ledger import Ledger
+from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
+from svir.log import hide_in_logs
+from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
+from svir.policy.limits_redis import LimitsUnavailable
+from svir.store import default_url, make_store
+from svir.store.base import SqlStore
+from svir.wire.classify import ClientError, error_body
+
+__all__ = ["KeysService", "install", "parse_since"]
+
+log = logging.getLogger("svir.keys")
+_decode = msgspec.json.decode
+_MAX_ADMIN_BODY: Final = 64 * 1024
+_INT_FIELDS: Final = ("rpm", "tpm", "concurrent", "tokens_per_day", "tokens_per_month")
+_COST_FIELDS: Final = ("cost_per_day", "cost_per_month")
+_CREATE_FIELDS: Final = frozenset(
+    {"name", "models", "expires_at", "expires", *_INT_FIELDS, *_COST_FIELDS}
+)
+
+
+def parse_since(text: str | None, now: float, default: float) -> float:
+    """`24h`, `7d` (back from now), a date, an ISO time, or Unix seconds."""
+    if not text:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from svir.keys.model import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    moment = datetime.datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def start_of_day(now: float) -> float:
+    return math.floor(now / 86400) * 86400.0
+
+
+def spec_from_json(body: Any) -> KeySpec:
+    """A KeySpec from the admin API's JSON; ValueError says what is wrong."""
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    unknown = sorted(set(body) - _CREATE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r}")
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise ValueError("name is required (a string)")
+    models = body.get("models")
+    if models is not None and (
+        not isinstance(models, list) or not all(isinstance(m, str) for m in models)
+    ):
+        raise ValueError("models must be a list of model names or prefixes")
+    values: dict[str, int | None] = {}
+    for field in _INT_FIELDS:
+        value = body.get(field)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"{field} must be a whole number")
+        values[field] = value
+    for field in _COST_FIELDS:
+        value = body.get(field)
+        if value is not None and (
+            not isinstance(value, int | float) or isinstance(value, bool) or not value > 0
+        ):
+            raise ValueError(f"{field} must be a positive number of USD")
+        values[field] = usd_to_micros(value) if value is not None else None
+    expires_at: float | None = None
+    if body.get("expires_at") is not None:
+        raw = body["expires_at"]
+        if not isinstance(raw, int | float) or isinstance(raw, bool):
+            raise ValueError("expires_at must be Unix seconds")
+        expires_at = float(raw)
+    elif body.get("expires") is not None:
+        if not isinstance(body["expires"], str):
+            raise ValueError("expires must be a duration (30d) or a date (2026-12-31)")
+        expires_at = parse_expiry(body["expires"])
+    spec = KeySpec(
+        name=name,
+        models=tuple(models) if models is not None else None,
+        limits=Limits(**values),
+        expires_at=expires_at,
+    )
+    problem = spec.check()
+    if problem is not None:
+        raise ValueError(problem)
+    return spec
+
+
+def limits_view(limits: Limits, figures: Figures) -> dict[str, Any]:
+    """Each limit the key has: its value, what is used, and what is left."""
+    out: dict[str, Any] = {}
+    for name in LIMIT_NAMES:
+        value = limits.value(name)
+        if value is None:
+            continue
+        used = figures.used.get(name, 0.0)
+        entry: dict[str, Any] = {"limit": value, "used": round(used, 2)}
+        entry["remaining"] = round(max(0.0, value - used), 2)
+        if name.startswith("cost_"):
+            entry = {f"{k}_usd": v / 1_000_000 for k, v in entry.items()}
+        out[name] = entry
+    return out
+
+
+class KeysService:
+    def __init__(
+        self,
+        app: App,
+        *,
+        backend: Backend | None = None,
+        span_exporter: Any = None,
+    ) -> None:
+        config = app.config
+        environ = app.environ
+        self.app = app
+        self.config = config
+        self.auth = Authenticator(
+            cache_seconds=config.auth.cache_seconds,
+            allow_open=config.auth.allow_open_non_loopback,
+        )
+        self.auth.exempt_paths.add("/metrics")
+        self.auth.exempt_prefixes = ("/admin/",)
+        self.admin_key = environ.get(config.auth.admin_key_env) or None
+        hide_in_logs(self.admin_key, *(p.api_key(environ) for p in config.providers))
+        self.metrics = Metrics() if config.telemetry.metrics else None
+        self.tracing: Any = None
+        if config.telemetry.otel:
+            from svir.edges.tracing import Tracing
+
+            self.tracing = Tracing(
+                config.telemetry, environ, exporter=span_exporter, batch=span_exporter is None
+            )
+        limits = config.limits
+        if backend is None:
+            if limits.backend == "redis":
+                from svir.policy.limits_redis import RedisBackend
+
+                backend = RedisBackend(
+                    limits.redis_url, prefix=limits.redis_prefix, lease_seconds=limits.lease_seconds
+                )
+            else:
+                backend = MemoryBackend(lease_seconds=limits.lease_seconds)
+        self.backend = backend
+        self.store: SqlStore | None = None
+        self.keys: KeyStore | None = None
+        self.ledger: Ledger | None = None
+        self.gate = Gate(
+            backend=backend,
+            ledger=None,
+            metrics=self.metrics,
+            limits=limits,
+            prices=config.prices,
+        )
+
+    # Lifespan
+
+    async def startup(self) -> None:
+        url = self.config.store.url or default_url(self.app.environ)
+        store = make_store(url)
+        if not isinstance(store, SqlStore):
+            raise RuntimeError("svir's keys need an SQL store")
+        await store.open()
+        self.store = store
+        try:
+            await self.backend.start()
+        except LimitsUnavailable:
+            await store.close()
+            self.store = None
+            raise
+        self.keys = KeyStore(store)
+        self.auth.keys = self.keys
+        ledger = self.config.ledger
+        if ledger.enabled:
+            self.ledger = Ledger(
+                store, flush_seconds=ledger.flush_seconds, max_pending=ledger.max_pending
+            )
+            await self.ledger.start()
+            self.gate.ledger = self.ledger
+        log.info(
+            "keys and limits ready",
+            extra={
+                "fields": {
+                    "keys": await self.keys.configured(),
+                    "limits": self.config.limits.backend,
+                    "ledger": ledger.enabled,
+                    "otel": self.tracing is not None,
+                }
+            },
+        )
+
+    async def shutdown(self) -> None:
+        await self.gate.drain()
+        if self.ledger is not None:
+            await self.ledger.close()
+        await self.backend.close()
+        if self.store is not None:
+            store, self.store = self.store, None
+            self.auth.keys = None
+            await store.close()
+        if self.tracing is not None:
+            await self.tracing.close()
+
+    def _ledger_metrics(self) -> list[Any]:
+        ledger = self.ledger
+        written = Counter("svir_ledger_rows_written_total", "Ledger rows written to the store.")
+        dropped = Counter(
+            "svir_ledger_rows_dropped_total", "Ledger rows dropped (the queue was full)."
+        )
+        pending = Gauge("svir_ledger_rows_pending", "Ledger rows waiting to be written.")
+        if ledger is not None:
+            written.inc((), ledger.written)
+            dropped.inc((), ledger.dropped)
+            pending.set((), len(ledger.pending))
+        return [written, dropped, pending]
+
+    # GET /metrics
+
+    async def serve_metrics(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        headers = {"x-request-id": rid}
+        if self.config.auth.metrics_need_admin:
+            try:
+                self._check_admin(scope)
+            except GatewayError as exc:
+                return await _send_error(send, exc, headers)
+        assert self.metrics is not None
+        body = self.metrics.render()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", CONTENT_TYPE.encode()),
+                    (b"x-request-id", rid.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        return 200
+
+    # GET /v1/usage
+
+    async def usage(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        headers = {"x-request-id": rid}
+        key = current_key()
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        now = time.time()
+        try:
+            since = parse_since(query.get("since"), now, start_of_day(now))
+        except ValueError:
+            return await _send_error(
+                send,
+                request_error(
+                    "since must be like 24h, 7d, 2026-01-31 or Unix seconds", param="since"
+                ),
+                headers,
+            )
+        body: dict[str, Any] = {
+            "object": "usage",
+            "key": _key_view(key),
+            "since": since,
+            "until": now,
+        }
+        if key is not None:
+            try:
+                figures = await self.backend.figures(key.id, key.limits)
+            except LimitsUnavailable:
+                figures = Figures()
+            body["limits"] = limits_view(key.limits, figures)
+        else:
+            body["limits"] = {}
+        if self.ledger is not None and self.store is not None:
+            await self.ledger.flush()
+            who: str | None = key.id if key is not None else None
+            totals = await summarize(self.store, since=since, key=who, by=())
+            body["totals"] = totals[0] if totals else None
+            body["by_model"] = await summarize(self.store, since=since, key=who, by=("model",))
+        else:
+            body["totals"] = None
+            body["by_model"] = []
+        await send_json(send, 200, body, headers)
+        return 200
+
+    # /admin/
+
+    def _check_admin(self, scope: Scope) -> None:
+        if self.admin_key is None:
+            raise auth_error(
+                "The admin API is off: set the environment variable"
+                f" {self.config.auth.admin_key_env} to an admin key of your choosing.",
+                status=403,
+                code="admin_disabled",
+            )
+        token = bearer_token(scope)
+        if token is None or not hmac.compare_digest(token, self.admin_key.encode()):
+            raise auth_error("This needs svir's admin key.", code="invalid_admin_key")
+
+    async def admin(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        headers = {"x-request-id": rid}
+        method: str = scope["method"]
+        parts = [p for p in scope["path"].split("/") if p][1:]
+        try:
+            self._check_admin(scope)
+            keys = self.keys
+            if keys is None or self.store is None:
+                raise GatewayError(
+                    ClientError(503, "server_error", "starting", "svir is starting.")
+                )
+            if parts == ["keys"] and method == "POST":
+                body = await self._read_json(scope, receive)
+                try:
+                    spec = spec_from_json(body)
+                except ValueError as exc:
+                    raise request_error(str(exc)) from None
+                record, secret = await keys.create(spec)
+                self.auth.forget()
+                fields["created_key"] = record.id
+                log.info("key created", extra={"fields": {"key_id": record.id, "name": spec.name}})
+                await send_json(send, 201, {**record.public(), "key": secret}, headers)
+                return 201
+            if parts == ["keys"] and method == "GET":
+                query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+                every = query.get("all") in ("1", "true")
+                records = await keys.list(include_revoked=every)
+                data = [r.public() for r in records]
+                await send_json(send, 200, {"object": "list", "data": data}, headers)
+                return 200
+            if len(parts) in (2, 3) and parts[0] == "keys":
+                key_id = parts[1]
+                if not is_key_id(key_id):
+                    raise _no_key(key_id)
+                revoke = (len(parts) == 2 and method == "DELETE") or (
+                    parts[2:] == ["revoke"] and method == "POST"
+                )
+                if revoke:
+                    revoked = await keys.revoke(key_id)
+                    if revoked is None:
+                        raise _no_key(key_id)
+                    self.auth.forget()
+                    log.info("key revoked", extra={"fields": {"key_id": key_id}})
+                    await send_json(send, 200, revoked.public(), headers)
+                    return 200
+                if len(parts) == 2 and method == "GET":
+                    found = await keys.get(key_id)
+                    if found is None:
+                        raise _no_key(key_id)
+                    try:
+                        figures = await self.backend.figures(found.id, found.limits)
+                    except LimitsUnavailable:
+                        figures = Figures()
+                    view = {**found.public(), "usage": limits_view(found.limits, figures)}
+                    await send_json(send, 200, view, headers)
+                    return 200
+            if parts == ["usage"] and method == "GET":
+                return await self._admin_usage(scope, send, headers)
+            raise request_error(
+                f"No admin route {method} {scope['path']}", status=404, code="not_found"
+            )
+        except GatewayError as exc:
+            fields["error"] = exc.error.code or exc.error.type
+            return await _send_error(send, exc, headers)
+        except ClientGone:
+            return 499
+
+    async def _admin_usage(self, scope: Scope, send: Send, headers: dict[str, str]) -> int:
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        now = time.time()
+        try:
+            since = parse_since(query.get("since"), now, now - 86400)
+        except ValueError:
+            raise request_error("since must be like 24h, 7d or 2026-01-31", param="since") from None
+        by = tuple(g for g in (query.get("by") or "key,model").split(",") if g)
+        if any(g not in GROUPS for g in by):
+            raise request_error(f"by takes {', '.join(GROUPS)}", param="by")
+        assert self.store is not None
+        if self.ledger is not None:
+            await self.ledger.flush()
+        key = query.get("key")
+        rows = await summarize(self.store, since=since, key=key if key else ALL_KEYS, by=by)
+        await send_json(
+            send, 200, {"object": "usage", "since": since, "until": now, "data": rows}, headers
+        )
+        return 200
+
+    async def _read_json(self, scope: Scope, receive: Receive) -> Any:
+        from svir.edges.asgi import header
+
+        try:
+            raw = await read_body(receive, _MAX_ADMIN_BODY, header(scope, b"content-length"))
+        except BodyTooLarge:
+            raise request_error("The body is too large", status=413) from None
+        try:
+            return _decode(raw) if raw else {}
+        except msgspec.DecodeError:
+            raise request_error("The body is not valid JSON") from None
+
+
+def _key_view(key: KeyRecord | None) -> dict[str, Any] | None:
+    if key is None:
+        return None
+    view = key.public()
+    view.pop("limits", None)
+    return view
+
+
+def _no_key(key_id: str) -> GatewayError:
+    return request_error(f"No key {key_id!r}", status=404, code="key_not_found")
+
+
+async def _send_error(send: Send, error: GatewayError, headers: dict[str, str]) -> int:
+    ce = error.error
+    await send_json(send, ce.status, error_body(ce), {**headers, **ce.headers})
+    return ce.status
+
+
+def install(app: App, *, backend: Backend | None = None, span_exporter: Any = None) -> KeysService:
+    """Put keys, limits, the ledger, metrics and tracing on `app` (see the module doc)."""
+    service = KeysService(app, backend=backend, span_exporter=span_exporter)
+    policy = app.gateway.policy
+    if service.tracing is not None:
+        app.add_guard(service.tracing.request_guard())
+        service.tracing.watch_attempts(policy)
+    if service.metrics is not None:
+        app.add_guard(service.metrics.request_guard())
+        service.metrics.watch_attempts(policy)
+        service.metrics.registry.collectors.append(service._ledger_metrics)
+        app.add_route("GET", "/metrics", service.serve_metrics)
+    app.add_guard(service.auth.guard)
+    app.gateway.add_interceptor(service.gate)
+    app.mount("/admin/", service.admin)
+    app.add_route("GET", "/v1/usage", service.usage)
+    app.on_startup(service.startup)
+    app.on_shutdown(service.shutdown)
+    return service

@@ -1,0 +1,125 @@
+"""The usage ledger: one row per chat request (table `usage_ledger`, migration 2), written in
+batches by a background task so that no request waits on the store.
+
+A row holds the key, the model asked for and the one that served, the provider, the outcome, the
+tokens in, out, of reasoning and from the cache, where those counts came from ("reported" by the
+upstream, or "counted" by svir from what streamed and an estimate of the prompt), the cost in
+micro-USD, the latency, the time to the first token, the tokens per second (§3.6), and the
+request ids (svir's, the upstream's `x-request-id` and the answer's id, OpenRouter's generation
+id among them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import Final
+
+from svir.store.base import SqlStore
+
+__all__ = ["COLUMNS", "Ledger", "LedgerRow"]
+
+log = logging.getLogger("svir.ledger")
+
+
+@dataclass(slots=True)
+class LedgerRow:
+    ts: float
+    request_id: str
+    key_id: str | None
+    api: str
+    model: str
+    served_model: str | None
+    provider: str | None
+    status: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None
+    cached_tokens: int | None
+    usage_source: str
+    cost_micros: int | None
+    latency_ms: float | None
+    ttft_ms: float | None
+    tokens_per_second: float | None
+    upstream_request_id: str | None
+    upstream_id: str | None
+
+
+COLUMNS: Final = tuple(f.name for f in fields(LedgerRow))
+_values = attrgetter(*COLUMNS)
+_PER_STATEMENT: Final = 200  # rows per INSERT: far under SQLite's and PostgreSQL's bind limits
+
+
+class Ledger:
+    """Collects rows (`record`, no await, no I/O) and writes them every `flush_seconds`."""
+
+    def __init__(
+        self, store: SqlStore, *, flush_seconds: float = 1.0, max_pending: int = 100_000
+    ) -> None:
+        self.store = store
+        self.flush_seconds = flush_seconds
+        self.max_pending = max_pending
+        self.pending: list[LedgerRow] = []
+        self.written = 0
+        self.dropped = 0
+        self.failures = 0
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    def record(self, row: LedgerRow) -> None:
+        if len(self.pending) >= self.max_pending:
+            self.dropped += 1
+            return
+        self.pending.append(row)
+
+    async def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_seconds)
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("could not write the usage ledger; will try again", exc_info=True)
+
+    async def flush(self) -> int:
+        """Write what is pending; on failure the rows go back to the front of the queue."""
+        async with self._lock:
+            rows, self.pending = self.pending, []
+            if not rows:
+                return 0
+            try:
+                await asyncio.shield(self._insert(rows))
+            except BaseException:
+                self.failures += 1
+                room = max(0, self.max_pending - len(self.pending))
+                self.dropped += max(0, len(rows) - room)
+                self.pending[:0] = rows[:room]
+                raise
+            self.written += len(rows)
+            return len(rows)
+
+    async def _insert(self, rows: list[LedgerRow]) -> None:
+        names = ", ".join(COLUMNS)
+        one = "(" + ", ".join("?" * len(COLUMNS)) + ")"
+        async with self.store.transaction(write=True) as tx:
+            for start in range(0, len(rows), _PER_STATEMENT):
+                chunk = rows[start : start + _PER_STATEMENT]
+                values = ", ".join([one] * len(chunk))
+                args = [v for row in chunk for v in _values(row)]
+                await tx.execute(f"INSERT INTO usage_ledger ({names}) VALUES {values}", *args)

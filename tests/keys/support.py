@@ -1,0 +1,203 @@
+"""Helpers for the keys tests: an in-process svir (App + lifespan over ASGI), configs, SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+
+from svir.config import Config, parse_config
+from svir.edges.app import App
+from svir.keys.service import KeysService, install
+
+PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+ADMIN_KEY = "admin-test-key-0123456789"
+
+
+def drop_redis_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def config_text(
+    upstream: str,
+    store_url: str,
+    *,
+    backend: str = "memory",
+    redis_prefix: str = "svir",
+    extra: str = "",
+    api_key_env: str | None = None,
+) -> str:
+    key_line = f'api_key_env = "{api_key_env}"\n' if api_key_env else ""
+    return f"""
+[store]
+url = "{store_url}"
+
+[limits]
+backend = "{backend}"
+redis_prefix = "{redis_prefix}"
+default_completion_tokens = 64
+extend_tokens = 4
+
+[ledger]
+flush_seconds = 0.05
+
+[[providers]]
+name = "fake"
+kind = "openai-compatible"
+base_url = "{upstream}"
+discover = false
+{key_line}
+[[providers]]
+name = "other"
+kind = "openai-compatible"
+base_url = "{upstream}"
+discover = false
+{extra}
+"""
+
+
+class Harness:
+    """An App with keys installed, started, and an httpx client over ASGI."""
+
+    default_upstream: ClassVar[str] = ""
+    default_tmp: ClassVar[Path] = Path(".")
+
+    def __init__(
+        self,
+        text: str | None = None,
+        *,
+        store_url: str | None = None,
+        backend: str = "memory",
+        redis_prefix: str = "svir",
+        extra: str = "",
+        environ: dict[str, str] | None = None,
+        client_host: str = "127.0.0.1",
+        span_exporter: Any = None,
+        fronts: tuple[str, ...] = (),
+    ) -> None:
+        url = store_url or f"sqlite:///{self.default_tmp / 'svir.db'}"
+        self.text = text or config_text(
+            self.default_upstream, url, backend=backend, redis_prefix=redis_prefix, extra=extra
+        )
+        self.config: Config = parse_config(self.text)
+        self.environ = {"SVIR_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
+        self.app = App(self.config, self.environ)
+        self.service: KeysService = install(self.app, span_exporter=span_exporter)
+        if "ollama" in fronts:
+            from svir.edges import ollama_api
+
+            ollama_api.install(self.app)
+        if "threads" in fronts:
+            from svir.edges import threads_api
+
+            threads_api.install(self.app)
+        self.client_host = client_host
+        self._lifespan: asyncio.Task[None] | None = None
+        self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.http: httpx.AsyncClient | None = None
+
+    async def start(self) -> Harness:
+        async def receive() -> dict[str, Any]:
+            return await self._inbox.get()
+
+        async def send(message: dict[str, Any]) -> None:
+            await self._outbox.put(message)
+
+        self._lifespan = asyncio.ensure_future(
+            self.app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+        )
+        await self._inbox.put({"type": "lifespan.startup"})
+        message = await asyncio.wait_for(self._outbox.get(), 30)
+        if message["type"] != "lifespan.startup.complete":
+            raise RuntimeError(f"svir did not start: {message}")
+        self.http = self.client()
+        return self
+
+    def client(self, host: str | None = None) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=self.app, client=(host or self.client_host, 40000))
+        return httpx.AsyncClient(transport=transport, base_url="http://svir", timeout=30)
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+            self.http = None
+        if self._lifespan is not None:
+            await self._inbox.put({"type": "lifespan.shutdown"})
+            await asyncio.wait_for(self._lifespan, 30)
+            self._lifespan = None
+
+    # Helpers
+
+    async def admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        assert self.http is not None
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        return await self.http.request(method, path, headers=headers, **kw)
+
+    async def new_key(self, **spec: Any) -> tuple[str, dict[str, Any]]:
+        spec.setdefault("name", "test")
+        r = await self.admin("POST", "/admin/keys", json=spec)
+        assert r.status_code == 201, r.text
+        body = r.json()
+        return body["key"], body
+
+    async def chat(
+        self, key: str | None, model: str = "fake/tok-3", *, stream: bool = True, **body: Any
+    ) -> httpx.Response:
+        assert self.http is not None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        payload = {
+            "model": model,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": stream,
+        }
+        payload.update(body)
+        return await self.http.post("/v1/chat/completions", json=payload, headers=headers)
+
+    async def chat_usage(self, key: str | None, since: str | None = None) -> dict[str, Any]:
+        assert self.http is not None
+        await self.flush()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        query = f"?since={since}" if since else ""
+        r = await self.http.get(f"/v1/usage{query}", headers=headers)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+    async def flush(self) -> None:
+        await self.service.gate.drain()
+        if self.service.ledger is not None:
+            await self.service.ledger.flush()
+
+
+def sse_data(raw: bytes | str) -> list[str]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    out = []
+    for block in text.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                out.append(line[6:])
+    return out
+
+
+def frames(raw: bytes | str) -> list[Any]:
+    return [d if d == "[DONE]" else json.loads(d) for d in sse_data(raw)]
+
+
+def content_of(raw: bytes | str) -> str:
+    text = []
+    for f in frames(raw):
+        if isinstance(f, dict):
+            for choice in f.get("choices") or ():
+                text.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(text)

@@ -1,0 +1,247 @@
+"""The usage ledger: a row per request in the store (SQLite and PostgreSQL), written in batches
+off the hot path; summaries for `svir usage`, GET /v1/usage and the admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from svir.ledger import Ledger, LedgerRow
+from svir.ledger.queries import ALL_KEYS, summarize
+from svir.store import make_store
+from svir.store.base import SqlStore
+from tests.keys.conftest import Postgres
+from tests.keys.support import Harness
+from tests.keys.upstream import PROMPT_TOKENS, FakeUpstream
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    pg: Postgres = request.getfixturevalue("postgres")
+    return pg.url()
+
+
+def row(**kw: Any) -> LedgerRow:
+    base: dict[str, Any] = {
+        "ts": time.time(),
+        "request_id": "r",
+        "key_id": "key_aaaaaaaaaaaaaaaa",
+        "api": "openai",
+        "model": "fake/m",
+        "served_model": "fake/m",
+        "provider": "fake",
+        "status": "ok",
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "reasoning_tokens": None,
+        "cached_tokens": None,
+        "usage_source": "reported",
+        "cost_micros": 100,
+        "latency_ms": 12.5,
+        "ttft_ms": 3.0,
+        "tokens_per_second": 40.0,
+        "upstream_request_id": "up-1",
+        "upstream_id": "gen-1",
+    }
+    base.update(kw)
+    return LedgerRow(**base)
+
+
+async def test_rows_batch_and_summaries(store_url: str) -> None:
+    store = make_store(store_url)
+    assert isinstance(store, SqlStore)
+    await store.open()
+    try:
+        ledger = Ledger(store, flush_seconds=3600)
+        day = 86400 * 20000.0  # 2024-10-04 00:00 UTC
+        for i in range(450):  # more than one INSERT statement's worth
+            ledger.record(
+                row(
+                    ts=day + i,
+                    request_id=f"r{i}",
+                    model="fake/a" if i % 3 else "fake/b",
+                    key_id=None if i % 5 == 0 else "key_aaaaaaaaaaaaaaaa",
+                    status="ok" if i % 10 else "timeout",
+                    reasoning_tokens=2 if i % 2 else None,
+                )
+            )
+        assert len(ledger.pending) == 450
+        assert await ledger.flush() == 450
+        assert ledger.pending == [] and ledger.written == 450
+        totals = await summarize(store, since=day, by=())
+        assert totals[0]["requests"] == 450 and totals[0]["errors"] == 45
+        assert totals[0]["prompt_tokens"] == 4500 and totals[0]["total_tokens"] == 6750
+        assert totals[0]["reasoning_tokens"] == 2 * 225
+        assert totals[0]["cost_usd"] == pytest.approx(450 * 100 / 1e6)
+        by_model = await summarize(store, since=day, by=("model",))
+        assert [(r["model"], r["requests"]) for r in by_model] == [("fake/a", 300), ("fake/b", 150)]
+        anonymous = await summarize(store, since=day, key=None, by=())
+        assert anonymous[0]["requests"] == 90
+        keyed = await summarize(store, since=day, key="key_aaaaaaaaaaaaaaaa", by=("day",))
+        assert keyed == [
+            {**keyed[0], "day": "2024-10-04", "requests": 360},
+        ]
+        window = await summarize(store, since=day + 100, until=day + 110, key=ALL_KEYS, by=())
+        assert window[0]["requests"] == 10
+        with pytest.raises(ValueError, match="cannot group"):
+            await summarize(store, since=0, by=("colour",))
+    finally:
+        await store.close()
+
+
+async def test_a_failed_write_keeps_the_rows(store_url: str) -> None:
+    store = make_store(store_url)
+    assert isinstance(store, SqlStore)
+    await store.open()
+    ledger = Ledger(store, flush_seconds=3600, max_pending=3)
+    for i in range(3):
+        ledger.record(row(request_id=f"r{i}"))
+    ledger.record(row(request_id="over"))
+    assert ledger.dropped == 1
+    await store.close()  # the store goes away
+    with pytest.raises(Exception, match="not open"):
+        await ledger.flush()
+    assert [r.request_id for r in ledger.pending] == ["r0", "r1", "r2"]
+    await store.open()
+    assert await ledger.flush() == 3
+    await store.close()
+
+
+async def test_background_task_writes_without_blocking(store_url: str) -> None:
+    store = make_store(store_url)
+    assert isinstance(store, SqlStore)
+    await store.open()
+    ledger = Ledger(store, flush_seconds=0.02)
+    await ledger.start()
+    started = time.perf_counter()
+    for i in range(1000):
+        ledger.record(row(request_id=f"r{i}"))
+    assert time.perf_counter() - started < 0.5  # recording does no I/O
+    for _ in range(200):
+        if ledger.written == 1000:
+            break
+        await asyncio.sleep(0.02)
+    assert ledger.written == 1000
+    await ledger.close()
+    await store.close()
+
+
+async def test_a_row_per_request_end_to_end(
+    harness_factory: type[Harness], store_url: str, upstream: FakeUpstream
+) -> None:
+    h = await harness_factory(store_url=store_url).start()
+    secret, key = await h.new_key(name="ledgered", rpm=2)
+    r = await h.chat(secret, "fake/tok-4", stream=True, stream_options={"include_usage": True})
+    assert r.status_code == 200
+    rid = r.headers["x-request-id"]
+    assert (await h.chat(secret, "fake/tok-2-nousage", stream=False)).status_code == 200
+    assert (await h.chat(secret, "fake/tok-2")).status_code == 429
+    assert (await h.chat(None, "fake/tok-2")).status_code == 401  # no key: no row
+    await h.flush()
+    store = h.service.store
+    assert store is not None
+    async with store.transaction(write=False) as tx:
+        rows = [dict(r) for r in await tx.fetch("SELECT * FROM usage_ledger ORDER BY id")]
+    assert [r["status"] for r in rows] == ["ok", "ok", "rpm_exceeded"]
+    first = rows[0]
+    assert first["request_id"] == rid and first["key_id"] == key["id"]
+    assert first["model"] == "fake/tok-4" and first["provider"] == "fake"
+    assert first["prompt_tokens"] == PROMPT_TOKENS and first["completion_tokens"] == 4
+    assert first["usage_source"] == "reported" and first["api"] == "openai"
+    assert first["upstream_id"] == "gen-fake-1" and first["upstream_request_id"].startswith("up-")
+    assert first["latency_ms"] > 0 and first["ttft_ms"] > 0
+    assert rows[1]["usage_source"] == "counted" and rows[1]["completion_tokens"] == 2
+    view = await h.chat_usage(secret)
+    assert view["key"]["id"] == key["id"] and view["totals"]["requests"] == 3
+    assert view["limits"]["rpm"]["limit"] == 2
+    assert [m["model"] for m in view["by_model"]] == [
+        "fake/tok-2",
+        "fake/tok-2-nousage",
+        "fake/tok-4",
+    ]
+    admin = (await h.admin("GET", "/admin/usage?by=key")).json()["data"]
+    assert admin == [{**admin[0], "key": key["id"], "requests": 3}]
+
+
+def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: FakeUpstream) -> None:
+    from svir.cli import main
+
+    config = tmp_path / "svir.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "cli.db"}"\n')
+    out = io.StringIO()
+    from svir.keys import cli as keys_cli
+
+    def run(*argv: str) -> tuple[int, str]:
+        import argparse
+
+        from svir.cli import build_parser
+
+        args: argparse.Namespace = build_parser().parse_args([*argv, "--config", str(config)])
+        buf = io.StringIO()
+        code = keys_cli.run(args, buf)
+        return code, buf.getvalue()
+
+    code, text = run("keys", "create", "--name", "cli", "--rpm", "5", "--budget", "1000/day",
+                     "--cost-budget", "2.5/month", "--models", "fake/,other/x", "--expires", "30d")  # fmt: skip
+    assert code == 0 and "sk-svir-" in text
+    secret = next(w for w in text.split() if w.startswith("sk-svir-"))
+    code, text = run("keys", "list")
+    assert code == 0 and "cli" in text and "rpm 5" in text and "tok/day 1000" in text
+    assert "$2.5/month" in text and secret not in text
+    key_id = next(w for w in text.split() if w.startswith("key_"))
+    code, text = run("usage", "--since", "1h")
+    assert code == 0 and "No requests" in text
+    code, text = run("keys", "revoke", key_id)
+    assert code == 0 and "Revoked" in text
+    code, text = run("keys", "list")
+    assert "No keys" in text
+    code, text = run("keys", "list", "--all", "--json")
+    assert '"state":"revoked"' in text
+    assert main(["keys", "revoke", "key_0000000000000000", "--config", str(config)]) == 1
+    assert main(["keys", "create", "--name", "x", "--budget", "lots", "--config", str(config)]) == 2
+    del out
+
+
+async def test_svir_usage_summarises_what_was_served(
+    harness_factory: type[Harness], tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    import argparse
+
+    from svir.cli import build_parser
+    from svir.keys import cli as keys_cli
+
+    db = tmp_path / "usage.db"
+    h = await harness_factory(store_url=f"sqlite:///{db}").start()
+    secret, key = await h.new_key(name="summed")
+    for model in ("fake/tok-4", "fake/tok-4", "other/tok-2"):
+        assert (await h.chat(secret, model)).status_code == 200
+    await h.flush()
+    config = tmp_path / "svir.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{db}"\n')
+
+    def usage(*argv: str) -> str:
+        args: argparse.Namespace = build_parser().parse_args(
+            ["usage", *argv, "--config", str(config)]
+        )
+        buf = io.StringIO()
+        assert keys_cli.run(args, buf) == 0
+        return buf.getvalue()
+
+    text = await asyncio.to_thread(usage, "--since", "1h")
+    lines = [line.split() for line in text.splitlines()[2:]]
+    assert [line[:4] for line in lines] == [
+        [key["id"], "fake/tok-4", "2", "0"],
+        [key["id"], "other/tok-2", "1", "0"],
+    ]
+    as_json = await asyncio.to_thread(usage, "--by", "model", "--key", key["id"], "--json")
+    import json
+
+    data = json.loads(as_json)["data"]
+    assert {d["model"]: d["completion_tokens"] for d in data} == {"fake/tok-4": 8, "other/tok-2": 2}

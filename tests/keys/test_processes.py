@@ -1,0 +1,236 @@
+"""Real `svir serve` processes: two replicas on one Redis and one PostgreSQL holding a budget
+under concurrent load; upstream keys never shown; and `svir serve` refusing to listen beyond
+loopback without keys."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.keys.conftest import Postgres
+from tests.keys.support import ADMIN_KEY, config_text, frames
+from tests.keys.upstream import FakeUpstream
+from tests.support.svir_proc import SvirProcess, free_port
+
+UPSTREAM_KEY = "up-Zq81xK3mW9vT-secret"
+
+
+def start(tmp: Path, name: str, text: str, env: dict[str, str] | None = None) -> SvirProcess:
+    where = tmp / name
+    where.mkdir()
+    return SvirProcess(text, where, {"SVIR_ADMIN_KEY": ADMIN_KEY, **(env or {})}).start()
+
+
+def new_key(svir: SvirProcess, **spec: Any) -> tuple[str, str]:
+    r = httpx.post(
+        svir.url + "/admin/keys",
+        json={"name": "load", **spec},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    return r.json()["key"], r.json()["id"]
+
+
+def stream_chat(url: str, key: str, model: str, **extra: Any) -> tuple[int, list[Any]]:
+    body = {"model": model, "messages": [{"role": "user", "content": "go"}], "stream": True}
+    body.update(extra)
+    with httpx.Client(timeout=30) as client:
+        r = client.post(
+            url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
+    return r.status_code, frames(r.content) if r.status_code == 200 else [r.json()]
+
+
+@pytest.mark.parametrize("n_requests", [48])
+def test_two_replicas_on_one_redis_hold_one_budget(
+    tmp_path: Path, upstream: FakeUpstream, postgres: Postgres, redis_prefix: str, n_requests: int
+) -> None:
+    store = postgres.url()
+    text = config_text(upstream.base_url, store, backend="redis", redis_prefix=redis_prefix)
+    a = start(tmp_path, "a", text)
+    b = start(tmp_path, "b", text)
+    try:
+        budget = 700
+        key, key_id = new_key(a, tokens_per_day=budget)
+        time.sleep(0.1)
+        urls = [a.url, b.url]
+        # Each answer is 20 tokens and the prompt 7 (the upstream's usage); each call reserves
+        # the prompt's estimate + 64 (default_completion_tokens) before it starts.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+            results = list(
+                pool.map(
+                    lambda i: stream_chat(urls[i % 2], key, "fake/tok-20-slow"), range(n_requests)
+                )
+            )
+        done = [f for code, f in results if code == 200 and f[-1] == "[DONE]"]
+        cut = [f for code, f in results if code == 200 and f[-1] != "[DONE]"]
+        refused = [f for code, f in results if code == 429]
+        assert len(done) + len(cut) + len(refused) == n_requests, results
+        assert done and refused, (len(done), len(cut), len(refused))
+        for f in cut:
+            errors = [x for x in f if isinstance(x, dict) and "error" in x]
+            assert len(errors) == 1 and f[-1] is errors[0]
+            assert errors[0]["error"]["code"] == "tokens_per_day_exceeded"
+        for f in refused:
+            assert f[0]["error"]["code"] == "tokens_per_day_exceeded"
+        time.sleep(0.5)  # settlements and the ledger's batches
+        usage = httpx.get(
+            b.url + "/v1/usage", headers={"Authorization": f"Bearer {key}"}, timeout=10
+        )
+        view = usage.json()
+        used = view["limits"]["tokens_per_day"]["used"]
+        assert used <= budget
+        # Reservations held the rest while calls ran; settled, most of the budget was used.
+        assert used > budget / 2
+        # Both replicas wrote to one ledger, and it agrees with the shared counter.
+        totals = view["totals"]
+        assert totals["requests"] == n_requests
+        assert totals["total_tokens"] == used
+        served = sum(1 for code, _ in results if code == 200)
+        assert totals["requests"] - totals["errors"] == len(done)
+        assert served == len(done) + len(cut)
+        by_replica = httpx.get(
+            a.url + "/admin/usage?by=key,status",
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            timeout=10,
+        ).json()["data"]
+        assert {r["key"] for r in by_replica} == {key_id}
+        # What the settled calls gave back can be used again.
+        if budget - used > 40:
+            code, f = stream_chat(a.url, key, "fake/tok-3", max_tokens=5)
+            assert code == 200 and f[-1] == "[DONE]"
+    finally:
+        a.stop()
+        b.stop()
+    for proc in (a, b):
+        assert "Traceback" not in proc.log(), proc.log()
+
+
+def test_upstream_keys_never_shown(tmp_path: Path, upstream: FakeUpstream) -> None:
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    text = config_text(upstream.base_url, store, api_key_env="UPSTREAM_KEY")
+    text += '\n[[routes]]\nname = "down"\ntargets = [{ model = "fake/echo-503" }]\n'
+    svir = start(tmp_path, "s", text, {"UPSTREAM_KEY": UPSTREAM_KEY})
+    seen: list[str] = []
+    try:
+        key, _ = new_key(svir)
+        auth = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=svir.url, headers=auth, timeout=30) as client:
+            for model in ("fake/echo-401", "fake/echo-400", "fake/echo-503", "fake/echo-stream"):
+                for stream in (True, False):
+                    r = client.post(
+                        "/v1/chat/completions",
+                        json={
+                            "model": model,
+                            "messages": [{"role": "user", "content": "x"}],
+                            "stream": stream,
+                        },
+                    )
+                    seen.append(f"{r.status_code} {dict(r.headers)} {r.text}")
+            r = client.post(
+                "/api/chat",
+                json={"model": "fake/echo-400", "messages": [{"role": "user", "content": "x"}]},
+            )
+            seen.append(r.text)
+            seen.append(client.get("/v1/usage").text)
+            seen.append(client.get("/metrics").text)
+            seen.append(client.get("/healthz?verbose=1").text)
+            seen.append(client.get("/v1/models").text)
+    finally:
+        svir.stop()
+    # The upstream did get the key: the test is about svir not repeating it.
+    assert any(h.get("Authorization") == f"Bearer {UPSTREAM_KEY}" for h, _ in upstream.requests)
+    assert any("502" in s and "upstream_auth_error" in s for s in seen)
+    assert any("[redacted]" in s for s in seen), seen
+    everything = "\n".join(seen)
+    assert UPSTREAM_KEY not in everything
+    log = svir.log()
+    assert "upstream attempt failed" in log
+    assert UPSTREAM_KEY not in log
+    assert ADMIN_KEY not in log
+    assert key not in log and key not in everything
+
+
+def _serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "svir", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=tmp,
+    )
+
+
+def test_serve_refuses_a_public_address_without_keys(tmp_path: Path) -> None:
+    config = tmp_path / "svir.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "k.db"}"\n')
+    port = free_port()
+    proc = _serve(tmp_path, "--config", str(config), "--host", "0.0.0.0", "--port", str(port))
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert b"refusing to listen on 0.0.0.0" in out and b"svir keys create" in out
+
+    # Told explicitly: it listens.
+    proc = _serve(
+        tmp_path, "--config", str(config), "--host", "0.0.0.0", "--port", str(port), "--allow-open"
+    )
+    try:
+        assert _healthy(port)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=15)
+
+    # With a key issued: it listens, and wants the key.
+    created = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "svir",
+            "keys",
+            "create",
+            "--name",
+            "ops",
+            "--json",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        check=True,
+    )
+    secret = json.loads(created.stdout)["key"]
+    proc = _serve(tmp_path, "--config", str(config), "--host", "0.0.0.0", "--port", str(port))
+    try:
+        assert _healthy(port)
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+        assert r.status_code == 401
+        r = httpx.get(
+            f"http://127.0.0.1:{port}/v1/models",
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=5,
+        )
+        assert r.status_code == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=15)
+
+
+def _healthy(port: int) -> bool:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    return False

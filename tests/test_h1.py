@@ -1,0 +1,211 @@
+"""svir.edges.h1: the minimal HTTP/1.1 upstream client, against a scripted asyncio server."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from svir.edges.h1 import H1Error, H1Pool, H1Response, Headers
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Server:
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1/chat/completions"
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        body = await reader.readexactly(length)
+        self.requests.append(head + body)
+        return body
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[tuple[Server, str]]]]:
+    servers: list[Server] = []
+
+    async def start(handler: Handler) -> tuple[Server, str]:
+        server = Server(handler)
+        servers.append(server)
+        return server, await server.start()
+
+    yield start
+    for s in servers:
+        assert s.server is not None
+        s.server.close()
+
+
+async def body_of(resp: H1Response) -> bytes:
+    parts = []
+    while data := await resp.read():
+        parts.append(data)
+    return b"".join(parts)
+
+
+def keep_alive(reply: Callable[[bytes], bytes], server_ref: list[Server]) -> Handler:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            body = await server_ref[0].read_request(reader)
+            writer.write(reply(body))
+            await writer.drain()
+
+    return handler
+
+
+async def test_content_length_body_and_keep_alive(serve) -> None:
+    ref: list[Server] = []
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
+    server, url = await serve(keep_alive(lambda body: reply + b'{"ok":true}', ref))
+    ref.append(server)
+    pool = H1Pool()
+    for _ in range(3):
+        resp = await pool.request("POST", url, headers={"X-A": "1"}, body=b'{"q":1}')
+        assert resp.status == 200
+        assert resp.headers["content-type"] == "application/json"
+        assert await body_of(resp) == b'{"ok":true}'
+        resp.close()  # after a whole read: the connection stays pooled
+    assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"X-A: 1\r\n" in first and b"Content-Length: 7\r\n" in first
+    assert first.endswith(b'{"q":1}')
+    pool.close()
+
+
+async def test_chunked_body_and_pieces(serve) -> None:
+    ref: list[Server] = []
+
+    def reply(body: bytes) -> bytes:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        head += b"Transfer-Encoding: chunked\r\n\r\n"
+        return head + b"6\r\ndata: \r\n" + b"%x\r\n%s\r\n" % (len(body), body) + b"0\r\n\r\n"
+
+    server, url = await serve(keep_alive(reply, ref))
+    ref.append(server)
+    pool = H1Pool()
+    big = b"x" * 100_000  # past the size written together with the head
+    resp = await pool.request("POST", url, headers={}, body=[b"ab", memoryview(big), b"cd"])
+    assert await body_of(resp) == b"data: ab" + big + b"cd"
+    assert b"Content-Length: 100004\r\n" in server.requests[0]
+    pool.close()
+
+
+async def test_body_until_close_and_gzip(serve) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        data = gzip.compress(b"hello " * 1000)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nConnection: close\r\n\r\n")
+        writer.write(data)
+        await writer.drain()
+
+    server, url = await serve(handler)
+    pool = H1Pool()
+    resp = await pool.request("POST", url, headers={}, body=b"{}")
+    assert await body_of(resp) == b"hello " * 1000
+    pool.close()
+
+
+async def test_stale_pooled_connection_is_retried(serve) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        # then closes: the client's pooled connection is stale
+
+    server, url = await serve(handler)
+    pool = H1Pool()
+    for _ in range(2):
+        resp = await pool.request("POST", url, headers={}, body=b"{}")
+        assert await body_of(resp) == b"ok"
+        await asyncio.sleep(0.05)
+    assert server.connections == 2
+    pool.close()
+
+
+async def test_cut_body_raises_and_close_drops_connection(serve) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+
+    server, url = await serve(handler)
+    pool = H1Pool()
+    resp = await pool.request("POST", url, headers={}, body=b"{}")
+    assert await resp.read() == b"partial"
+    with pytest.raises(H1Error):
+        await resp.read()
+    resp.close()
+    assert not pool._idle.get(resp._conn.key)
+    pool.close()
+
+
+async def test_connect_refused_is_a_connect_error() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    pool = H1Pool()
+    with pytest.raises(H1Error) as err:
+        await pool.request("POST", f"http://127.0.0.1:{port}/", headers={}, body=b"")
+    assert err.value.connect
+
+
+async def test_malformed_response_raises(serve) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    server, url = await serve(handler)
+    pool = H1Pool()
+    with pytest.raises(H1Error):
+        await pool.request("POST", url, headers={}, body=b"{}")
+
+
+def test_headers_case_insensitive_and_joined() -> None:
+    h = Headers([("X-Request-Id", "a"), ("Set-Cookie", "1"), ("set-cookie", "2")])
+    assert h["x-request-id"] == h.get("X-REQUEST-ID") == "a"
+    assert h["Set-Cookie"] == "1, 2"
+    assert "X-Request-ID" in h and "missing" not in h
+    assert h.get("missing") is None and len(h) == 2
+
+
+async def test_close_after_the_whole_message_arrived_keeps_the_connection(serve) -> None:
+    ref: list[Server] = []
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndata"
+    server, url = await serve(keep_alive(lambda body: reply, ref))
+    ref.append(server)
+    pool = H1Pool()
+    for _ in range(3):
+        resp = await pool.request("POST", url, headers={}, body=b"{}")
+        while not resp._conn.complete:  # arrived, but not read to its end
+            await asyncio.sleep(0.01)
+        resp.close()
+    assert server.connections == 1
+    pool.close()
