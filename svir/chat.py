@@ -71,6 +71,15 @@ def request_error(
     return GatewayError(ClientError(status, type, code, message, param, headers or {}))
 
 
+def body_too_large(limit: int) -> GatewayError:
+    """The 413 for a request body over the configured limit."""
+    return request_error(
+        f"The request body is larger than the limit of {limit} bytes",
+        status=413,
+        code="request_too_large",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """Where one request goes: a provider, the kind of server it is, and the model id there."""

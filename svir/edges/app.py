@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from svir import __version__
-from svir.chat import ChatCall, GatewayError, request_error, unique_id
+from svir.chat import ChatCall, GatewayError, body_too_large, request_error, unique_id
 from svir.config import Config
 from svir.edges.asgi import (
     SSE_HEADERS,
@@ -239,12 +239,7 @@ class App:
                 receive, self._serve_chat(request, send, rid, fields, blobs)
             )
         except BodyTooLarge:
-            limit = self.config.server.max_body_bytes
-            error = request_error(
-                f"The request body is larger than the limit of {limit} bytes",
-                status=413,
-                code="request_too_large",
-            )
+            error = body_too_large(self.config.server.max_body_bytes)
             return await _send_error(send, error, headers)
         except ClientGone:
             return 499

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.chat import GatewayError, request_error
+from svir.chat import GatewayError, body_too_large, request_error
 from svir.edges.app import App, call_fields, send_stream, until_disconnect
 from svir.edges.asgi import (
     BodyTooLarge,
@@ -150,12 +150,7 @@ class ThreadsAPI:
                 Request(scope, receive, send, service, owner, parts, headers, fields)
             )
         except BodyTooLarge:
-            limit = self.app.config.server.max_body_bytes
-            error = request_error(
-                f"The request body is larger than the limit of {limit} bytes",
-                status=413,
-                code="request_too_large",
-            )
+            error = body_too_large(self.app.config.server.max_body_bytes)
             return await _error(send, error, headers)
         except ClientGone:
             return 499
