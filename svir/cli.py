@@ -4,7 +4,6 @@ clients (svir/client)."""
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -66,11 +65,6 @@ def serve(args: argparse.Namespace) -> int:
     ollama_api.install(app)
     threads_api.install(app)
     managed.install(app)
-    # Everything loaded so far lives as long as the process: keep the collector off it, and
-    # collect young objects less often (a request makes many short-lived ones).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
     uvicorn.run(
         app,
         host=host,
