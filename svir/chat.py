@@ -172,6 +172,11 @@ class StreamGuard(Protocol):
 _VISIBLE = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta)
 
 
+def visible_count(events: list[Event]) -> int:
+    """How many pieces of the answer a batch shows the client (each one chunk on the wire)."""
+    return sum(1 for ev in events if isinstance(ev, _VISIBLE))
+
+
 def _first_visible(events: list[Event], keep: int) -> list[Event]:
     """The events up to the `keep`-th visible one (silent ones before it kept)."""
     out: list[Event] = []

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Final
 
-from svir.chat import ChatCall, Cut, GatewayError
+from svir.chat import ChatCall, Cut, GatewayError, visible_count
 from svir.config import LimitsConfig, PriceConfig
 from svir.edges.metrics import Metrics
 from svir.gateway import OpenChat
@@ -415,6 +415,7 @@ class Meter:
         self.fields = fields
         self.price = gate.price(call.model_label) or gate.price(model)
         self.delivered = 0
+        self.seen = 0
         self.cut: str | None = None
         self.touched = time.monotonic()
         self.allowed = self._allowed()
@@ -438,7 +439,10 @@ class Meter:
     # StreamGuard
 
     def check(self, events: list[Event]) -> Awaitable[Cut | None] | None:
-        count = self.call.decoder.rate.count
+        # Counted from the batches checked, not from the decoder, which may have read ahead
+        # (priming reads past the batch being checked): a cut must fall where this batch is.
+        self.seen += visible_count(events)
+        count = self.seen
         if count <= self.allowed:
             self.delivered = count
             grant = self.grant

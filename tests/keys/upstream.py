@@ -4,6 +4,7 @@
   (prompt_tokens 7, completion_tokens N), `[DONE]`.
 - `tok-N-nousage`: the same with no usage chunk (as servers that do not support it).
 - `tok-N-slow`: `tok-N` with `delay` seconds between chunks.
+- `tok-N-split`: the role chunk, `delay` seconds, then all N content chunks in one write.
 - `echo-401`, `echo-400`, `echo-503`: that status, with the request's credential quoted back in
   the error's message (as some servers do), not in any `sk-`/Bearer form the generic redaction
   knows.
@@ -107,6 +108,11 @@ class FakeUpstream:
         n = int(parts[1]) if len(parts) > 1 and parts[0] == "tok" else 2
         usage = "nousage" not in parts
         slow = "slow" in parts
+        if "split" in parts:
+            # The role alone first, then the whole answer in one write.
+            await asyncio.sleep(self.delay)
+            await resp.write(b"".join(chunk({"content": f"w{i} "}) for i in range(n)))
+            n = 0
         for i in range(n):
             await resp.write(chunk({"content": f"w{i} "}))
             if slow:
