@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from typing import Any
 
 from aiohttp import web
+
+from tests.support.svir_proc import free_port
 
 PROMPT_TOKENS = 7
 
@@ -42,9 +43,7 @@ class FakeUpstream:
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
 
     @property
     def base_url(self) -> str:

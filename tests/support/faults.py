@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import socket
 import threading
 from typing import Any
 
 from aiohttp import web
+
+from tests.support.svir_proc import free_port
 
 CHUNK = 'data: {{"id":"f","model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}\n\n'
 
@@ -45,9 +46,7 @@ class FaultServer:
         self.times: list[tuple[str, float]] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
 
     @property
     def base_url(self) -> str:

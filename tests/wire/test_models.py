@@ -17,6 +17,7 @@ from svir.wire.models import (
     normalize_base_url,
     parse_model_list,
 )
+from tests.support.replay import LLAMA_CPP_MODELS
 
 VLLM_MODELS = json.dumps(
     {
@@ -36,45 +37,9 @@ VLLM_MODELS = json.dumps(
     }
 ).encode()
 
-LLAMA_PATH = "/models/muse-glimmer-30b-q4_k_m.gguf"
-LLAMA_MODELS = json.dumps(
-    {
-        "models": [
-            {
-                "name": LLAMA_PATH,
-                "model": LLAMA_PATH,
-                "modified_at": "",
-                "size": "",
-                "digest": "",
-                "type": "model",
-                "description": "",
-                "tags": [""],
-                "capabilities": ["completion", "multimodal"],
-                "parameters": "",
-                "details": {"format": "gguf", "family": "", "families": [""]},
-            }
-        ],
-        "object": "list",
-        "data": [
-            {
-                "id": LLAMA_PATH,
-                "object": "model",
-                "created": 1790000000,
-                "owned_by": "llamacpp",
-                "meta": {
-                    "vocab_type": 2,
-                    "n_vocab": 151936,
-                    "n_ctx_train": 262144,
-                    "n_ctx": 16384,
-                    "n_embd": 2048,
-                    "n_params": 30532122624,
-                    "size": 18556686336,
-                },
-                "architecture": {"input_modalities": ["text", "image"]},
-            }
-        ],
-    }
-).encode()
+# llama.cpp's list: the same recorded shape the replay server serves.
+LLAMA_MODELS = json.dumps(LLAMA_CPP_MODELS).encode()
+LLAMA_PATH = LLAMA_CPP_MODELS["data"][0]["id"]
 
 MLX_MODELS = json.dumps(
     {
