@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from svir.config import ProviderConfig
-from svir.edges.upstream import Timeouts, UpstreamClient, UpstreamResponse
+from svir.config import ProviderConfig, Timeouts
+from svir.edges.upstream import UpstreamClient, UpstreamResponse
 from svir.policy.adapt import answer_transform
 from svir.providers import ProviderKind, build_upstream_body
 from svir.wire.blobs import Blobs

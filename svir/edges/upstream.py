@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 
+from svir.config import Timeouts
 from svir.edges.h1 import H1Error, H1Pool, H1Response
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
 
 ERROR_BODY_LIMIT = 65536
 ERROR_BODY_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """Seconds allowed to connect, to the response's headers, and between two body chunks."""
-
-    connect: float = 10.0
-    first_byte: float = 300.0
-    idle: float = 120.0
 
 
 async def read_limited(resp: H1Response, limit: int) -> bytes:

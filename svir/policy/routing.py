@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 
 from svir.chat import Route, request_error
-from svir.config import Config, ProviderConfig
-from svir.edges.upstream import Timeouts, UpstreamClient
+from svir.config import Config, ProviderConfig, Timeouts
+from svir.edges.upstream import UpstreamClient
 from svir.providers import ProviderKind, RequestError, get_kind, split_model
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.models import is_chat_model, parse_model_list
@@ -54,13 +54,12 @@ class Router:
         self._clock = clock
         self.providers: dict[str, Provider] = {}
         for p in config.providers:
-            t = p.timeouts
             self.providers[p.name] = Provider(
                 config=p,
                 kind=get_kind(p.kind),
                 base_url=p.base_url,
                 api_key=p.api_key(environ),
-                timeouts=Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle),
+                timeouts=p.timeouts,
             )
         self._cache: dict[str, tuple[float, list[str]]] = {}
 
