@@ -157,6 +157,20 @@ def wait_healthy(child: Child, port: int, path: str, timeout: float = 30.0) -> N
     raise RuntimeError(f"{child.name} did not become healthy:\n{child.tail()}")
 
 
+def start_fake_upstream(log: Path, *args: str, name: str = "fake upstream") -> tuple[Child, int]:
+    """`bench.fake_upstream` on a free loopback port (`args` passed on) once it answers, and its
+    port; stopped again if it never does."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.fake_upstream", "--port", str(port), *args]
+    child = Child(name, argv, log)
+    try:
+        wait_healthy(child, port, "/healthz")
+    except BaseException:
+        child.stop()
+        raise
+    return child, port
+
+
 # ---------------------------------------------------------------------------------------------
 # Correctness first: a fast wrong answer measures nothing
 

@@ -56,6 +56,7 @@ from bench.common import (
     request_body,
     rss_probe,
     run_wrk,
+    start_fake_upstream,
     summarize_profile,
     wait_healthy,
     write_lua,
@@ -85,16 +86,11 @@ relay = true
 
 @contextmanager
 def processes(tmp: Path, max_body: int) -> Iterator[tuple[Child, int, Child, int]]:
-    up_port, svir_port = free_port(), free_port()
+    svir_port = free_port()
     children: list[Child] = []
     try:
-        upstream = Child(
-            "fake upstream",
-            [sys.executable, "-m", "bench.fake_upstream", "--port", str(up_port)],
-            tmp / "upstream.log",
-        )
+        upstream, up_port = start_fake_upstream(tmp / "upstream.log")
         children.append(upstream)
-        wait_healthy(upstream, up_port, "/healthz")
         config = tmp / "svir.toml"
         config.write_text(SVIR_CONFIG.format(upstream=up_port, max_body=max_body, tmp=tmp))
         svir = Child(

@@ -71,6 +71,7 @@ from bench.common import (
     request_body,
     rss_probe,
     run_wrk,
+    start_fake_upstream,
     summarize_profile,
     wait_healthy,
     write_lua,
@@ -232,31 +233,44 @@ def start_svir(  # noqa: PLR0917
     workers: int,
     src: Path | None = None,
     server: str = "uvicorn",
+    python: str | None = None,
 ) -> Target:
     port = free_port()
     config = tmp / "svir.toml"
     config.write_text(
         SVIR_CONFIG.format(upstream=up_port, slow=slow_port, max_body=max_body, tmp=tmp)
     )
-    argv = [sys.executable, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
-    # Another server or several workers: the same app through bench.svir_app (an import string).
-    entry = ["bench.svir_app:app", "--host", "127.0.0.1", "--port", str(port)]
-    if server == "granian":
-        argv = [str(Path(sys.executable).with_name("granian")), "--interface", "asgi"]
-        argv += ["--loop", "uvloop", "--workers", str(workers), "--log-level", "warning", *entry]
-    elif workers > 1:
-        argv = [sys.executable, "-m", "uvicorn", "--loop", "uvloop", "--http", "httptools"]
-        argv += ["--workers", str(workers), "--no-access-log", "--log-level", "warning", *entry]
+    py = python or sys.executable
+    argv = [py, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
     env = {"SVIR_CONFIG": str(config)}
-    if src is not None:
-        # A bench snapshot of the tree may leave out the keys (see --svir-src).
-        env["PYTHONPATH"] = f"{src}{os.pathsep}{ROOT}"
-        cli = (src / "svir/cli.py").read_text()
-        env["SVIR_BENCH_KEYS"] = "0" if "pass  # keys_service.install" in cli else "1"
-
+    if server == "granian":
+        # The app a `svir serve` worker builds, on granian.
+        argv = [str(Path(py).with_name("granian")), "--interface", "asgi", "--loop", "uvloop"]
+        argv += ["--workers", str(workers), "--log-level", "warning", "--factory"]
+        argv += ["svir.edges.server:worker_app", "--host", "127.0.0.1", "--port", str(port)]
+    env["PYTHONPATH"] = str(src or ROOT)
     child = Child(name, argv, tmp / f"{name.replace(' ', '-')}.log", env=env, cwd=src)
     wait_healthy(child, port, "/healthz")
     return Target(name, child, port, {"json": "fake/json", "stream": f"fake/{STREAM_MODEL}"})
+
+
+def svir_python(version: str) -> str:
+    """An interpreter of `version` (e.g. 3.13) with svir's dependencies, in bench/.peers/: the
+    svir under test still comes from the source tree (PYTHONPATH)."""
+    venv = PEERS_DIR / f"svir-py{version}"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        # pyenv's versions before PATH: a pyenv shim on PATH may name a version it won't run.
+        candidates = sorted(Path.home().glob(f".pyenv/versions/{version}*/bin/python{version}"))
+        found = str(candidates[-1]) if candidates else shutil.which(f"python{version}")
+        if found is None:
+            raise SystemExit(f"no python{version} on PATH or under ~/.pyenv")
+        print(f"creating bench/.peers/svir-py{version} from {found} ...", flush=True)
+        subprocess.run([found, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)], check=True)
+    return str(py)
 
 
 def start_peer(tmp: Path, name: str, up_port: int, workers: int = 1) -> Target:
@@ -596,6 +610,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run svir from this source tree, as `svir (other)`: before/after in one run",
     )
     parser.add_argument("--granian", action="store_true", help="also svir's app on granian")
+    parser.add_argument(
+        "--svir-python",
+        default="",
+        help="comma-separated Python versions (e.g. 3.12,3.13): also svir on each interpreter",
+    )
     parser.add_argument("--native", action="store_true", help="py-spy --native")
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
@@ -622,30 +641,13 @@ def main(argv: list[str] | None = None) -> int:
     out: list[str] = []
     failed = False
     try:
-        up_port, slow_port = free_port(), free_port()
-        upstream = Child(
-            "direct",
-            [sys.executable, "-m", "bench.fake_upstream", "--port", str(up_port)],
-            tmp / "upstream.log",
-        )
+        upstream, up_port = start_fake_upstream(tmp / "upstream.log", name="direct")
         children.append(upstream)
-        wait_healthy(upstream, up_port, "/healthz")
         direct = Target("direct", upstream, up_port, {"json": "json", "stream": STREAM_MODEL})
-        slow = Child(
-            "slow upstream",
-            [
-                sys.executable,
-                "-m",
-                "bench.fake_upstream",
-                "--port",
-                str(slow_port),
-                "--drip-interval",
-                "2",
-            ],
-            tmp / "slow.log",
+        slow, slow_port = start_fake_upstream(
+            tmp / "slow.log", "--drip-interval", "2", name="slow upstream"
         )
         children.append(slow)
-        wait_healthy(slow, slow_port, "/healthz")
 
         targets: list[Target] = []
         starters: list[Callable[[], Target]] = [
@@ -668,6 +670,13 @@ def main(argv: list[str] | None = None) -> int:
             starters.append(
                 lambda: start_svir(
                     tmp, f"svir x{w}", up_port, slow_port, max_body, w, args.svir_src
+                )
+            )
+        for version in (v for v in args.svir_python.split(",") if v):
+            py = svir_python(version)
+            starters.append(
+                lambda py=py, v=version: start_svir(
+                    tmp, f"svir py{v}", up_port, slow_port, max_body, 1, args.svir_src, python=py
                 )
             )
         for p in peers:

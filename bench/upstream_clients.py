@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,7 @@ import aiohttp
 import httpx
 import uvloop
 
-from bench.common import Child, free_port, request_body, wait_healthy
+from bench.common import request_body, start_fake_upstream
 from svir.edges.h1 import H1Pool
 
 HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -113,14 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="svir-clients-"))
-    port = free_port()
-    upstream = Child(
-        "fake upstream",
-        [sys.executable, "-m", "bench.fake_upstream", "--port", str(port)],
-        tmp / "upstream.log",
-    )
+    upstream, port = start_fake_upstream(tmp / "upstream.log")
     try:
-        wait_healthy(upstream, port, "/healthz")
         out = uvloop.run(main_async(port, args))
     finally:
         upstream.stop()

@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="TOML config file (default: none, or $SVIR_CONFIG)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 11434)")
+    serve.add_argument(
+        "--workers", type=int, help="processes serving the port (default 1, or [server] workers)"
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--allow-open",
@@ -36,13 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from svir.config import ConfigError, check_keys, load_config
-    from svir.edges import managed, ollama_api, threads_api
-    from svir.edges.app import App
+    from svir.edges import managed, server
     from svir.keys import cli as keys_cli
-    from svir.keys import service as keys_service
     from svir.log import setup_logging
 
     setup_logging(args.log_level)
@@ -60,22 +59,14 @@ def serve(args: argparse.Namespace) -> int:
     if refusal is not None:
         print(f"svir: {refusal}", file=sys.stderr)
         return 2
-    app = App(config, os.environ)
-    keys_service.install(app)
-    ollama_api.install(app)
-    threads_api.install(app)
-    managed.install(app)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=5,
-    )
+    workers = args.workers if args.workers is not None else config.server.workers
+    refusal = server.worker_refusal(config, workers)
+    if refusal is not None:
+        print(f"svir: {refusal}", file=sys.stderr)
+        return 2
+    for warning in server.worker_warnings(config, workers):
+        print(f"svir: warning: {warning}", file=sys.stderr)
+    server.run(config, host=host, port=port, workers=workers, log_level=args.log_level, path=path)
     return 0
 
 

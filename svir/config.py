@@ -115,6 +115,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Room for a request with several photos as base64 (§2.3).
     max_body_bytes: int = 64 * 1024 * 1024
     models_cache_ttl: float = 60.0
+    # Processes serving the port (`svir serve --workers` overrides it); see docs/config.md.
+    workers: int = 1
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
@@ -51,13 +52,62 @@ class JSONFormatter(logging.Formatter):
         return line
 
 
+class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes lines in batches: in a running event loop, the lines logged during one turn of the
+    loop go out together in one write when that turn ends; outside a loop, at once.
+
+    Under load one write carries the access lines of many requests instead of one each (a write
+    per request was ~4% of svir's time on the streamed path). A crash loses at most the lines of
+    the loop turn it happened in.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self._scheduled = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self._pending.append(line)
+        if loop is None:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            self._scheduled = False
+            if self._pending:
+                lines, self._pending = self._pending, []
+                lines.append("")
+                try:
+                    self.stream.write("\n".join(lines))
+                    self.stream.flush()
+                except Exception:  # a closed stream at exit: nothing left to tell
+                    pass
+        finally:
+            self.release()
+
+
 def setup_logging(level: str = "info") -> None:
     """Send svir's logs as JSON lines to stderr."""
-    # The JSON lines name none of these; looking them up costs a system call per record.
+    # The JSON lines name none of these; looking them up costs a system call per record, and
+    # finding the caller's file and line walks the stack (the logging HOWTO's optimization list).
     logging.logProcesses = False
     logging.logThreads = False
     logging.logMultiprocessing = False
-    handler = logging.StreamHandler(sys.stderr)
+    logging._srcfile = None
+    handler = BatchedHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
     root = logging.getLogger("svir")
     root.handlers[:] = [handler]

@@ -195,6 +195,8 @@ class App:
             "version": __version__,
         }
         if b"verbose=1" in scope.get("query_string", b"").split(b"&"):
+            # With several workers, the state below is this worker's.
+            body["pid"] = os.getpid()
             body.update(self.gateway.policy.snapshot())
             for extra in self.health_extras:
                 body.update(extra())

@@ -105,6 +105,9 @@ class _Connection(asyncio.Protocol):
             self._fail(H1Error("upstream answered with a protocol upgrade"))
         except httptools.HttpParserError as exc:
             self._fail(H1Error(f"malformed HTTP response: {exc}"))
+        # The parser's callbacks only record what arrived: the reader is woken once per read,
+        # not once per piece of a chunked body (an SSE stream has a piece per event).
+        self._wake()
 
     def eof_received(self) -> bool | None:
         if self.headers_done and not self.complete and self.until_close:
@@ -136,7 +139,6 @@ class _Connection(asyncio.Protocol):
         )
         self.until_close = "content-length" not in framed and not chunked
         self.headers_done = True
-        self._wake()
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
@@ -144,11 +146,9 @@ class _Connection(asyncio.Protocol):
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
-        self._wake()
 
     def on_message_complete(self) -> None:
         self.complete = True
-        self._wake()
 
     # Reading
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -25,8 +26,13 @@ class SvirProcess:
     With `config_text` None, `svir serve` without a config (and without $SVIR_CONFIG)."""
 
     def __init__(
-        self, config_text: str | None, tmp: Path, env: dict[str, str] | None = None
+        self,
+        config_text: str | None,
+        tmp: Path,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> None:
+        self.args = list(args)
         self.port = free_port()
         self.config_path: Path | None = None
         if config_text is not None:
@@ -51,7 +57,7 @@ class SvirProcess:
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "svir", "serve", "--port", str(self.port),
-             *(["--config", str(self.config_path)] if self.config_path else [])],
+             *(["--config", str(self.config_path)] if self.config_path else []), *self.args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=self.env,

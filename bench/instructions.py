@@ -1,0 +1,139 @@
+"""Instructions per request: svir under valgrind's callgrind, a figure the machine's load does not
+move (req/s and CPU time swing 10-20% between runs on these shared 2-core machines, so a change of
+a few percent on the hot path is invisible to them).
+
+For each svir tree (this one, and each `--compare-src`), svir runs under callgrind with
+instrumentation off while it starts; after checked warm-up requests, instrumentation is switched
+on (`callgrind_control`), `--requests` sequential requests of each kind (non-streamed; a 20-chunk
+stream) are sent on one keep-alive connection, and the instructions counted are divided by their
+number. Counted: every user-space instruction of svir's process (all its threads: the store's
+and the ledger's work is part of a request's cost); not counted: time in the kernel (system calls
+such as the socket writes), so this complements CPU time and req/s, it does not replace them.
+
+    .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...]
+
+Needs valgrind (`apt-get install -y valgrind`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import (
+    ROOT,
+    STREAM_CHUNKS,
+    Child,
+    check_completion,
+    check_stream,
+    describe,
+    free_port,
+    post,
+    request_body,
+    start_fake_upstream,
+    wait_healthy,
+)
+from bench.suite import SVIR_CONFIG
+
+KINDS = {"json": ("fake/json", False), "stream": (f"fake/stream-{STREAM_CHUNKS}", True)}
+_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
+
+
+def control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=120)
+
+
+def counted(out_dir: Path, pid: int, before: set[Path]) -> int:
+    """Instructions in the dump callgrind wrote since `before` was listed."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = set(out_dir.glob(f"callgrind.out.{pid}*")) - before
+        for path in new:
+            text = path.read_text(errors="replace")
+            found = _TOTALS.search(text)
+            if found:
+                return int(found.group(1))
+        time.sleep(0.2)
+    raise RuntimeError("callgrind wrote no dump")
+
+
+def measure(src: Path, name: str, up_port: int, tmp: Path, requests: int) -> dict[str, float]:
+    port = free_port()
+    config = tmp / f"{name}.toml"
+    config.write_text(SVIR_CONFIG.format(upstream=up_port, slow=up_port, max_body=1 << 20, tmp=tmp))
+    out_dir = tmp / f"cg-{name}"
+    out_dir.mkdir()
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+    argv += [f"--callgrind-out-file={out_dir}/callgrind.out.%p"]
+    argv += [sys.executable, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
+    child = Child(name, argv, tmp / f"{name}.log", env={"PYTHONPATH": str(src)}, cwd=src)
+    try:
+        wait_healthy(child, port, "/healthz", timeout=300)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
+        for _ in range(20):  # warm-up, and a check that the answers are right
+            for kind, body in bodies.items():
+                status, data = post(conn, body)
+                problem = (
+                    check_completion(data) if kind == "json" else check_stream(data, STREAM_CHUNKS)
+                )
+                if status != 200 or problem:
+                    raise RuntimeError(f"{name} {kind}: {status} {problem}")
+        result: dict[str, float] = {}
+        # valgrind runs the child itself: its pid is the process's.
+        pid = str(child.pid)
+        for kind, body in bodies.items():
+            before = set(out_dir.glob("callgrind.out.*"))
+            control("-z", pid)
+            control("-i", "on", pid)
+            for _ in range(requests):
+                status, _ = post(conn, body)
+                if status != 200:
+                    raise RuntimeError(f"{name} {kind}: {status}")
+            control("-d", pid)
+            control("-i", "off", pid)
+            result[kind] = counted(out_dir, child.pid, before) / requests
+        conn.close()
+        return result
+    finally:
+        child.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--compare-src", type=Path, action="append", default=[])
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="svir-instructions-"))
+    upstream, up_port = start_fake_upstream(tmp / "upstream.log")
+    rows: list[tuple[str, dict[str, float]]] = []
+    try:
+        trees = [("svir", ROOT)] + [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
+        for name, src in trees:
+            print(f"{name} ({src}) under callgrind ...", flush=True)
+            rows.append((name, measure(src.resolve(), name, up_port, tmp, args.requests)))
+    finally:
+        upstream.stop()
+    print(f"\n{describe()}\n")
+    print(f"Instructions per request (callgrind, {args.requests} sequential requests each):\n")
+    print("| svir tree | non-stream | stream (20 chunks) | vs the first, non-stream / stream |")
+    print("|---|---|---|---|")
+    base = rows[0][1]
+    for name, r in rows:
+        ratio = f"{r['json'] / base['json']:.3f}x / {r['stream'] / base['stream']:.3f}x"
+        print(f"| {name} | {r['json']:,.0f} | {r['stream']:,.0f} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""How `svir serve` runs: the app built from a config with every front end installed, in one
+process or in N worker processes that share the listening socket.
+
+With workers, uvicorn's supervisor binds the socket, starts the workers (restarting any that
+dies) and each worker builds its own app with `worker_app`, from what the parent left in its
+environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from svir.config import MANAGED_KIND, Config, load_config
+from svir.edges.app import App
+
+# What the parent passes to its workers (they are new interpreters, not forks).
+ENV_CONFIG = "SVIR_CONFIG"
+ENV_LOG_LEVEL = "SVIR_LOG_LEVEL"
+
+
+def build_app(config: Config, environ: Mapping[str, str]) -> App:
+    """svir's app with every front end: keys and limits, Ollama's API, threads, managed models."""
+    from svir.edges import managed, ollama_api, threads_api
+    from svir.keys import service as keys_service
+
+    app = App(config, environ)
+    keys_service.install(app)
+    ollama_api.install(app)
+    threads_api.install(app)
+    managed.install(app)
+    return app
+
+
+def worker_refusal(config: Config, workers: int) -> str | None:
+    """Why `config` cannot be served by `workers` processes, or None."""
+    if workers < 1:
+        return f"workers must be at least 1, not {workers}"
+    if workers == 1:
+        return None
+    managed = [p.name for p in config.providers if p.kind == MANAGED_KIND]
+    if managed:
+        # Each worker would start its own llama-server for the same model.
+        return (
+            f"the managed provider(s) {', '.join(managed)} run their llama-server in svir's "
+            "process: serve them with one worker, or run llama-server yourself and use kind "
+            '"llamacpp"'
+        )
+    return None
+
+
+def worker_warnings(config: Config, workers: int) -> list[str]:
+    """What changes when one config is served by several processes."""
+    if workers == 1:
+        return []
+    out = [
+        f"{workers} workers: circuit breakers, retry budgets, learned quirks, least-in-flight "
+        "balancing, /metrics and /healthz?verbose=1 are per worker"
+    ]
+    if config.limits.backend == "memory":
+        out.append(
+            f'limits.backend = "memory" counts per worker: a key\'s rpm, tpm, concurrency and '
+            f'budgets may be exceeded up to {workers} times; use limits.backend = "redis" for '
+            "exact limits"
+        )
+    return out
+
+
+def run(
+    config: Config, *, host: str, port: int, workers: int, log_level: str, path: str | None
+) -> None:
+    """Serve until stopped: the app in this process, or `workers` processes (see the module doc);
+    `path` is the config file `config` came from (None: the default config)."""
+    import uvicorn
+
+    settings: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": 5,
+    }
+    if workers == 1:
+        uvicorn.run(build_app(config, os.environ), **settings)
+        return
+    # Each worker is a new interpreter that builds its own app from this environment.
+    if path:
+        os.environ[ENV_CONFIG] = os.path.abspath(path)
+    os.environ[ENV_LOG_LEVEL] = log_level
+    uvicorn.run("svir.edges.server:worker_app", factory=True, workers=workers, **settings)
+
+
+def worker_app() -> App:
+    """The app of one worker process (uvicorn's factory), from the environment `svir serve` set."""
+    from svir.edges import managed
+    from svir.log import setup_logging
+
+    setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"))
+    path = os.environ.get(ENV_CONFIG)
+    config = load_config(path) if path else managed.default_config()
+    return build_app(config, os.environ)
