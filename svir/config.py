@@ -115,7 +115,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Room for a request with several photos as base64 (§2.3).
     max_body_bytes: int = 64 * 1024 * 1024
     models_cache_ttl: float = 60.0
-    # Processes serving the port (`svir serve --workers` overrides it); see docs/config.md.
+    # Processes serving the port (`svir serve --workers` overrides it; README, "Workers").
     workers: int = 1
 
 

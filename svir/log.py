@@ -64,7 +64,9 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
         self._pending: list[str] = []
-        self._scheduled = False
+        # The loop a flush is scheduled on: a loop that stopped before running it is not waited
+        # for by the next one.
+        self._scheduled_on: asyncio.AbstractEventLoop | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -79,14 +81,14 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._pending.append(line)
         if loop is None:
             self.flush()
-        elif not self._scheduled:
-            self._scheduled = True
+        elif self._scheduled_on is not loop:
+            self._scheduled_on = loop
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self.acquire()
         try:
-            self._scheduled = False
+            self._scheduled_on = None
             if self._pending:
                 lines, self._pending = self._pending, []
                 lines.append("")

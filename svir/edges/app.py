@@ -80,6 +80,8 @@ class App:
         self._guards: list[Guard] = []
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
+        # Which models the current request may see listed (svir.keys: the key's models).
+        self.model_filters: list[Callable[[str], bool]] = []
         self.add_route("POST", "/v1/chat/completions", self.chat_completions)
         self.add_route("GET", "/v1/models", self.list_models)
         self.add_route("GET", "/healthz", self.healthz)
@@ -87,6 +89,13 @@ class App:
     @property
     def router(self) -> Router:
         return self.gateway.router
+
+    async def models(self) -> list[tuple[str, str]]:
+        """(model, provider) for every model the current request may see, for model lists."""
+        models = await self.gateway.router.models()
+        if not self.model_filters:
+            return models
+        return [m for m in models if all(allowed(m[0]) for allowed in self.model_filters)]
 
     def add_route(self, method: str, path: str, handler: Handler) -> None:
         self._routes[(method, path)] = handler
@@ -206,7 +215,7 @@ class App:
     async def list_models(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        models = await self.gateway.router.models()
+        models = await self.models()
         data = [
             {"id": model, "object": "model", "created": CREATED, "owned_by": owner}
             for model, owner in models

@@ -187,7 +187,7 @@ class OllamaAPI:
     async def tags(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        models = await self.app.router.models()
+        models = await self.app.models()
         entries = [tags_entry(name, self._kind(provider)) for name, provider in models]
         await send_json(send, 200, {"models": entries}, {"x-request-id": rid})
         return 200

@@ -452,6 +452,12 @@ async def _send_error(send: Send, error: GatewayError, headers: dict[str, str]) 
     return ce.status
 
 
+def _listed_for_key(model: str) -> bool:
+    """A key restricted to some models sees only those in model lists."""
+    key = current_key()
+    return key is None or key.allows(model)
+
+
 def install(app: App, *, backend: Backend | None = None, span_exporter: Any = None) -> KeysService:
     """Put keys, limits, the ledger, metrics and tracing on `app` (see the module doc)."""
     service = KeysService(app, backend=backend, span_exporter=span_exporter)
@@ -466,6 +472,7 @@ def install(app: App, *, backend: Backend | None = None, span_exporter: Any = No
         app.add_route("GET", "/metrics", service.serve_metrics)
     app.add_guard(service.auth.guard)
     app.gateway.add_interceptor(service.gate)
+    app.model_filters.append(_listed_for_key)
     app.mount("/admin/", service.admin)
     app.add_route("GET", "/v1/usage", service.usage)
     app.on_startup(service.startup)

@@ -202,6 +202,26 @@ async def test_models_a_key_may_use(harness_factory: type[Harness], upstream: Fa
     assert len(upstream.requests) == before
 
 
+async def test_model_lists_show_a_key_only_its_models(harness_factory: type[Harness]) -> None:
+    h = await harness_factory(extra='models = ["tok-1", "tok-2"]', fronts=("ollama",)).start()
+    narrow, _ = await h.new_key(models=["other/tok-1"])
+    wide, _ = await h.new_key(name="wide")
+    assert h.http is not None
+
+    async def listed(key: str) -> tuple[list[str], list[str]]:
+        auth = {"Authorization": f"Bearer {key}"}
+        openai_list = await h.http.get("/v1/models", headers=auth)
+        ollama_list = await h.http.get("/api/tags", headers=auth)
+        assert openai_list.status_code == ollama_list.status_code == 200
+        return (
+            [m["id"] for m in openai_list.json()["data"]],
+            [m["name"] for m in ollama_list.json()["models"]],
+        )
+
+    assert await listed(wide) == (["other/tok-1", "other/tok-2"], ["other/tok-1", "other/tok-2"])
+    assert await listed(narrow) == (["other/tok-1"], ["other/tok-1"])
+
+
 async def test_admin_key_and_metrics_are_outside_key_auth(harness_factory: type[Harness]) -> None:
     h = await harness_factory().start()
     await h.new_key()
