@@ -74,11 +74,13 @@ def run(
     `path` is the config file `config` came from (None: the default config)."""
     import uvicorn
 
+    from svir.edges.coalesce import CoalescingHttpToolsProtocol
+
     settings: dict[str, Any] = {
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": "httptools",
+        "http": CoalescingHttpToolsProtocol,
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",
