@@ -304,7 +304,7 @@ class MemoryBackend(Backend):
         now = self.clock()
         w = windows_at(now)
         self._sweep(now)
-        k = _Keys(subject, w)
+        k = _Keys.at(subject, w)
         if limits.concurrent is not None:
             slots = self._slots(subject, now)
             if len(slots) >= limits.concurrent:
@@ -353,7 +353,7 @@ class MemoryBackend(Backend):
 
     async def extend(self, grant: Grant, tokens: int, cost: int) -> tuple[int, int]:
         now = self.clock()
-        k = _GrantKeys(grant)
+        k = _Keys.of(grant)
         limits = grant.limits
         for name, key in (("tokens_per_day", k.day), ("tokens_per_month", k.month)):
             value = limits.value(name)
@@ -384,7 +384,7 @@ class MemoryBackend(Backend):
             return
         grant.settled = True
         now = self.clock()
-        k = _GrantKeys(grant)
+        k = _Keys.of(grant)
         limits = grant.limits
         dt, dc = tokens - grant.tokens, cost - grant.cost
         if limits.tpm is not None:
@@ -403,7 +403,7 @@ class MemoryBackend(Backend):
     async def figures(self, subject: str, limits: Limits) -> Figures:
         now = self.clock()
         w = windows_at(now)
-        k = _Keys(subject, w)
+        k = _Keys.at(subject, w)
         used: dict[str, float] = {}
         if limits.concurrent is not None:
             used["concurrent"] = len(self._slots(subject, now))
@@ -427,7 +427,9 @@ class MemoryBackend(Backend):
 
 
 class _Keys:
-    """Counter names of one subject at one moment (shared with the Redis backend)."""
+    """Counter names of one subject in the windows of one moment (shared with the Redis
+    backend): `at` a moment's windows to check and charge, `of` a grant to correct what it
+    charged."""
 
     __slots__ = (
         "conc",
@@ -441,33 +443,26 @@ class _Keys:
         "tpm_prev",
     )
 
-    def __init__(self, subject: str, w: Windows, prefix: str = "") -> None:
+    def __init__(self, subject: str, minute: int, day: int, month: int, prefix: str = "") -> None:
         # A hash tag ({…}) keeps one subject's keys in one Redis Cluster slot.
         base = f"{prefix}{{{subject}}}"
-        self.rpm = f"{base}:rpm:{w.minute}"
-        self.rpm_prev = f"{base}:rpm:{w.minute - 1}"
-        self.tpm = f"{base}:tpm:{w.minute}"
-        self.tpm_prev = f"{base}:tpm:{w.minute - 1}"
-        self.day = f"{base}:tday:{w.day}"
-        self.month = f"{base}:tmonth:{w.month}"
-        self.cost_day = f"{base}:cday:{w.day}"
-        self.cost_month = f"{base}:cmonth:{w.month}"
+        self.rpm = f"{base}:rpm:{minute}"
+        self.rpm_prev = f"{base}:rpm:{minute - 1}"
+        self.tpm = f"{base}:tpm:{minute}"
+        self.tpm_prev = f"{base}:tpm:{minute - 1}"
+        self.day = f"{base}:tday:{day}"
+        self.month = f"{base}:tmonth:{month}"
+        self.cost_day = f"{base}:cday:{day}"
+        self.cost_month = f"{base}:cmonth:{month}"
         self.conc = f"{base}:conc"
 
+    @classmethod
+    def at(cls, subject: str, w: Windows, prefix: str = "") -> _Keys:
+        return cls(subject, w.minute, w.day, w.month, prefix)
 
-class _GrantKeys:
-    """Counter names a grant was charged to."""
-
-    __slots__ = ("conc", "cost_day", "cost_month", "day", "month", "tpm")
-
-    def __init__(self, grant: Grant, prefix: str = "") -> None:
-        base = f"{prefix}{{{grant.subject}}}"
-        self.tpm = f"{base}:tpm:{grant.minute}"
-        self.day = f"{base}:tday:{grant.day}"
-        self.month = f"{base}:tmonth:{grant.month}"
-        self.cost_day = f"{base}:cday:{grant.day}"
-        self.cost_month = f"{base}:cmonth:{grant.month}"
-        self.conc = f"{base}:conc"
+    @classmethod
+    def of(cls, grant: Grant, prefix: str = "") -> _Keys:
+        return cls(grant.subject, grant.minute, grant.day, grant.month, prefix)
 
 
 def ttls(lease_seconds: float) -> dict[str, int]:

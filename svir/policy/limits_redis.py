@@ -20,7 +20,6 @@ from svir.policy.limits import (
     Figures,
     Grant,
     Limits,
-    _GrantKeys,
     _Keys,
     budget_denial,
     sliding,
@@ -234,7 +233,7 @@ class RedisBackend(Backend):
     async def admit(self, subject: str, limits: Limits, ask: Ask, lease: str) -> Grant | Denied:
         now = self.clock()
         w = windows_at(now)
-        k = _Keys(subject, w, self.prefix)
+        k = _Keys.at(subject, w, self.prefix)
         ttl = self._ttl
         out = await self._run(
             self._admit,
@@ -286,7 +285,7 @@ class RedisBackend(Backend):
 
     async def extend(self, grant: Grant, tokens: int, cost: int) -> tuple[int, int]:
         now = self.clock()
-        k = _GrantKeys(grant, self.prefix)
+        k = _Keys.of(grant, self.prefix)
         limits = grant.limits
         out = await self._run(
             self._extend,
@@ -314,7 +313,7 @@ class RedisBackend(Backend):
         if grant.settled:
             return
         grant.settled = True
-        k = _GrantKeys(grant, self.prefix)
+        k = _Keys.of(grant, self.prefix)
         limits = grant.limits
         await self._run(
             self._settle,
@@ -336,7 +335,7 @@ class RedisBackend(Backend):
     async def figures(self, subject: str, limits: Limits) -> Figures:
         now = self.clock()
         w = windows_at(now)
-        k = _Keys(subject, w, self.prefix)
+        k = _Keys.at(subject, w, self.prefix)
         names = [
             ("rpm", (k.rpm_prev, k.rpm)),
             ("tpm", (k.tpm_prev, k.tpm)),
