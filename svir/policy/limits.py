@@ -341,6 +341,11 @@ class MemoryBackend(Backend):
             self._add(k.rpm, 1, 2 * MINUTE + _SLACK, now)
         if limits.tpm is not None:
             self._add(k.tpm, tokens, 2 * MINUTE + _SLACK, now)
+        self._charge_budgets(k, limits, tokens, cost, now)
+        return Grant(subject, lease, limits, w.minute, w.day, w.month, tokens, cost, tokens)
+
+    def _charge_budgets(self, k: _Keys, limits: Limits, tokens: int, cost: int, now: float) -> None:
+        """Add tokens and cost to the day and month budgets the limits have."""
         if limits.tokens_per_day is not None:
             self._add(k.day, tokens, DAY + _SLACK, now)
         if limits.tokens_per_month is not None:
@@ -349,7 +354,6 @@ class MemoryBackend(Backend):
             self._add(k.cost_day, cost, DAY + _SLACK, now)
         if limits.cost_per_month is not None:
             self._add(k.cost_month, cost, 32 * DAY, now)
-        return Grant(subject, lease, limits, w.minute, w.day, w.month, tokens, cost, tokens)
 
     async def extend(self, grant: Grant, tokens: int, cost: int) -> tuple[int, int]:
         now = self.clock()
@@ -363,14 +367,7 @@ class MemoryBackend(Backend):
             value = limits.value(name)
             if value is not None:
                 cost = max(0, min(cost, int(value - self._get(key, now))))
-        if limits.tokens_per_day is not None:
-            self._add(k.day, tokens, DAY + _SLACK, now)
-        if limits.tokens_per_month is not None:
-            self._add(k.month, tokens, 32 * DAY, now)
-        if limits.cost_per_day is not None:
-            self._add(k.cost_day, cost, DAY + _SLACK, now)
-        if limits.cost_per_month is not None:
-            self._add(k.cost_month, cost, 32 * DAY, now)
+        self._charge_budgets(k, limits, tokens, cost, now)
         if limits.concurrent is not None:
             slots = self._leases.setdefault(grant.subject, {})
             if grant.lease in slots:
