@@ -160,6 +160,15 @@ class Connection:
             raise ClientFailure(_transport_error(exc, self.root, False).message) from None
 
 
+def not_a_stream(resp: httpx.Response) -> StreamError | None:
+    """Why a streamed POST's response is no event stream to read (an HTTP error, or a 2xx that
+    is not `text/event-stream`), or None."""
+    if resp.status_code >= 300:
+        return StreamError(error_of(resp))
+    problem = check_stream_response(resp.status_code, resp.headers.get("content-type"))
+    return StreamError(problem) if problem is not None else None
+
+
 def stream_chat(
     client: httpx.Client,
     url: str,
@@ -182,12 +191,9 @@ def stream_chat(
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     try:
         with client.stream("POST", url, content=data, headers=headers) as resp:
-            if resp.status_code >= 300:
-                yield StreamError(error_of(resp))
-                return
-            problem = check_stream_response(resp.status_code, resp.headers.get("content-type"))
-            if problem is not None:
-                yield StreamError(problem)
+            refused = not_a_stream(resp)
+            if refused is not None:
+                yield refused
                 return
             try:
                 for chunk in resp.iter_raw():

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import httpx
 import msgspec
 
-from svir.client.connection import ClientFailure, Connection, error_of, stream_chat
-from svir.wire.classify import check_stream_response, classify_stream_error
+from svir.client.connection import ClientFailure, Connection, error_of, not_a_stream, stream_chat
+from svir.wire.classify import classify_stream_error
 from svir.wire.decoder import StreamDecoder
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
@@ -325,12 +325,9 @@ class ThreadHistory:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         try:
             with client.stream("POST", url, content=data, headers=headers) as resp:
-                if resp.status_code >= 300:
-                    yield StreamError(error_of(resp))
-                    return
-                problem = check_stream_response(resp.status_code, resp.headers.get("content-type"))
-                if problem is not None:
-                    yield StreamError(problem)
+                refused = not_a_stream(resp)
+                if refused is not None:
+                    yield refused
                     return
                 parser = SSEParser()
                 reader = _FrameReader(rate, clock)
