@@ -37,6 +37,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
+from svir.wire.media import sniff_image
 
 __all__ = [
     "MODIFIED_AT",
@@ -53,7 +54,6 @@ __all__ = [
     "ps_entry",
     "schema_name",
     "show_response",
-    "sniff_image_type",
     "tags_entry",
     "to_openai_request",
 ]
@@ -279,23 +279,10 @@ def _image_url(where: str, image: Any) -> str:
         raise OllamaError(f"{where} is not valid base64") from None
     if not data:
         raise OllamaError(f"{where} is empty")
-    media_type = sniff_image_type(data)
+    media_type = sniff_image(data)
     if media_type is None:
         raise OllamaError(f"{where} is not a PNG, JPEG, GIF or WebP image")
     return f"data:{media_type};base64,{image}"
-
-
-def sniff_image_type(data: bytes) -> str | None:
-    """The media type of an image from its first bytes: PNG, JPEG, GIF or WebP; else None."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if len(data) >= 12 and data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from svir.wire.media import sniff_image
+
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "AttachError",
@@ -24,14 +26,6 @@ __all__ = [
 
 # svir's default limit for one attachment of a thread (store.max_attachment_bytes).
 MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
-
-_IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-
 
 class AttachError(Exception):
     """A file that cannot be attached, and why."""
@@ -47,16 +41,6 @@ class Attachment:
 
     def describe(self) -> str:
         return f"{self.name} ({self.media_type}, {_size(self.size)})"
-
-
-def sniff_image(data: bytes) -> str | None:
-    """The media type of an image format model servers take, from its first bytes."""
-    for magic, media_type in _IMAGE_MAGIC:
-        if data.startswith(magic):
-            return media_type
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 def load(path: str | Path, *, limit: int = MAX_ATTACHMENT_BYTES) -> Attachment:

@@ -26,6 +26,7 @@ import msgspec
 
 from svir.chat import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
+from svir.wire.media import sniff_image
 
 __all__ = [
     "Limits",
@@ -45,13 +46,6 @@ _TEXT_TYPES: Final = frozenset({"text", "input_text"})
 _TOKEN: Final = r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}"
 _MEDIA_TYPE: Final = re.compile(f"{_TOKEN}/{_TOKEN}")
 _MESSAGE_KEYS: Final = frozenset({"role", "content", "tool_call_id"})
-# Magic numbers of the image formats model servers take, for uploads sent without a media type.
-_IMAGE_MAGIC: Final = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +81,6 @@ def _kind(value: Any) -> str:
         bool: "a boolean", int: "a number", float: "a number", str: "a string",
         list: "an array", dict: "an object",
     }.get(type(value), type(value).__name__)  # fmt: skip
-
-
-def sniff_image(data: bytes) -> str | None:
-    for magic, media_type in _IMAGE_MAGIC:
-        if data.startswith(magic):
-            return media_type
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 def _blob(data: bytes, media_type: str) -> NewBlob:

@@ -15,11 +15,11 @@ from svir.ollama import (
     model_name,
     schema_name,
     show_response,
-    sniff_image_type,
     tags_entry,
     to_openai_request,
 )
 from svir.providers import build_upstream_body, get_kind, validate_chat_request
+from svir.wire.media import sniff_image
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 16
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 8
@@ -134,7 +134,7 @@ def test_roles_and_missing_content() -> None:
     [(PNG, "image/png"), (JPEG, "image/jpeg"), (GIF, "image/gif"), (WEBP, "image/webp")],
 )
 def test_images_become_data_urls_typed_by_their_bytes(data: bytes, media_type: str) -> None:
-    assert sniff_image_type(data) == media_type
+    assert sniff_image(data) == media_type
     msg = chat(messages=[{"role": "user", "content": "what is it?", "images": [b64(data)]}])
     assert msg["messages"][0]["content"] == [
         {"type": "text", "text": "what is it?"},
