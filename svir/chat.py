@@ -405,8 +405,12 @@ class ChatCall:
         decoder = self.decoder
         transform = self._transform
         parser = SSEParser() if self.relay_mode else None
+        # Closed here when the answer ends before the body does: an async generator left to the
+        # garbage collector is closed by a task the event loop schedules through a self-pipe
+        # write (a system call, a loop turn and a task per request).
+        body = self._resp.iter_bytes()
         try:
-            async for data in self._resp.iter_bytes():
+            async for data in body:
                 if parser is None:
                     events = decoder.feed(data)
                     frames: list[bytes] = []
@@ -422,6 +426,8 @@ class ChatCall:
             yield [], transform(events) if transform is not None else events
         except UpstreamError as exc:
             yield [], decoder.fail(exc)
+        finally:
+            await body.aclose()
 
     def _relay_feed(self, parser: SSEParser, data: bytes) -> Batch:
         decoder = self.decoder

@@ -9,7 +9,7 @@ the caller stops reading, so that a client who went away stops the generation up
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 
 from svir.config import Timeouts
 from svir.edges.h1 import H1Error, H1Pool, H1Response
@@ -44,7 +44,7 @@ class UpstreamResponse:
         self.status = resp.status
         self.headers: Mapping[str, str] = resp.headers
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
+    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
         """The body as it arrives; raises UpstreamError on an idle timeout or a broken read.
 
         The idle clock runs only while waiting on the upstream, never while the consumer is busy
