@@ -454,14 +454,23 @@ class ChatCall:
         return frames, events
 
     def close(self) -> None:
-        """Drop the upstream connection if still open, settle the stats, run the close hooks."""
+        """Let go of the upstream response (its connection kept for the next request when the
+        answer was whole, dropped otherwise so that the server stops), settle the stats, run the
+        close hooks."""
         if self._closed:
             return
         self._closed = True
         if self._resp is not None:
-            self._resp.close()
+            if self.decoder.complete:
+                self._resp.finish()
+            else:
+                self._resp.close()
         self._finish_stats()
-        for hook in self.on_close:
+        # The hooks and the guard hold this call in turn (a meter, a breaker's closer): let go
+        # of them so that the call is freed when its request ends, not by the cycle collector.
+        hooks, self.on_close = self.on_close, []
+        self.guard = None
+        for hook in hooks:
             hook(self)
 
     def _finish_stats(self) -> None:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from svir.edges import h1
 from svir.edges.h1 import H1Error, H1Pool, H1Response, Headers
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -161,6 +162,62 @@ async def test_cut_body_raises_and_close_drops_connection(serve) -> None:
         await resp.read()
     resp.close()
     assert not pool._idle.get(resp._conn.key)
+    pool.close()
+
+
+def late_end(server_ref: list[Server], delay: float | None) -> Handler:
+    """Answers each request with an SSE body whose content is written at once and whose
+    terminating chunk follows `delay` s later, in a write of its own (None: never)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            body = await server_ref[0].read_request(reader)
+            content = b"data: " + body + b"\n\ndata: [DONE]\n\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(b"%x\r\n%s\r\n" % (len(content), content))
+            await writer.drain()
+            if delay is None:
+                await asyncio.sleep(3600)
+            await asyncio.sleep(delay)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+async def test_finish_keeps_a_connection_whose_last_chunk_comes_later(serve) -> None:
+    ref: list[Server] = []
+    server, url = await serve(late_end(ref, 0.05))
+    ref.append(server)
+    pool = H1Pool()
+    for n in range(3):
+        resp = await pool.request("POST", url, headers={}, body=b"%d" % n)
+        assert await resp.read() == b"data: %d\n\ndata: [DONE]\n\n" % n
+        resp.finish()  # the answer is whole; the terminating chunk is still on its way
+        await asyncio.sleep(0.1)
+    # close() in its place drops the connection each time (the server sees a cancel).
+    assert server.connections == 1
+    resp = await pool.request("POST", url, headers={}, body=b"x")
+    await resp.read()
+    resp.close()
+    await asyncio.sleep(0.1)
+    assert not pool._idle.get(resp._conn.key)
+    pool.close()
+
+
+async def test_finish_drops_a_connection_whose_end_never_comes(serve, monkeypatch) -> None:
+    monkeypatch.setattr(h1, "DRAIN_GRACE", 0.05)
+    ref: list[Server] = []
+    server, url = await serve(late_end(ref, None))
+    ref.append(server)
+    pool = H1Pool()
+    resp = await pool.request("POST", url, headers={}, body=b"1")
+    await resp.read()
+    resp.finish()
+    conn = resp._conn
+    await asyncio.sleep(0.2)
+    assert conn.lost and not pool._idle.get(conn.key)
+    assert conn._drain_timer is None and conn._drain_to is None  # nothing left referring back
     pool.close()
 
 

@@ -7,9 +7,11 @@ decoded, TLS through `ssl`. It is cheaper per request than a general client: no 
 response object graphs, no per-request timeout objects, one `write` per request.
 
 Timeouts are the caller's (`asyncio.timeout` around `request`, an idle clock around `read`),
-except the connect timeout, applied here. A response not read to its end, or `close`d, takes its
-connection down with it; only a connection whose response was read whole and allows keep-alive
-goes back to the pool.
+except the connect timeout, applied here. A connection goes back to the pool when its response
+was read whole and allows keep-alive, or when the caller `finish`es a response whose content it
+has (the end of the framing, often a write of its own, is then awaited in the background). A
+response `close`d before its end takes its connection down with it: the server sees the request
+cancelled.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import httptools
 
 HIGH_WATER: Final = 256 * 1024  # buffered body bytes before the socket stops being read
 MAX_IDLE_PER_HOST: Final = 256
+DRAIN_GRACE: Final = 2.0  # s a finished response's end is awaited before its connection is dropped
 
 
 class H1Error(Exception):
@@ -92,6 +95,10 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.paused = False
         self.waiter: asyncio.Future[None] | None = None
+        # While a finished response's end is awaited: the pool it goes back to, and the timer
+        # that drops it if the end does not come.
+        self._drain_to: H1Pool | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol
 
@@ -105,6 +112,10 @@ class _Connection(asyncio.Protocol):
             self._fail(H1Error("upstream answered with a protocol upgrade"))
         except httptools.HttpParserError as exc:
             self._fail(H1Error(f"malformed HTTP response: {exc}"))
+        if self._drain_to is not None:
+            if self.complete:
+                self._drained()
+            return
         # The parser's callbacks only record what arrived: the reader is woken once per read,
         # not once per piece of a chunked body (an SSE stream has a piece per event).
         self._wake()
@@ -120,6 +131,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._stop_draining()
         if not self.complete:
             reason = f": {exc}" if exc else ""
             self._fail(H1Error(f"upstream closed the connection{reason}"))
@@ -141,6 +153,8 @@ class _Connection(asyncio.Protocol):
         self.headers_done = True
 
     def on_body(self, body: bytes) -> None:
+        if self._drain_to is not None:
+            return  # the caller has what it wanted: the rest is only read to reach the end
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
@@ -194,6 +208,39 @@ class _Connection(asyncio.Protocol):
     @property
     def reusable(self) -> bool:
         return not self.lost and self.error is None and self.transport is not None
+
+    def drain(self, pool: H1Pool) -> None:
+        """Read the current response to its end in the background, then go back to `pool`;
+        closed if the end does not come within DRAIN_GRACE s."""
+        self._drain_to = pool
+        self.chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        loop = asyncio.get_running_loop()
+        self._drain_timer = loop.call_later(DRAIN_GRACE, self._drain_expired)
+
+    def _drained(self) -> None:
+        pool = self._drain_to
+        self._stop_draining()
+        if pool is not None and self.keep_alive and self.reusable:
+            pool.put(self)
+        elif self.transport is not None:
+            self.transport.close()
+
+    def _drain_expired(self) -> None:
+        self._drain_timer = None
+        self._stop_draining()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _stop_draining(self) -> None:
+        # Both references point back here (the timer through its callback): let them go.
+        self._drain_to = None
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
 
 
 class H1Response:
@@ -258,6 +305,20 @@ class H1Response:
         self._released = True
         if conn.transport is not None:
             conn.transport.close()
+
+    def finish(self) -> None:
+        """Done with a response whose content the caller has whole (an SSE stream past its
+        `[DONE]`): unlike `close`, a connection still receiving the response's last bytes (a
+        chunked body's terminating chunk, often sent in a write of its own) is kept, read to
+        the response's end in the background and pooled."""
+        if self._released:
+            return
+        conn = self._conn
+        if conn.complete or not conn.reusable or not conn.keep_alive:
+            self.close()
+            return
+        self._released = True
+        conn.drain(self._pool)
 
 
 class H1Pool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Mapping
+from typing import Any
 
 from svir.config import Timeouts
 from svir.edges.h1 import H1Error, H1Pool, H1Response
@@ -33,6 +34,36 @@ async def read_limited(resp: H1Response, limit: int) -> bytes:
     return b"".join(parts)[:limit]
 
 
+class _IdleTimer:
+    """Cancels `task` once the upstream has been waited on for `idle` s without a byte.
+
+    One timer serves a whole stream: each firing re-arms itself from the current wait instead of
+    a reschedule per chunk. An object rather than a closure: a closure that re-arms itself refers
+    to itself, and that cycle would leave every request's timer to the garbage collector.
+    """
+
+    __slots__ = ("_handle", "expired", "idle", "loop", "task", "waiting_since")
+
+    def __init__(self, task: asyncio.Task[Any], idle: float) -> None:
+        self.loop = task.get_loop()
+        self.task = task
+        self.idle = idle
+        self.waiting_since: float | None = None
+        self.expired = False
+        self._handle = self.loop.call_at(self.loop.time() + idle, self._check)
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        if self.waiting_since is not None and now - self.waiting_since >= self.idle:
+            self.expired = True
+            self.task.cancel()
+        else:
+            self._handle = self.loop.call_at((self.waiting_since or now) + self.idle, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class UpstreamResponse:
     """An open, successful streamed response."""
 
@@ -48,42 +79,25 @@ class UpstreamResponse:
         """The body as it arrives; raises UpstreamError on an idle timeout or a broken read.
 
         The idle clock runs only while waiting on the upstream, never while the consumer is busy
-        (a slow client is not the upstream's silence). One timer serves the whole stream: each
-        firing re-arms itself from the current wait instead of a reschedule per chunk.
+        (a slow client is not the upstream's silence).
         """
         read = self._resp.read
-        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        idle = self._idle
-        waiting_since: float | None = None
-        expired = False
-
-        timer: list[asyncio.TimerHandle] = []
-
-        def check() -> None:
-            nonlocal expired
-            now = loop.time()
-            if waiting_since is not None and now - waiting_since >= idle:
-                expired = True
-                task.cancel()
-            else:
-                timer[0] = loop.call_at((waiting_since or now) + idle, check)
-
-        timer.append(loop.call_at(loop.time() + idle, check))
+        timer = _IdleTimer(task, self._idle)
         try:
             while True:
-                waiting_since = loop.time()
+                timer.waiting_since = timer.loop.time()
                 data = await read()
-                waiting_since = None
+                timer.waiting_since = None
                 if not data:
                     return
                 yield data
         except asyncio.CancelledError:
-            if expired:
+            if timer.expired:
                 task.uncancel()  # this cancellation was ours, and is answered here
                 raise UpstreamError(
-                    ErrorKind.TIMEOUT, f"upstream sent nothing for {idle:g} s", in_stream=True
+                    ErrorKind.TIMEOUT, f"upstream sent nothing for {self._idle:g} s", in_stream=True
                 ) from None
             raise
         except H1Error as exc:
@@ -91,11 +105,16 @@ class UpstreamResponse:
                 ErrorKind.INCOMPLETE, f"upstream connection broke: {exc}", in_stream=True
             ) from None
         finally:
-            timer[0].cancel()
+            timer.cancel()
 
     def close(self) -> None:
         """Drop the connection (not back to the pool): the server sees the request cancelled."""
         self._resp.close()
+
+    def finish(self) -> None:
+        """Done with a response whose answer is whole: the connection is kept for the next
+        request, once what is left of the body (its framing's end) has arrived."""
+        self._resp.finish()
 
 
 class UpstreamClient:

@@ -261,6 +261,7 @@ class RequestRecord:
     bytes_sent: int = 0  # body bytes handed to the transport
     writes: int = 0  # body writes
     sent_all: bool = False
+    peer: tuple[str, int] | None = None  # the client's address: one per connection
     ended: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -419,6 +420,7 @@ class _ReplayCore:
             headers=CIMultiDictProxy(CIMultiDict(request.headers)),
             raw=raw,
             body=body,
+            peer=request.transport.get_extra_info("peername") if request.transport else None,
         )
         self.requests.append(rec)
         request[_RECORD] = rec
