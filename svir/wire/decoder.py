@@ -156,6 +156,7 @@ class StreamDecoder:
         self._role_sent = False
         self._blocked = False
         self._ended = False
+        self._visible = 0  # chunks that showed something in the current feed
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -184,6 +185,8 @@ class StreamDecoder:
                 self._event(item, out)
             else:
                 out.append(Keepalive(item.text))
+        if self._visible:
+            self._tick()
         return out
 
     def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:
@@ -195,7 +198,16 @@ class StreamDecoder:
             self._event(item, out)
         else:
             out.append(Keepalive(item.text))
+        if self._visible:
+            self._tick()
         return out
+
+    def _tick(self) -> None:
+        # What one feed brought arrived at one time: the clock is read once per feed, not per
+        # chunk (the time spent decoding a read is not the server's generation time).
+        if self._clock is not None:
+            self.rate.tick(self._clock(), self._visible)
+        self._visible = 0
 
     def close(self) -> list[Event]:
         """The connection ended. Without `[DONE]` the answer is incomplete, never a success."""
@@ -330,8 +342,8 @@ class StreamDecoder:
                 visible = True
             if delta.role and not self._role_sent:
                 self._role(out)
-            if visible and self._clock is not None:
-                self.rate.tick(self._clock())
+            if visible:
+                self._visible += 1
         if choice.finish_reason and self.finish_reason != "content_filter":
             self.finish_reason = choice.finish_reason
 

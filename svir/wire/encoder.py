@@ -34,6 +34,7 @@ _enc = msgspec.json.encode
 _DONE = b"data: [DONE]\n\n"
 _KEEPALIVE = b": keepalive\n\n"
 _MID = b'},"finish_reason":null}]}\n\n'
+_DELTA_END = _MID[1:]
 
 
 def usage_dict(u: Usage) -> dict[str, Any]:
@@ -91,6 +92,8 @@ class ChunkEncoder:
         if self._ended:
             return b""
         if isinstance(event, TextDelta):
+            if self._role_sent:  # the common case, once per chunk of answer: no extra call
+                return self._delta_prefix + b'{"content":' + _enc(event.text) + b"}" + _DELTA_END
             return self._delta(b'{"content":' + _enc(event.text) + b"}")
         if isinstance(event, ReasoningDelta):
             return self._delta(b'{"reasoning_content":' + _enc(event.text) + b"}")
@@ -152,8 +155,8 @@ class ChunkEncoder:
 
     def _delta(self, delta: bytes) -> bytes:
         if self._role_sent:
-            return self._delta_prefix + delta + _MID[1:]
-        return self._role() + self._delta_prefix + delta + _MID[1:]
+            return self._delta_prefix + delta + _DELTA_END
+        return self._role() + self._delta_prefix + delta + _DELTA_END
 
 
 class CompletionAggregator:

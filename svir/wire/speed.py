@@ -15,12 +15,12 @@ class TokenRate:
         self.first: float | None = None
         self.last: float | None = None
 
-    def tick(self, now: float) -> None:
-        """Record one visible token at `now` (seconds, any monotonic origin)."""
+    def tick(self, now: float, count: int = 1) -> None:
+        """Record `count` visible tokens that arrived at `now` (seconds, any monotonic origin)."""
         if self.first is None:
             self.first = now
         self.last = now
-        self.count += 1
+        self.count += count
 
     @property
     def window(self) -> float | None:

@@ -97,11 +97,23 @@ class SSEParser:
                 raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
             self._buf += rest
         out: list[SSEEvent | SSEComment] = []
+        # The two lines of almost every event (`data: ...` and the blank line) are handled
+        # here without a call each: this loop runs for every chunk of every stream.
+        inline_max = min(self._max_line, self._max_event)  # no limit can be reached below it
         for line in lines:
             if line.startswith(b"data: "):
-                self._add_data(line[6:])
+                if self._data or len(line) > inline_max:
+                    self._add_data(line[6:])
+                else:
+                    self._data_size = len(line) - 5
+                    self._data.append(line[6:])
             elif not line:
-                if self._data:
+                data = self._data
+                if len(data) == 1 and self._event is None:
+                    out.append(SSEEvent(data[0], None, self._id, self._retry))
+                    data.clear()
+                    self._data_size = 0
+                elif data:
                     out.append(self._dispatch())
                 else:
                     self._event = None

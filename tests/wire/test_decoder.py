@@ -105,10 +105,27 @@ def test_speed_counts_visible_tokens_only() -> None:
         + chunk({}, "stop")
         + DONE
     )
-    d.feed(raw)
-    # Three visible tokens (r, a, b) at clock reads 0.0, 0.1, 0.2.
+    for event in raw.split(b"\n\n")[:-1]:
+        d.feed(event + b"\n\n")
+    # Three visible tokens (r, a, b) at clock reads 0.0, 0.1, 0.2: only a feed that brought
+    # something visible reads the clock (the marker's pieces, the finish and [DONE] do not).
     assert d.rate.count == 3
     assert d.tokens_per_second == 2 / 0.2
+
+
+def test_speed_reads_the_clock_once_per_feed() -> None:
+    """Chunks that came in one read arrived together: one clock read for all of them."""
+    reads = []
+
+    def clock() -> float:
+        reads.append(len(reads) * 0.1)
+        return reads[-1]
+
+    d = StreamDecoder(clock=clock)
+    d.feed(chunk({"content": "a"}) + chunk({"content": "b"}) + chunk({"content": "c"}))
+    d.feed(chunk({"content": "d"}) + chunk({}, "stop") + DONE)
+    assert len(reads) == 2 and d.rate.count == 4
+    assert d.rate.first == 0.0 and d.rate.last == 0.1
 
 
 def test_no_rate_for_one_token_or_a_short_window() -> None:
