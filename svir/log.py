@@ -7,6 +7,7 @@ import contextvars
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 import msgspec
@@ -27,29 +28,46 @@ def hide_in_logs(*values: str | None) -> None:
             _secrets.append(value)
 
 
+def json_line(
+    created: float,
+    level: str,
+    logger: str,
+    msg: str,
+    *,
+    request_id: str | None = None,
+    fields: Mapping[str, Any] | None = None,
+    exc: str | None = None,
+) -> str:
+    """One log line: a JSON object with the time, level, logger, message, request id and fields,
+    every registered secret replaced."""
+    out: dict[str, Any] = {"ts": round(created, 3), "level": level, "logger": logger, "msg": msg}
+    if request_id:
+        out["request_id"] = request_id
+    if fields:
+        out.update(fields)
+    if exc:
+        out["exc"] = exc
+    line = _encode(out).decode()
+    for secret in _secrets:
+        if secret in line:
+            line = line.replace(secret, "[redacted]")
+    return line
+
+
 class JSONFormatter(logging.Formatter):
     """Formats a record as one JSON object; `extra={"fields": {...}}` adds fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        rid = getattr(record, "request_id", None) or request_id_var.get()
-        if rid:
-            out["request_id"] = rid
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            out.update(fields)
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        line = _encode(out).decode()
-        for secret in _secrets:
-            if secret in line:
-                line = line.replace(secret, "[redacted]")
-        return line
+        return json_line(
+            record.created,
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+            request_id=getattr(record, "request_id", None) or request_id_var.get(),
+            fields=fields if isinstance(fields, dict) else None,
+            exc=self.formatException(record.exc_info) if record.exc_info else None,
+        )
 
 
 class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -74,11 +92,17 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
+        self.add(line)
+
+    def add(self, line: str) -> None:
+        """Write a formatted line with the others of this loop turn."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        self._pending.append(line)
+        assert self.lock is not None
+        with self.lock:  # a flush in another thread swaps the list out
+            self._pending.append(line)
         if loop is None:
             self.flush()
         elif self._scheduled_on is not loop:
@@ -101,20 +125,53 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.release()
 
 
-def setup_logging(level: str = "info") -> None:
-    """Send svir's logs as JSON lines to stderr."""
+_svir = logging.getLogger("svir")
+_access = logging.getLogger("svir.access")
+# svir's own handler, once `setup_logging` installed it: the access lines go to it directly.
+_direct: BatchedHandler | None = None
+
+
+def log_request(fields: Mapping[str, Any], request_id: str) -> None:
+    """A request's access line: logger `svir.access`, level info, message "request", `fields`.
+
+    Under svir's own logging set-up, and with nothing attached to `svir.access` itself, the line
+    goes straight to svir's handler: the same line without a LogRecord and the handler chain,
+    which cost ~6% of the instructions of a non-streamed request. Otherwise (svir embedded,
+    tests, handlers or filters of one's own) it is an ordinary log record.
+    """
+    handler = _direct
+    access = _access
+    if (
+        handler is not None
+        and not access.handlers
+        and not access.filters
+        and access.propagate
+        and handler in _svir.handlers
+        and access.isEnabledFor(logging.INFO)
+    ):
+        line = json_line(
+            time.time(), "info", "svir.access", "request", request_id=request_id, fields=fields
+        )
+        handler.add(line)
+    else:
+        access.info("request", extra={"fields": fields, "request_id": request_id})
+
+
+def setup_logging(level: str = "info", stream: TextIO | None = None) -> None:
+    """Send svir's logs as JSON lines to stderr (or `stream`)."""
+    global _direct
     # The JSON lines name none of these; looking them up costs a system call per record, and
     # finding the caller's file and line walks the stack (the logging HOWTO's optimization list).
     logging.logProcesses = False
     logging.logThreads = False
     logging.logMultiprocessing = False
     logging._srcfile = None
-    handler = BatchedHandler(sys.stderr)
+    handler = BatchedHandler(stream or sys.stderr)
     handler.setFormatter(JSONFormatter())
-    root = logging.getLogger("svir")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    _svir.handlers[:] = [handler]
+    _svir.setLevel(level.upper())
+    _svir.propagate = False
+    _direct = handler
 
 
 def now_ms(start: float) -> float:

@@ -6,8 +6,13 @@ import asyncio
 import io
 import json
 import logging
+from collections.abc import Iterator
+from unittest import mock
 
-from svir.log import BatchedHandler, JSONFormatter
+import pytest
+
+import svir.log
+from svir.log import BatchedHandler, JSONFormatter, hide_in_logs, log_request, setup_logging
 
 
 class CountingStream(io.StringIO):
@@ -95,3 +100,61 @@ def test_a_line_from_another_thread_is_written_at_once_with_what_waits() -> None
         assert [d["msg"] for d in lines(stream)][:2] == ["in the loop", "from a thread"]
 
     asyncio.run(main())
+
+
+@pytest.fixture
+def svir_logging() -> Iterator[CountingStream]:
+    """svir's own logging set-up (as `svir serve` makes it) into a stream, undone afterwards."""
+    root = logging.getLogger("svir")
+    saved = (root.handlers[:], root.level, root.propagate, svir.log._direct)
+    stream = CountingStream()
+    setup_logging("info", stream)
+    try:
+        yield stream
+    finally:
+        root.handlers[:], root.level, root.propagate, svir.log._direct = saved
+
+
+def without_ts(line: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in line.items() if k != "ts"}
+
+
+def test_the_access_line_is_the_line_a_record_makes(svir_logging: CountingStream) -> None:
+    fields = {"method": "POST", "status": 200, "duration_ms": 1.5}
+    hide_in_logs("sk-upstream-secret-1")
+    with mock.patch.object(logging.Logger, "makeRecord", side_effect=AssertionError("a record")):
+        log_request({**fields, "path": "/v1/x?k=sk-upstream-secret-1"}, "rid-1")
+    logging.getLogger("svir.access").info(
+        "request",
+        extra={"fields": {**fields, "path": "/v1/x?k=sk-upstream-secret-1"}, "request_id": "rid-1"},
+    )
+    direct, recorded = lines(svir_logging)
+    assert without_ts(direct) == without_ts(recorded)
+    assert direct["logger"] == "svir.access" and direct["request_id"] == "rid-1"
+    assert direct["path"] == "/v1/x?k=[redacted]"
+
+
+def test_the_access_line_is_a_record_for_a_handler_of_ones_own(
+    svir_logging: CountingStream,
+) -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    access = logging.getLogger("svir.access")
+    keep = Keep()
+    access.addHandler(keep)
+    try:
+        log_request({"status": 204}, "rid-2")
+    finally:
+        access.removeHandler(keep)
+    assert [(r.getMessage(), r.fields, r.request_id) for r in records] == [  # type: ignore[attr-defined]
+        ("request", {"status": 204}, "rid-2")
+    ]
+    # ... and it still reaches svir's own handler, as any record does.
+    assert [d["status"] for d in lines(svir_logging)] == [204]
+    logging.getLogger("svir").setLevel(logging.WARNING)
+    log_request({"status": 205}, "rid-3")
+    assert [d["status"] for d in lines(svir_logging)] == [204]

@@ -34,7 +34,7 @@ from svir.edges.asgi import (
     send_json,
 )
 from svir.gateway import Gateway
-from svir.log import request_id_var
+from svir.log import log_request, request_id_var
 from svir.policy.routing import Router
 from svir.providers import RequestError, validate_chat_request
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
@@ -192,7 +192,7 @@ class App:
                     after(fields)
                 except Exception:
                     log.exception("request guard failed after the request")
-            log.info("request", extra={"fields": fields, "request_id": rid})
+            log_request(fields, rid)
             request_id_var.reset(token)
 
     async def healthz(
