@@ -126,10 +126,10 @@ async def test_an_answered_request_leaves_no_cycle_for_the_collector(
 async def test_requests_one_after_another_share_one_upstream_connection(
     svir: tuple[Harness, str], replay: ReplayServerThread, stream: bool
 ) -> None:
-    """The replay server (aiohttp) sends a chunked body's terminating chunk in a write of its
-    own, after the `[DONE]` svir stops at, as uvicorn, llama.cpp and most servers do: the
-    connection must still go back to the pool, not be opened anew (a TLS handshake, for a cloud
-    API) for every request."""
+    """The replay server (aiohttp) sends a chunked body's terminating chunk after an await, so
+    it comes after the `[DONE]` svir stops at (as a separate segment can from any server over a
+    real network): the connection must still go back to the pool, not be opened anew (a TLS
+    handshake, for a cloud API) for every request."""
     harness, key = svir
     replay.clear()
     for _ in range(4):

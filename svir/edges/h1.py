@@ -9,7 +9,7 @@ response object graphs, no per-request timeout objects, one `write` per request.
 Timeouts are the caller's (`asyncio.timeout` around `request`, an idle clock around `read`),
 except the connect timeout, applied here. A connection goes back to the pool when its response
 was read whole and allows keep-alive, or when the caller `finish`es a response whose content it
-has (the end of the framing, often a write of its own, is then awaited in the background). A
+has (the end of the framing, which may come in a later read, is awaited in the background). A
 response `close`d before its end takes its connection down with it: the server sees the request
 cancelled.
 """
@@ -309,7 +309,7 @@ class H1Response:
     def finish(self) -> None:
         """Done with a response whose content the caller has whole (an SSE stream past its
         `[DONE]`): unlike `close`, a connection still receiving the response's last bytes (a
-        chunked body's terminating chunk, often sent in a write of its own) is kept, read to
+        chunked body's terminating chunk, which may come in a later read) is kept, read to
         the response's end in the background and pooled."""
         if self._released:
             return
