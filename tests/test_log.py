@@ -158,3 +158,8 @@ def test_the_access_line_is_a_record_for_a_handler_of_ones_own(
     logging.getLogger("svir").setLevel(logging.WARNING)
     log_request({"status": 205}, "rid-3")
     assert [d["status"] for d in lines(svir_logging)] == [204]
+    # A level set on svir's handler itself is respected as a record's would be.
+    logging.getLogger("svir").setLevel(logging.INFO)
+    svir.log._svir.handlers[0].setLevel(logging.WARNING)
+    log_request({"status": 206}, "rid-4")
+    assert [d["status"] for d in lines(svir_logging)] == [204]
