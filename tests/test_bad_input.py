@@ -333,6 +333,7 @@ async def test_a_failure_after_the_response_started_is_logged_once_and_not_answe
 # The whole OpenAI handler, fuzzed: any JSON body is a 4xx in OpenAI's shape (or the stub
 # upstream's 502 for a request that is valid), never a crash.
 
+
 @pytest.fixture(scope="module")
 def stub_app() -> App:
     return down_upstream_app()
@@ -510,6 +511,7 @@ async def test_an_unknown_model_of_a_managed_provider_is_a_404_for_threads(
     config = parse_config(
         f'[store]\nurl = "sqlite:///{tmp_path / "t.db"}"\n'
         '[[providers]]\nname = "m"\nkind = "llamacpp-managed"\n[providers.managed]\n'
+        # Any file will do for a model that is never started: no supervisor runs here.
         f'[providers.managed.models]\nx = "{Path(__file__)}"\n'
     )
     app = App(config, {})
