@@ -39,6 +39,7 @@ from svir.ollama import (
     OllamaError,
     created_at,
     error_line,
+    error_message,
     model_name,
     ps_entry,
     show_response,
@@ -96,6 +97,7 @@ class OllamaAPI:
     ) -> int:
         headers = {"x-request-id": rid}
         fields["api"] = "ollama"
+        label = ""
         try:
             body = await self._read_json(scope, receive)
             request = to_openai_request(body)
@@ -121,7 +123,8 @@ class OllamaAPI:
         except GatewayError as exc:
             ce = exc.error
             fields["error"] = ce.code or ce.type
-            return await _send_error(send, ce.status, ce.message, {**headers, **ce.headers})
+            message = error_message(ce, label)
+            return await _send_error(send, ce.status, message, {**headers, **ce.headers})
 
     async def _load(
         self,
@@ -268,6 +271,7 @@ class OllamaAPI:
     def _route(self, name: str) -> Route:
         """Where a model name goes (for a configured route, its first target), or an
         OllamaError: Ollama's 404 for a model it does not have."""
+        asked = name
         for route in self.app.config.routes:
             if route.name == name and route.targets:
                 name = route.targets[0].model
@@ -277,7 +281,7 @@ class OllamaAPI:
         except RequestError as exc:
             raise OllamaError(exc.message) from None
         except GatewayError as exc:
-            raise OllamaError(exc.error.message, exc.error.status) from None
+            raise OllamaError(error_message(exc.error, asked), exc.error.status) from None
 
     def _kind(self, provider: str) -> str:
         found = self.app.router.providers.get(provider)

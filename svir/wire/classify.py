@@ -72,6 +72,26 @@ _UNSUPPORTED_INPUT_PHRASES = (
 # mlx-lm's habit of answering any refusal with 404.
 _NOT_FOUND_PHRASES = ("not found", "does not exist", "no such")
 
+# A server's own parser failing on what the model wrote, reported as a server error (5xx, or an
+# error chunk with code 500): llama.cpp's chat parser (§3.5), Ollama's tool-call parser.
+_MODEL_OUTPUT_PHRASES = (
+    "failed to parse input",
+    "the model produced output that does not match",
+    "error parsing tool call",
+)
+
+# OpenAI's words for an overflow, which clients match on as well as the code: LiteLLM looks for
+# "this model's maximum context length is", others for "maximum context length" or
+# "context length". svir's overflow message starts with them, whatever the server said.
+_OPENAI_OVERFLOW_START = "This model's maximum context length is"
+# The context size where a server's words give it: llama.cpp's "context size (16384 tokens)",
+# LM Studio's "context length of only 4096 tokens", OpenAI's and vLLM's "... is 8192 tokens".
+_CONTEXT_TOKENS = re.compile(
+    r"(?i)context (?:length|size|window)\s*(?:is\s+|of\s+)?(?:only\s+)?\(?([0-9]{1,9})\s*tokens"
+)
+# llama.cpp's "request (20056 tokens) exceeds the available context size".
+_REQUEST_TOKENS = re.compile(r"(?i)\brequest \(([0-9]{1,9}) tokens\)")
+
 _RETRY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _SECRET_PATTERNS = (
     re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"),
@@ -220,14 +240,19 @@ def classify_http_error(
     kind = _kind_from_body(fields)
     if kind is not None:
         return make(kind)
+    if status >= 500 and _says_model_output(fields):
+        return make(ErrorKind.MODEL_OUTPUT)
     if status in (500, 502, 503):
         return make(ErrorKind.TRANSIENT)
     if status in (400, 413, 422):
         return make(ErrorKind.REJECTED)
-    if status == 404 and fields.plain_error and not _says_not_found(fields):
-        # mlx-lm answers every refusal before generation with 404 and its plain-string error (§5);
-        # any other 404 is a route or model that is not there.
-        return make(ErrorKind.REJECTED)
+    if status == 404:
+        if _says_model_not_found(fields):
+            return make(ErrorKind.MODEL_NOT_FOUND)
+        if fields.plain_error and not _says_not_found(fields):
+            # mlx-lm answers every refusal before generation with 404 and its plain-string error
+            # (§5); any other 404 is a route that is not there (a base URL that is wrong).
+            return make(ErrorKind.REJECTED)
     return make(ErrorKind.OTHER)
 
 
@@ -235,8 +260,9 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
     """Classify an error that arrived inside a 200 stream (§3.5): an `{"error": …}` chunk or the
     data of an SSE `event: error`, already decoded from JSON (or the raw text if it was not).
 
-    A numeric code is read as the HTTP status it names (500 is transient, 400 rejected); without
-    one the message and type decide, and an error nothing identifies is OTHER. Whatever the kind,
+    A numeric code is read as the HTTP status it names (500 is transient, 400 rejected), unless
+    the words say the server's parser failed on what the model wrote (MODEL_OUTPUT); without a
+    code the message and type decide, and an error nothing identifies is OTHER. Whatever the kind,
     the policy does not retry once bytes reached the client; the kind still tells it and the client
     what failed.
     """
@@ -261,7 +287,9 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
     kind = _kind_from_body(fields)
     if kind is None:
         numeric = _numeric_code(fields.code)
-        if numeric is not None and 100 <= numeric <= 599:
+        if (numeric is None or numeric >= 500) and _says_model_output(fields):
+            kind = ErrorKind.MODEL_OUTPUT
+        elif numeric is not None and 100 <= numeric <= 599:
             kind = _kind_for_status(numeric)
         elif fields.type is not None and fields.type.lower() in _TRANSIENT_TYPES:
             kind = ErrorKind.TRANSIENT
@@ -339,9 +367,13 @@ def to_client_error(err: UpstreamError, *, before_first_byte: bool = True) -> Cl
             400,
             "invalid_request_error",
             "context_length_exceeded",
-            _with_sizes(message, err.details),
+            _overflow_message(message, err.details),
             param="messages",
         )
+    elif kind is ErrorKind.MODEL_NOT_FOUND:
+        # OpenAI's answer for a model it does not have: the OpenAI SDK raises NotFoundError and
+        # does not retry, LiteLLM maps it to its NotFoundError.
+        ce = ClientError(404, "invalid_request_error", "model_not_found", message, "model")
     elif kind is ErrorKind.CONTENT_FILTER:
         ce = ClientError(400, "invalid_request_error", "content_filter", message, err.param)
     elif kind is ErrorKind.UNSUPPORTED_INPUT:
@@ -468,6 +500,20 @@ def _says_not_found(fields: _Fields) -> bool:
     return any(phrase in text for phrase in _NOT_FOUND_PHRASES)
 
 
+def _says_model_not_found(fields: _Fields) -> bool:
+    """A 404 that names the model as what is missing (OpenAI's code, vLLM's "The model `x` does
+    not exist", Ollama's "model 'x' not found"), not a path the server does not serve."""
+    if isinstance(fields.code, str) and fields.code.lower() == "model_not_found":
+        return True
+    text = (fields.message or "").lower()
+    return (fields.param == "model" or "model" in text) and _says_not_found(fields)
+
+
+def _says_model_output(fields: _Fields) -> bool:
+    text = (fields.message or "").lower()
+    return any(phrase in text for phrase in _MODEL_OUTPUT_PHRASES)
+
+
 def _decode_json(raw: bytes) -> Any:
     if not raw.strip():
         return None
@@ -563,13 +609,36 @@ def _redact(text: str) -> str:
     return text
 
 
-def _with_sizes(message: str, details: Mapping[str, Any]) -> str:
-    prompt, ctx = details.get("n_prompt_tokens"), details.get("n_ctx")
-    if not (isinstance(prompt, int) and isinstance(ctx, int)):
+def _overflow_message(message: str, details: Mapping[str, Any]) -> str:
+    """An overflow told in OpenAI's words first (the context size when the server gave it, in
+    its body or its words), then the server's own words; unchanged if it already starts so."""
+    if message.startswith(_OPENAI_OVERFLOW_START):
         return message
-    if str(prompt) in message and str(ctx) in message:
-        return message
-    return f"{message} (prompt: {prompt} tokens, context: {ctx} tokens)"
+    ctx = _int_detail(details, "n_ctx")
+    prompt = _int_detail(details, "n_prompt_tokens")
+    if ctx is None:
+        found = _CONTEXT_TOKENS.search(message)
+        ctx = int(found.group(1)) if found else None
+    if prompt is None:
+        found = _REQUEST_TOKENS.search(message)
+        prompt = int(found.group(1)) if found else None
+    if ctx is None:
+        head = f"{_OPENAI_OVERFLOW_START} exceeded by this request."
+    elif prompt is None:
+        head = f"{_OPENAI_OVERFLOW_START} {ctx} tokens. However, this request does not fit in it."
+    else:
+        head = (
+            f"{_OPENAI_OVERFLOW_START} {ctx} tokens. However, your messages resulted in "
+            f"{prompt} tokens."
+        )
+    return _clean(f"{head} The model server said: {message}", _MESSAGE_LIMIT)
+
+
+def _int_detail(details: Mapping[str, Any], key: str) -> int | None:
+    value = details.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _str_field(obj: Mapping[str, Any], key: str) -> str | None:
