@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from svir.chat import ChatCall, Cut, GatewayError, visible_count
 from svir.config import LimitsConfig, PriceConfig
-from svir.edges.metrics import Metrics
+from svir.edges.metrics import OUTCOMES, Metrics, closed
 from svir.gateway import OpenChat
 from svir.keys.auth import current_key
 from svir.keys.model import KeyRecord, model_allowed
@@ -362,7 +362,9 @@ class Gate:
         """A call that never streamed: refused by svir, or failed at every upstream tried."""
         f = fields or {}
         if self.metrics is not None:
-            self.metrics.chat_requests.inc(("", str(f.get("provider") or ""), status))
+            self.metrics.chat_requests.inc(
+                ("", str(f.get("provider") or ""), closed(status, OUTCOMES))
+            )
         if self.ledger is not None:
             self.ledger.record(
                 LedgerRow(
@@ -567,7 +569,7 @@ class Meter:
         metrics = gate.metrics
         if metrics is not None:
             metrics.in_flight.inc((provider,), -1)
-            metrics.chat_requests.inc((self.model, provider, status))
+            metrics.chat_requests.inc((self.model, provider, closed(status, OUTCOMES)))
             tokens = metrics.tokens
             tokens.inc((self.model, provider, "prompt"), prompt)
             tokens.inc((self.model, provider, "completion"), completion)

@@ -126,24 +126,22 @@ def test_upstream_keys_never_shown(tmp_path: Path, upstream: FakeUpstream) -> No
         key, _ = new_key(svir)
         auth = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=svir.url, headers=auth, timeout=30) as client:
-            for model in ("fake/echo-401", "fake/echo-400", "fake/echo-503", "fake/echo-stream"):
+            models = ("401", "400", "503", "stream", "fields-400", "fields-stream")
+            messages = [{"role": "user", "content": "x"}]
+            for model in (f"fake/echo-{m}" for m in models):
                 for stream in (True, False):
-                    r = client.post(
-                        "/v1/chat/completions",
-                        json={
-                            "model": model,
-                            "messages": [{"role": "user", "content": "x"}],
-                            "stream": stream,
-                        },
-                    )
+                    body = {"model": model, "messages": messages, "stream": stream}
+                    for path in ("/v1/chat/completions", "/api/chat"):
+                        r = client.post(path, json=body)
+                        seen.append(f"{r.status_code} {dict(r.headers)} {r.text}")
+                    thread = client.post("/v1/threads", json={"model": model}).json()["id"]
+                    client.post(f"/v1/threads/{thread}/messages", json={"content": "x"})
+                    r = client.post(f"/v1/threads/{thread}/continue", json={"stream": stream})
                     seen.append(f"{r.status_code} {dict(r.headers)} {r.text}")
-            r = client.post(
-                "/api/chat",
-                json={"model": "fake/echo-400", "messages": [{"role": "user", "content": "x"}]},
-            )
-            seen.append(r.text)
             seen.append(client.get("/v1/usage").text)
-            seen.append(client.get("/metrics").text)
+            r = client.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+            assert r.status_code == 200
+            seen.append(r.text)
             seen.append(client.get("/healthz?verbose=1").text)
             seen.append(client.get("/v1/models").text)
     finally:

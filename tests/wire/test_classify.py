@@ -949,3 +949,92 @@ def test_fastapi_validation_error_names_the_field_as_param() -> None:
     err = classify_http_error(422, {}, body)
     assert err.param == "stream_options"
     assert err.message == "Extra inputs are not permitted"
+
+
+def test_every_string_of_an_error_is_redacted() -> None:
+    from svir.wire.classify import redact_error
+
+    key = "upkey-7d2f0c"
+    own = ClientError(429, "rate_limit_error", "rpm_exceeded", "svir's own")
+    err = UpstreamError(
+        ErrorKind.REJECTED,
+        f"refused {key}",
+        status=400,
+        code=key,
+        type=f"type:{key}",
+        param=key,
+        retry_after=2.0,
+        details={"nested": [{"deeper": (key, 1)}], key: True, "client_error": own, "n_ctx": 9},
+    )
+    clean = redact_error(err, (key,))
+    assert key not in repr(
+        (clean.message, clean.code, clean.type, clean.param, msgspec.json.encode(clean.details))
+    )
+    assert (clean.kind, clean.status, clean.retry_after) == (err.kind, 400, 2.0)
+    assert clean.code == clean.param == "[redacted]" and clean.type == "type:[redacted]"
+    assert clean.details["client_error"] is own and clean.details["n_ctx"] == 9
+    assert clean.details["nested"] == [{"deeper": ("[redacted]", 1)}]
+    # Nothing to take out: the very same error.
+    assert redact_error(clean, (key,)) is clean
+    numeric = UpstreamError(ErrorKind.TRANSIENT, "it broke", code=500)
+    assert redact_error(numeric, (key,)) is numeric
+
+
+def test_details_are_read_for_secrets_only_so_deep_and_so_far() -> None:
+    from svir.wire.classify import redact_error
+
+    deep: dict[str, Any] = {"v": "s3cret-token"}
+    for _ in range(5000):
+        deep = {"d": deep}
+    wide = {f"k{i}": "s3cret-token" for i in range(10_000)}
+    err = UpstreamError(ErrorKind.OTHER, "x", details={"deep": deep, "wide": wide})
+    clean = redact_error(err, ("s3cret-token",))
+    shown = msgspec.json.encode(clean.details).decode()
+    # What was past the bounds is left out rather than passed on unread.
+    assert "s3cret" not in shown and len(shown) < 10_000
+
+
+def test_classification_redacts_credentials_in_every_field() -> None:
+    token = "Bearer abcdefgh12345678"
+    body = json.dumps(
+        {"error": {"message": "no", "code": token, "param": token, "type": f"sk-{'x' * 20}"}}
+    ).encode()
+    err = classify_http_error(400, JSON, body)
+    assert "abcdefgh12345678" not in f"{err.code} {err.param}" and "xxxxxxxx" not in str(err.type)
+    err = classify_stream_error({"error": {"message": "no", "code": token}})
+    assert "abcdefgh12345678" not in str(err.code)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued).",
+        "Clients send it as: Authorization: Bearer <secret>",
+        "send a Bearer token",
+        "Authorization: Bearer [redacted]",
+        "the Bearer authentication scheme",
+    ],
+)
+def test_placeholders_and_words_are_not_credentials(text: str) -> None:
+    from svir.wire.classify import redact
+
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["abc.def-123", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "QWxhZGRpbjpPcGVuU2VzYW1lQUJD=="],
+)
+def test_bearer_credentials_are_redacted(token: str) -> None:
+    from svir.wire.classify import redact
+
+    assert (
+        redact(f"got 'Authorization: Bearer {token}'") == "got 'Authorization: Bearer [redacted]'"
+    )
+
+
+def test_svirs_own_401_keeps_its_hint_when_its_client_reads_it() -> None:
+    # What `svir models` and `svir chat` read of svir's answer to a request without a key.
+    hint = "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued)."
+    body = msgspec.json.encode({"error": {"message": hint, "type": "invalid_request_error"}})
+    assert classify_http_error(401, JSON, body).message == hint
