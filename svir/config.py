@@ -119,6 +119,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Room for a request with several photos as base64 (§2.3).
     max_body_bytes: int = 64 * 1024 * 1024
     models_cache_ttl: float = 60.0
+    # Models neither configured nor listed by their server that svir keeps state for (breakers,
+    # in-flight counts, /metrics series): a bound on what invented model ids can make it hold.
+    max_unlisted_models: int = 1000
     # Processes serving the port (`svir serve --workers` overrides it; README, "Workers").
     workers: int = 1
 
@@ -459,6 +462,10 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
         raise fail("server.max_body_bytes", "must be at least 1")
     if not math.isfinite(server.models_cache_ttl) or server.models_cache_ttl < 0:
         raise fail("server.models_cache_ttl", "must be a finite number of seconds, 0 or more")
+    if server.max_unlisted_models < 0:
+        raise fail(
+            "server.max_unlisted_models", "must be 0 or more (0: configured and listed models only)"
+        )
 
     _check_store(fail, config.store)
     _check_usage(fail, config)

@@ -407,6 +407,14 @@ def test_bad_server_settings(line: str, field: str) -> None:
     assert error_of(f"[server]\n{line}").field == field
 
 
+def test_max_unlisted_models() -> None:
+    assert parse_config("").server.max_unlisted_models == 1000
+    assert parse_config("[server]\nmax_unlisted_models = 0").server.max_unlisted_models == 0
+    error = error_of("[server]\nmax_unlisted_models = -1")
+    assert error.field == "server.max_unlisted_models"
+    assert "0 or more" in error.reason
+
+
 def test_error_source_defaults_to_a_placeholder() -> None:
     with pytest.raises(ConfigError, match=r"^<string>: colour: unknown field$"):
         parse_config("colour = 1")

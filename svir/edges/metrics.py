@@ -11,7 +11,8 @@ What is measured (see docs/keys.md):
   `svir_errors_total{class}` (svir's error code, or the upstream failure's kind).
 - Chat calls (every front end): `svir_chat_requests_total{model,provider,outcome}`,
   `svir_tokens_total{model,provider,kind}`, `svir_time_to_first_token_seconds{provider}`,
-  `svir_tokens_per_second{provider}` (§3.6), `svir_streams_in_flight{provider}`.
+  `svir_tokens_per_second{provider}` (§3.6), `svir_streams_in_flight{provider}`. The model and
+  provider labels are never empty and never grow with invented model ids (`Metrics.chat_labels`).
 - Upstream attempts (retries and fallbacks each count): `svir_upstream_attempts_total
   {provider,outcome}`, `svir_upstream_latency_seconds{provider}` (to the first visible output, or
   to the failure).
@@ -30,12 +31,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
+from svir.config import ServerConfig
 from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
     from svir.chat import ChatCall
     from svir.policy.resilience import Resilience
+    from svir.policy.routing import Router
 
 __all__ = [
     "CONTENT_TYPE",
@@ -59,6 +62,11 @@ LATENCY_BUCKETS: Final = (
 )  # fmt: skip
 RATE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0)
 _LABEL_LIMIT: Final = 120
+# The model label of a call to a model past the bound, or refused before it was routed.
+OTHER_MODEL: Final = "other"
+# The provider label of a call refused before it was routed.
+NO_PROVIDER: Final = "none"
+_UNLISTED_DEFAULT: Final = ServerConfig().max_unlisted_models
 
 Labels = tuple[str, ...]
 
@@ -247,6 +255,9 @@ class Metrics:
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
+        # Which models have a model label of their own (`chat_labels`); set by `watch_attempts`.
+        self.router: Router | None = None
+        self._unlisted: set[str] = set()
         r = self.registry = Registry()
         self.http_requests = r.add(
             Counter(
@@ -349,8 +360,27 @@ class Metrics:
 
         return guard
 
+    def chat_labels(self, model: str, provider: str | None) -> tuple[str, str]:
+        """The model and provider labels of a chat call (`provider` None: refused before it was
+        routed). A model keeps its name when the router knows it, and otherwise while fewer than
+        `[server] max_unlisted_models` others have one; past that, or never routed, it counts as
+        "other". A series, once there, stays (a counter must not vanish and come back from zero):
+        the bound folds new names, as OpenTelemetry's cardinality limit does."""
+        router = self.router
+        if router is not None and router.known(model):
+            return model, provider or NO_PROVIDER
+        if provider is None:
+            return OTHER_MODEL, NO_PROVIDER
+        if model not in self._unlisted:
+            cap = router.max_unlisted if router is not None else _UNLISTED_DEFAULT
+            if len(self._unlisted) >= cap:
+                return OTHER_MODEL, provider
+            self._unlisted.add(model)
+        return model, provider
+
     def watch_attempts(self, policy: Resilience) -> None:
         """Count every upstream attempt, and read the policy's state at scrape time."""
+        self.router = policy.router
 
         def attempt(call: ChatCall) -> None:
             call.on_close.append(self._attempt_closed)

@@ -46,6 +46,7 @@ from svir.ollama import (
     tags_entry,
     to_openai_request,
 )
+from svir.policy.bounded import BoundedMap
 from svir.providers import RequestError, validate_chat_request
 from svir.wire.classify import to_client_error
 from svir.wire.errors import UpstreamError
@@ -79,7 +80,8 @@ class OllamaAPI:
     def __init__(self, app: App, *, clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.clock = clock
-        self.recent: dict[str, float] = {}
+        # Bounded (svir.policy.bounded): a server may serve whatever model id a client sends.
+        self.recent: BoundedMap[str, float] = app.router.bounded()
 
     def routes(self) -> list[tuple[str, str, Handler]]:
         return [
@@ -222,7 +224,7 @@ class OllamaAPI:
     ) -> int:
         """The models svir served within the keep-alive window: svir loads nothing itself."""
         now = self.clock()
-        for name, last in list(self.recent.items()):
+        for name, last in self.recent.items():
             if now - last >= KEEP_ALIVE_SECONDS:
                 del self.recent[name]
         entries = []

@@ -362,9 +362,8 @@ class Gate:
         """A call that never streamed: refused by svir, or failed at every upstream tried."""
         f = fields or {}
         if self.metrics is not None:
-            self.metrics.chat_requests.inc(
-                ("", str(f.get("provider") or ""), closed(status, OUTCOMES))
-            )
+            labels = self.metrics.chat_labels(model, f.get("provider"))
+            self.metrics.chat_requests.inc((*labels, closed(status, OUTCOMES)))
         if self.ledger is not None:
             self.ledger.record(
                 LedgerRow(
@@ -569,14 +568,15 @@ class Meter:
         metrics = gate.metrics
         if metrics is not None:
             metrics.in_flight.inc((provider,), -1)
-            metrics.chat_requests.inc((self.model, provider, closed(status, OUTCOMES)))
+            label, _ = metrics.chat_labels(self.model, provider)
+            metrics.chat_requests.inc((label, provider, closed(status, OUTCOMES)))
             tokens = metrics.tokens
-            tokens.inc((self.model, provider, "prompt"), prompt)
-            tokens.inc((self.model, provider, "completion"), completion)
+            tokens.inc((label, provider, "prompt"), prompt)
+            tokens.inc((label, provider, "completion"), completion)
             if reasoning:
-                tokens.inc((self.model, provider, "reasoning"), reasoning)
+                tokens.inc((label, provider, "reasoning"), reasoning)
             if cached:
-                tokens.inc((self.model, provider, "cached"), cached)
+                tokens.inc((label, provider, "cached"), cached)
             if ttft_ms is not None:
                 metrics.ttft.observe((provider,), ttft_ms / 1000)
             if s.tokens_per_second is not None:

@@ -23,6 +23,7 @@ from typing import Any
 from svir.chat import ChatCall, GatewayError
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.edges.upstream import UpstreamClient
+from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
 from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
@@ -69,6 +70,10 @@ class Deployment:
         if self.open_until > now:
             return "open"
         return "half-open" if self.failures and self.open_until else "closed"
+
+    def idle(self) -> bool:
+        """Nothing worth keeping: no failures counted (so no breaker open) and nothing in flight."""
+        return not self.failures and not self.in_flight
 
 
 class RetryBudget:
@@ -154,7 +159,8 @@ class Resilience:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
-        self.deployments: dict[str, Deployment] = {}
+        # Bounded (svir.policy.bounded): clients may ask for any model id under a provider.
+        self.deployments: BoundedMap[str, Deployment] = router.bounded(idle=Deployment.idle)
         self.budgets: dict[str, RetryBudget] = {}
         self.quirks: dict[str, Quirks] = {}
         self.retries = 0
@@ -163,13 +169,14 @@ class Resilience:
         self.on_attempt: list[Callable[[ChatCall], None]] = []
 
     def route_for(self, model: str) -> RouteConfig:
-        return self.routes.get(model) or RouteConfig(name=model, targets=(RouteTarget(model),))
+        route = self.routes.get(model)
+        if route is None:
+            self.router.resolve(model)  # a 404 for an unknown provider, before any state for it
+            route = RouteConfig(name=model, targets=(RouteTarget(model),))
+        return route
 
     def deployment(self, model: str) -> Deployment:
-        d = self.deployments.get(model)
-        if d is None:
-            d = self.deployments[model] = Deployment(model)
-        return d
+        return self.deployments.setdefault(model, lambda: Deployment(model))
 
     def pick(
         self, targets: tuple[RouteTarget, ...], strategy: str, avoid: set[str]
@@ -329,6 +336,9 @@ class Resilience:
                 for hook in self.on_attempt:
                     hook(call)
                 tried.append(d.model)
+                if fields is not None:
+                    # Also when every attempt fails: the metrics and the ledger name who failed.
+                    fields["provider"] = provider.name
                 try:
                     await call.open()
                 except GatewayError as exc:
