@@ -46,6 +46,7 @@ def run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [BASH, str(ROOT / "scripts" / script)],
         env={**os.environ, **env},
+        check=False,
         capture_output=True,
         text=True,
         timeout=120,
