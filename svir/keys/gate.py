@@ -555,10 +555,12 @@ class Meter:
         gate = self.gate
         if self.grant is not None:
             gate.spawn(gate.settle(self.grant, prompt + completion, cost or 0))
-        if call.succeeded:
-            status = "ok"
-        elif cut:
+        # A cut first: svir may have read the whole answer (the upstream succeeded) by the time
+        # it ends the client's with an error.
+        if cut:
             status = self.cut if self.cut == "limits_unavailable" else f"{self.cut}_exceeded"
+        elif call.succeeded:
+            status = "ok"
         else:
             status = s.error_kind or "cancelled"
         provider = call.route.provider.name
