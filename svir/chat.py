@@ -22,7 +22,7 @@ from svir.edges.upstream import UpstreamClient, UpstreamResponse
 from svir.policy.adapt import answer_transform
 from svir.providers import ProviderKind, RequestError, build_upstream_body
 from svir.wire.blobs import Blobs
-from svir.wire.classify import ClientError, to_client_error
+from svir.wire.classify import ClientError, redact_error, to_client_error
 from svir.wire.decoder import StreamDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
@@ -289,22 +289,12 @@ class ChatCall:
         return headers
 
     def _scrub(self, error: UpstreamError) -> UpstreamError:
-        """The error without this upstream's key in its words: a server may quote the key it was
-        sent, and neither the client nor a log line may see it."""
+        """The error without this upstream's key in any of its words (message, code, type, param,
+        details): a server may quote the key it was sent, and nothing past this call (the client,
+        a log line, the ledger, a metric, a trace) may see it. Every front end's errors come
+        through here."""
         key = self.route.api_key
-        if not key or len(key) < 4 or key not in error.message:
-            return error
-        return UpstreamError(
-            error.kind,
-            error.message.replace(key, "[redacted]"),
-            status=error.status,
-            code=error.code,
-            type=error.type,
-            param=error.param,
-            retry_after=error.retry_after,
-            in_stream=error.in_stream,
-            details=error.details,
-        )
+        return redact_error(error, (key,) if key and len(key) >= 4 else ())
 
     def _raise(self, error: UpstreamError) -> None:
         error = self._scrub(self.route.kind.explain_error(error))

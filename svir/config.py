@@ -1,7 +1,10 @@
 """svir's TOML configuration: the server's settings and the upstream providers, read into frozen
 structs, with every mistake reported as one `ConfigError` naming the file and the field.
 
-Keys never live in the file: a provider names the environment variable that holds its key.
+Keys never live in the file: a provider names the environment variable that holds its key. Every
+secret is read from the environment through this module (`ProviderConfig.api_key`,
+`AuthConfig.admin_key`, `AuthConfig.metrics_token`), and reading one hides it from every log line
+from then on: whatever svir runs, no log line repeats a key it was given.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
+from svir.log import hide_in_logs
 from svir.providers import KINDS
 from svir.wire.errors import BaseURLError
 
@@ -115,6 +119,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Room for a request with several photos as base64 (§2.3).
     max_body_bytes: int = 64 * 1024 * 1024
     models_cache_ttl: float = 60.0
+    # Models neither configured nor listed by their server that svir keeps state for (breakers,
+    # in-flight counts, /metrics series): a bound on what invented model ids can make it hold.
+    max_unlisted_models: int = 1000
     # Processes serving the port (`svir serve --workers` overrides it; README, "Workers").
     workers: int = 1
 
@@ -148,8 +155,22 @@ class AuthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     allow_open_non_loopback: bool = False
     # How long a replica trusts what it read of a key: a revocation reaches every replica within.
     cache_seconds: float = 5.0
-    # Whether GET /metrics needs the admin key.
+    # GET /metrics, once keys exist, takes the admin key or this variable's token (docs/keys.md);
+    # with no keys it is open to whom svir serves.
+    metrics_token_env: str = "SVIR_METRICS_TOKEN"
+    # Open GET /metrics to anyone, keys or not.
+    metrics_public: bool = False
+    # Guard GET /metrics even when no key exists.
     metrics_need_admin: bool = False
+
+    def admin_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The admin key from `admin_key_env` (None when unset or empty), hidden from logs."""
+        return _secret(environ, self.admin_key_env)
+
+    def metrics_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The metrics token from `metrics_token_env` (None when unset or empty), hidden from
+        logs."""
+        return _secret(environ, self.metrics_token_env)
 
 
 class LimitsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -300,13 +321,11 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The upstream key from the environment; None when no variable is named or it is unset.
+        Hidden from logs once read.
 
         An empty variable counts as unset: sending `Bearer ` with nothing after it is never meant.
         """
-        if self.api_key_env is None:
-            return None
-        env = os.environ if environ is None else environ
-        return env.get(self.api_key_env) or None
+        return _secret(environ, self.api_key_env)
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -330,6 +349,24 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def provider(self, name: str) -> ProviderConfig | None:
         """The provider called `name`, if there is one."""
         return next((p for p in self.providers if p.name == name), None)
+
+    def hide_secrets(self, environ: Mapping[str, str] | None = None) -> None:
+        """Hide from every log line the secrets this config names that the environment holds
+        (provider keys, the admin key, the metrics token), whether or not they are used."""
+        for provider in self.providers:
+            provider.api_key(environ)
+        self.auth.admin_key(environ)
+        self.auth.metrics_token(environ)
+
+
+def _secret(environ: Mapping[str, str] | None, var: str | None) -> str | None:
+    """The value of the environment variable `var`, hidden from logs; None for no variable, an
+    unset one or an empty one."""
+    if var is None:
+        return None
+    value = (os.environ if environ is None else environ).get(var) or None
+    hide_in_logs(value)
+    return value
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -425,6 +462,10 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
         raise fail("server.max_body_bytes", "must be at least 1")
     if not math.isfinite(server.models_cache_ttl) or server.models_cache_ttl < 0:
         raise fail("server.models_cache_ttl", "must be a finite number of seconds, 0 or more")
+    if server.max_unlisted_models < 0:
+        raise fail(
+            "server.max_unlisted_models", "must be 0 or more (0: configured and listed models only)"
+        )
 
     _check_store(fail, config.store)
     _check_usage(fail, config)
@@ -488,9 +529,17 @@ def _check_store(fail: Callable[[str, str], ConfigError], store: StoreConfig) ->
 def _check_usage(fail: Callable[[str, str], ConfigError], config: Config) -> None:
     """[auth], [limits], [[prices]], [telemetry] and [ledger]."""
     auth = config.auth
-    if not _ENV_VAR.fullmatch(auth.admin_key_env):
-        # The value is not shown: it may be the key itself.
-        raise fail("auth.admin_key_env", "must be the name of an environment variable")
+    for key in ("admin_key_env", "metrics_token_env"):
+        if not _ENV_VAR.fullmatch(getattr(auth, key)):
+            # The value is not shown: it may be the key itself.
+            raise fail(f"auth.{key}", "must be the name of an environment variable")
+    if auth.metrics_public and auth.metrics_need_admin:
+        raise fail(
+            "auth.metrics_public",
+            "cannot be true with auth.metrics_need_admin = true: set one of them"
+            " (metrics_public opens GET /metrics to anyone, metrics_need_admin guards it even"
+            " without keys)",
+        )
     if not math.isfinite(auth.cache_seconds) or auth.cache_seconds < 0:
         raise fail("auth.cache_seconds", "must be a finite number of seconds, 0 or more")
     limits = config.limits

@@ -22,10 +22,14 @@ _secrets: list[str] = []
 
 
 def hide_in_logs(*values: str | None) -> None:
-    """Never write these values in a log line (svir.keys registers the keys it knows)."""
+    """Never write these values in a log line (svir.config hides every secret it reads)."""
     for value in values:
-        if value and len(value) >= 4 and value not in _secrets:
-            _secrets.append(value)
+        if not value or len(value) < 4:
+            continue
+        # As the line has it: a quote or a control character in the value is escaped there.
+        for form in (value, _encode(value).decode()[1:-1]):
+            if form not in _secrets:
+                _secrets.append(form)
 
 
 def json_line(

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from svir.providers import RequestError, check_tools
+from svir.wire.classify import ClientError
 from svir.wire.encoder import stream_error_fields
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
@@ -51,6 +52,7 @@ __all__ = [
     "created_at",
     "done_reason",
     "error_line",
+    "error_message",
     "model_name",
     "ps_entry",
     "schema_name",
@@ -558,7 +560,15 @@ def _arguments(name: str, text: str) -> dict[str, Any]:
 
 
 def _tool_error(exc: ToolArgumentsError) -> UpstreamError:
-    return UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True)
+    return UpstreamError(ErrorKind.MODEL_OUTPUT, str(exc), in_stream=True)
+
+
+def error_message(error: ClientError, model: str) -> str:
+    """The words of an error answer: Ollama's own for a model it does not have (its clients
+    read the 404 as "pull it first"), svir's for every other."""
+    if error.code == "model_not_found":
+        return f"model '{model}' not found"
+    return error.message
 
 
 def error_line(message: str) -> bytes:

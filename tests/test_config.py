@@ -407,6 +407,14 @@ def test_bad_server_settings(line: str, field: str) -> None:
     assert error_of(f"[server]\n{line}").field == field
 
 
+def test_max_unlisted_models() -> None:
+    assert parse_config("").server.max_unlisted_models == 1000
+    assert parse_config("[server]\nmax_unlisted_models = 0").server.max_unlisted_models == 0
+    error = error_of("[server]\nmax_unlisted_models = -1")
+    assert error.field == "server.max_unlisted_models"
+    assert "0 or more" in error.reason
+
+
 def test_error_source_defaults_to_a_placeholder() -> None:
     with pytest.raises(ConfigError, match=r"^<string>: colour: unknown field$"):
         parse_config("colour = 1")
@@ -469,3 +477,14 @@ def test_the_example_config_loads() -> None:
 
     config = load_config(Path(__file__).parent.parent / "svir.example.toml")
     assert [p.name for p in config.providers] == ["lab", "studio", "openai", "azure"]
+
+
+def test_metrics_access_settings_are_checked() -> None:
+    error = error_of("[auth]\nmetrics_public = true\nmetrics_need_admin = true\n")
+    assert (error.path, error.field) == ("svir.toml", "auth.metrics_public")
+    assert "metrics_need_admin" in error.reason and "set one of them" in error.reason
+    error = error_of('[auth]\nmetrics_token_env = "tok-3n value"\n')
+    assert error.field == "auth.metrics_token_env"
+    assert "tok-3n" not in str(error)  # it may be the token itself
+    auth = parse_config('[auth]\nmetrics_token_env = "MY_TOKEN"\nmetrics_public = true\n').auth
+    assert auth.metrics_token({"MY_TOKEN": "t0ken"}) == "t0ken" and auth.metrics_public

@@ -500,8 +500,10 @@ def test_context_manager_stops_the_server(tmp_path: Path) -> None:
         server.wait_healthy(timeout=60)
         pid = server.pid
         assert server.base_url == f"http://127.0.0.1:{server.port}"
+        assert "listening on" in server.log_tail()  # a temporary log of its own...
     assert not psutil.pid_exists(pid)
     assert server.returncode is not None
+    assert not server.log_path.exists()  # ...that went with it
 
 
 def test_wait_healthy_fails_fast_when_the_server_exits(tmp_path: Path) -> None:
@@ -545,8 +547,10 @@ def test_server_dies_with_its_owner(tmp_path: Path) -> None:
     # The owner is killed outright (no stop(), no finalizer): the kernel ends the server.
     script = (
         "import sys, time\n"
+        "from pathlib import Path\n"
         "from svir.edges.llama_server import LlamaServer, ensure_gemma_model, find_llama_server\n"
-        "s = LlamaServer.start(find_llama_server(), ensure_gemma_model(), ctx=512)\n"
+        "s = LlamaServer.start(find_llama_server(), ensure_gemma_model(), ctx=512,\n"
+        f"                     log_path=Path({str(tmp_path / 'owner.log')!r}))\n"
         "s.wait_healthy(60)\n"
         "print(s.pid, flush=True)\n"
         "time.sleep(600)\n"

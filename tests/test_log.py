@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from unittest import mock
 
@@ -163,3 +164,27 @@ def test_the_access_line_is_a_record_for_a_handler_of_ones_own(
     svir.log._svir.handlers[0].setLevel(logging.WARNING)
     log_request({"status": 206}, "rid-4")
     assert [d["status"] for d in lines(svir_logging)] == [204]
+
+
+def test_an_app_hides_every_secret_its_config_names_without_the_keys_service() -> None:
+    from svir.config import parse_config
+    from svir.edges.app import App
+
+    upstream, admin, metrics = (f"{what}-{uuid.uuid4().hex}" for what in ("up", "ad", "me"))
+    config = parse_config(
+        '[[providers]]\nname = "lab"\nkind = "openai-compatible"\n'
+        'base_url = "http://127.0.0.1:9/v1"\napi_key_env = "SVIR_TEST_LOG_UPSTREAM_KEY"\n'
+    )
+    environ = {
+        "SVIR_TEST_LOG_UPSTREAM_KEY": upstream,
+        "SVIR_ADMIN_KEY": admin,
+        "SVIR_METRICS_TOKEN": metrics,
+    }
+    App(config, environ)  # no front end installed: no keys service
+    record = logging.LogRecord(
+        "svir.test", logging.WARNING, __file__, 1, f"said {upstream} {admin}", None, None
+    )
+    record.fields = {"error": f'quoted "{metrics}"', "nested": [upstream]}
+    line = JSONFormatter().format(record)
+    assert line.count("[redacted]") == 4, line
+    assert upstream not in line and admin not in line and metrics not in line

@@ -3,19 +3,29 @@ fault-injecting upstream on loopback, and the balancer's rules on their own."""
 
 from __future__ import annotations
 
+import email.utils
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from svir.config import Config, RetryConfig, RouteTarget, parse_config
+from svir.chat import GatewayError
+from svir.config import Config, RetryConfig, RouteTarget, Timeouts, parse_config
 from svir.edges.upstream import UpstreamClient
-from svir.policy.resilience import Resilience, backoff_delay, nearest_effort
+from svir.policy.resilience import (
+    BREAKER_KINDS,
+    FALLBACK_KINDS,
+    Resilience,
+    backoff_delay,
+    nearest_effort,
+)
 from svir.policy.routing import Router
+from svir.wire.classify import to_client_error
+from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.faults import FaultServer
 from tests.support.svir_proc import SvirProcess
 
@@ -61,6 +71,10 @@ context_fallback = "g/ok"
 
 [[routes]]
 name = "f/filtered"
+fallbacks = ["g/ok"]
+
+[[routes]]
+name = "g/missing"
 fallbacks = ["g/ok"]
 
 [[routes]]
@@ -223,6 +237,42 @@ def test_rejected_stream_options_is_dropped_and_remembered(
     assert sent == [True, False, False]
 
 
+def test_an_upstream_404_for_its_model_is_a_404_model_not_found(
+    client: openai.OpenAI, svir: SvirProcess, faults: FaultServer
+) -> None:
+    before = faults.hits["missing"]
+    with pytest.raises(openai.NotFoundError) as info:
+        ask(client, "f/missing")
+    assert info.value.status_code == 404
+    assert info.value.code == "model_not_found"
+    assert info.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    assert faults.hits["missing"] == before + 1  # not retried (the provider allows 3 attempts)
+    # Ollama's front end answers as Ollama does for a model it does not have.
+    r = httpx.post(
+        svir.url + "/api/chat",
+        json={"model": "f/missing", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=20,
+    )
+    assert r.status_code == 404 and r.json() == {"error": "model 'f/missing' not found"}
+
+
+def test_a_missing_model_falls_back(client: openai.OpenAI, faults: FaultServer) -> None:
+    before = faults.hits["missing"]
+    raw = ask(client, "g/missing")
+    assert raw.parse().model == "g/ok"
+    assert faults.hits["missing"] == before + 1
+
+
+def test_a_missing_model_does_not_rest_the_deployment(
+    client: openai.OpenAI, svir: SvirProcess
+) -> None:
+    for _ in range(3):  # provider b rests a deployment after 2 failures
+        with pytest.raises(openai.NotFoundError):
+            ask(client, "b/missing")
+    state = httpx.get(svir.url + "/healthz?verbose=1").json()["deployments"]["b/missing"]
+    assert state["state"] == "closed" and state["failures"] == 0
+
+
 def test_weighted_load_balancing(client: openai.OpenAI, faults: FaultServer) -> None:
     served = [ask(client, "lb").parse().model for _ in range(40)]
     assert set(served) == {"f/ok", "g/ok"}
@@ -238,6 +288,158 @@ def policy(clock: list[float]) -> Resilience:
     )
     router = Router(config, {}, UpstreamClient())
     return Resilience(config, router, router.client, rng=random.Random(1), clock=lambda: clock[0])
+
+
+# What each kind of failure gets: retried (before the first byte), sent to a fallback, counted
+# toward the deployment's breaker. The same table is in docs/providers.md.
+DECISIONS = {
+    ErrorKind.TRANSIENT: (True, True, True),
+    ErrorKind.TIMEOUT: (True, True, True),
+    ErrorKind.RATE_LIMITED: (True, True, True),
+    ErrorKind.INCOMPLETE: (True, True, True),
+    ErrorKind.AUTH: (False, True, True),
+    ErrorKind.NOT_A_STREAM: (False, True, True),
+    ErrorKind.PROTOCOL: (False, True, True),
+    ErrorKind.MODEL_OUTPUT: (False, True, False),
+    ErrorKind.MODEL_NOT_FOUND: (False, True, False),
+    ErrorKind.UNSUPPORTED_INPUT: (False, True, False),
+    ErrorKind.OTHER: (False, True, False),
+    ErrorKind.REJECTED: (False, False, False),
+    ErrorKind.CONTEXT_OVERFLOW: (False, False, False),  # only to a route's context_fallback
+    ErrorKind.CONTENT_FILTER: (False, False, False),  # only with fallback_on_content_filter
+}
+
+
+def test_every_kind_is_decided() -> None:
+    assert set(DECISIONS) == set(ErrorKind)
+
+
+@pytest.mark.parametrize("kind", list(ErrorKind))
+def test_the_decision_table(kind: ErrorKind) -> None:
+    retry, fallback, breaker = DECISIONS[kind]
+    err = UpstreamError(kind, "x")
+    assert err.retryable is retry  # the one retry decision, which the policy uses
+    assert (kind in FALLBACK_KINDS) is fallback
+    assert (kind in BREAKER_KINDS) is breaker
+
+
+@pytest.fixture
+async def inprocess(faults: FaultServer) -> Any:
+    """A policy in this process, against the fault server (default retries and breaker)."""
+    made: list[UpstreamClient] = []
+
+    def make(extra: str = "", clock: Callable[[], float] = time.time) -> Resilience:
+        config = parse_config(provider("p", faults.base_url) + extra)
+        client = UpstreamClient(clock=clock)
+        made.append(client)
+        router = Router(config, {}, client)
+        return Resilience(config, router, client, rng=random.Random(1))
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+async def serve(res: Resilience, model: str) -> None:
+    """One streamed request through the policy, read to its end or its error."""
+    request = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    try:
+        call = await res.open(request, request_id="t")
+    except GatewayError:
+        return
+    async for _ in call.stream():
+        pass
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "parse-fail-late",  # llama.cpp's parser failing on the model's tool call, mid-stream
+        "overflow",
+        "filtered",
+        "missing",
+        "rejected",
+    ],
+)
+async def test_model_caused_failures_leave_the_breaker_closed(
+    inprocess: Callable[..., Resilience], model: str
+) -> None:
+    res = inprocess()
+    for _ in range(5):
+        await serve(res, f"p/{model}")
+    d = res.deployment(f"p/{model}")
+    assert (d.state(time.monotonic()), d.failures) == ("closed", 0)
+
+
+@pytest.mark.parametrize("model", ["crash-late", "reset-late", "always-503"])
+async def test_five_failures_of_the_deployment_open_its_breaker(
+    inprocess: Callable[..., Resilience], model: str
+) -> None:
+    res = inprocess("[providers.retry]\nattempts = 1\n")
+    for _ in range(5):
+        await serve(res, f"p/{model}")
+    d = res.deployment(f"p/{model}")
+    assert d.state(time.monotonic()) == "open" and d.failures == 5
+
+
+# Retry-After as an HTTP date: read against the wall clock at the edge (the clock injected).
+
+T0 = 2_000_000_000.0
+
+
+async def limited_once(retry_after: str, client: UpstreamClient) -> UpstreamError:
+    """The error the upstream client makes of a 429 whose Retry-After is `retry_after`."""
+    with FaultServer(retry_after=retry_after) as server:
+        try:
+            with pytest.raises(UpstreamError) as info:
+                await client.open_stream(
+                    server.base_url + "/chat/completions",
+                    headers={"Content-Type": "application/json"},
+                    body=b'{"model": "limited"}',
+                    timeouts=Timeouts(),
+                )
+        finally:
+            await client.close()
+    return info.value
+
+
+async def test_an_http_date_retry_after_counts_through_the_upstream_client() -> None:
+    date = email.utils.formatdate(T0 + 5, usegmt=True)
+    err = await limited_once(date, UpstreamClient(clock=lambda: T0))
+    assert err.kind is ErrorKind.RATE_LIMITED and err.retry_after == 5.0
+    assert to_client_error(err).headers == {"Retry-After": "5"}
+
+
+async def test_an_http_date_retry_after_is_read_against_the_wall_clock() -> None:
+    err = await limited_once(
+        email.utils.formatdate(time.time() + 600, usegmt=True), UpstreamClient()
+    )
+    assert err.retry_after is not None and 300 < err.retry_after <= 600
+
+
+async def test_an_http_date_over_the_cap_goes_to_the_fallback() -> None:
+    # 60 s ahead, over the default cap of 30 s: not waited for, the fallback serves at once.
+    with FaultServer(retry_after=email.utils.formatdate(T0 + 60, usegmt=True)) as server:
+        config = parse_config(
+            provider("p", server.base_url)
+            + '[[routes]]\nname = "p/limited"\nfallbacks = ["p/ok"]\n'
+        )
+        client = UpstreamClient(clock=lambda: T0)
+        router = Router(config, {}, client)
+        slept: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            slept.append(seconds)
+
+        res = Resilience(config, router, client, sleep=sleep, rng=random.Random(1))
+        try:
+            request = {"model": "p/limited", "messages": [{"role": "user", "content": "hi"}]}
+            call = await res.open(request, request_id="t")
+            assert call.headers["x-svir-served-model"] == "p/ok"
+            call.close()
+        finally:
+            await client.close()
+    assert server.hits["limited"] == 1 and slept == []
 
 
 def test_least_in_flight_prefers_the_idle_deployment() -> None:

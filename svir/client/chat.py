@@ -3,7 +3,8 @@
 Interactive on a terminal: the answer streams as it comes, reasoning dimmed (or folded into one
 line with `/reasoning off`), tool calls shown, and after each answer a line with the finish
 reason, the tokens and the speed (§3.6, measured by the decoder on this machine's clock). Ctrl-C
-stops an answer and returns to the prompt. With stdin not a terminal (`echo hi | svir chat m`),
+stops an answer and returns to the prompt, also when svir was started with SIGINT ignored (see
+`ctrl_c_interrupts`). With stdin not a terminal (`echo hi | svir chat m`),
 stdin is one message and only the answer goes to stdout.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -575,6 +578,26 @@ def open_history(session: Session, options: ChatOptions, *, interactive: bool) -
     return LocalHistory(session, options.system)
 
 
+@contextlib.contextmanager
+def ctrl_c_interrupts() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt inside the block, whatever SIGINT was on entry.
+
+    A shell passes an ignored SIGINT on to what it starts (`cmd &` from a script, `nohup`,
+    `trap '' INT`), and Python then leaves it ignored: Ctrl-C at the chat would do nothing. At a
+    terminal Ctrl-C is how a person stops an answer, so the chat takes it back while it runs, and
+    gives the process its handler back after. (A piped chat keeps what it was given: there, an
+    ignored SIGINT is the caller's choice.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers, and only it gets KeyboardInterrupt
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 def run_chat(
     conn: Connection,
     options: ChatOptions,
@@ -603,7 +626,8 @@ def run_chat(
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
         console = Console(file=stdout, highlight=False)
-        return Chat(session, history, options, console).loop()
+        with ctrl_c_interrupts():
+            return Chat(session, history, options, console).loop()
     except ClientFailure as exc:
         stderr.write(f"svir chat: {exc}\n")
         return 1

@@ -88,6 +88,8 @@ class App:
     def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
         self.config = config
         self.environ = environ
+        # Whatever gets installed: no log line of this app repeats a key its config names.
+        config.hide_secrets(environ)
         self.gateway = Gateway(config, environ)
         self.ready = False
         self._routes: dict[tuple[str, str], tuple[Handler, ErrorShape]] = {}

@@ -157,13 +157,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         _PRCTL(1, signal.SIGKILL, 0, 0, 0)
 
 
-def _reap(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+def _reap(process: subprocess.Popen[bytes], log: IO[bytes], own_log: Path | None) -> None:
     """Finalizer: stop a server its owner forgot to stop."""
     if process.poll() is None:
         process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=_STOP_GRACE_SECONDS)
+    _close_log(log, own_log)
+
+
+def _close_log(log: IO[bytes], own_log: Path | None) -> None:
+    """Close the server's log, and remove it when it is the temporary file `start` made."""
     log.close()
+    if own_log is not None:
+        own_log.unlink(missing_ok=True)
 
 
 class LlamaServer:
@@ -182,14 +189,16 @@ class LlamaServer:
         log_path: Path,
         log: IO[bytes],
         args: Sequence[str],
+        own_log: bool = False,
     ) -> None:
         self._process = process
         self._host = host
         self._port = port
         self._log_path = log_path
         self._log = log
+        self._own_log = log_path if own_log else None
         self._args = tuple(args)
-        self._finalizer = weakref.finalize(self, _reap, process, log)
+        self._finalizer = weakref.finalize(self, _reap, process, log, self._own_log)
 
     @classmethod
     def start(
@@ -208,9 +217,10 @@ class LlamaServer:
     ) -> Self:
         """Start `binary` serving `model`; `port=0` picks a free port on `host`.
 
-        The server's stdout and stderr go to `log_path` (a new temporary file when None), which
-        `log_tail()` reads back for error messages. `own_group` starts it in a process group of
-        its own, so that a Ctrl-C in svir's terminal reaches svir only, which then stops it.
+        The server's stdout and stderr go to `log_path`, which `log_tail()` reads back for error
+        messages; when None, to a temporary file of its own, removed when the server stops.
+        `own_group` starts it in a process group of its own, so that a Ctrl-C in svir's terminal
+        reaches svir only, which then stops it.
         """
         if not model.is_file():
             raise LlamaServerError(f"model file not found: {model}")
@@ -236,6 +246,7 @@ class LlamaServer:
             args += ["--chat-template-file", str(chat_template_file)]
         args += list(extra_args)
 
+        own_log = log_path is None
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
             os.close(fd)
@@ -252,9 +263,11 @@ class LlamaServer:
                 process_group=0 if own_group else None,
             )
         except OSError as exc:
-            log.close()
+            _close_log(log, log_path if own_log else None)
             raise LlamaServerError(f"cannot run {binary}: {exc}") from exc
-        return cls(process, host=host, port=port, log_path=log_path, log=log, args=args)
+        return cls(
+            process, host=host, port=port, log_path=log_path, log=log, args=args, own_log=own_log
+        )
 
     # -- state -------------------------------------------------------------------------------
 
@@ -349,7 +362,7 @@ class LlamaServer:
                 self._process.kill()
                 self._process.wait()
         self._finalizer.detach()
-        self._log.close()
+        _close_log(self._log, self._own_log)
         return self._process.returncode
 
     def __enter__(self) -> Self:

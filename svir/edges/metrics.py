@@ -11,7 +11,8 @@ What is measured (see docs/keys.md):
   `svir_errors_total{class}` (svir's error code, or the upstream failure's kind).
 - Chat calls (every front end): `svir_chat_requests_total{model,provider,outcome}`,
   `svir_tokens_total{model,provider,kind}`, `svir_time_to_first_token_seconds{provider}`,
-  `svir_tokens_per_second{provider}` (§3.6), `svir_streams_in_flight{provider}`.
+  `svir_tokens_per_second{provider}` (§3.6), `svir_streams_in_flight{provider}`. The model and
+  provider labels are never empty and never grow with invented model ids (`Metrics.chat_labels`).
 - Upstream attempts (retries and fallbacks each count): `svir_upstream_attempts_total
   {provider,outcome}`, `svir_upstream_latency_seconds{provider}` (to the first visible output, or
   to the failure).
@@ -30,12 +31,30 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
+from svir.config import ServerConfig
+from svir.policy.limits import LIMIT_NAMES
+from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
     from svir.chat import ChatCall
     from svir.policy.resilience import Resilience
+    from svir.policy.routing import Router
 
-__all__ = ["CONTENT_TYPE", "Counter", "Gauge", "Histogram", "Metrics", "Registry"]
+__all__ = [
+    "CONTENT_TYPE",
+    "ERROR_CLASSES",
+    "METHODS",
+    "OTHER",
+    "OUTCOMES",
+    "OWN_ERRORS",
+    "Counter",
+    "Gauge",
+    "Histogram",
+    "Metrics",
+    "Registry",
+    "closed",
+    "error_class",
+]
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS: Final = (
@@ -43,8 +62,61 @@ LATENCY_BUCKETS: Final = (
 )  # fmt: skip
 RATE_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0)
 _LABEL_LIMIT: Final = 120
+# The model label of a call to a model past the bound, or refused before it was routed.
+OTHER_MODEL: Final = "other"
+# The provider label of a call refused before it was routed.
+NO_PROVIDER: Final = "none"
+_UNLISTED_DEFAULT: Final = ServerConfig().max_unlisted_models
 
 Labels = tuple[str, ...]
+
+# Label values of errors, outcomes and methods come from these closed sets, which svir defines,
+# never from a string a client or an upstream wrote: an upstream's error code may quote the key
+# it was sent, and a client may invent a method per request. Anything else is "other".
+OTHER: Final = "other"
+# svir's own error codes, and the error types that stand in for a missing code (every code in
+# svir's source is here: tests/keys/test_secrets.py reads the source to check).
+OWN_ERRORS: Final = frozenset(
+    {
+        "admin_disabled", "attachment_not_found", "attachment_too_large", "content_filter",
+        "context_length_exceeded", "continuation_cancelled", "duplicate_tool_result",
+        "empty_thread", "internal_error", "invalid_admin_key", "invalid_api_key",
+        "invalid_cursor", "invalid_metrics_token", "invalid_request", "invalid_type",
+        "invalid_value", "key_not_found", "lease_lost", "limits_unavailable", "loopback_only",
+        "message_not_found", "method_not_allowed", "metrics_locked",
+        "missing_required_parameter", "model_not_allowed", "model_not_found",
+        "no_pending_tool_calls", "not_found", "nothing_to_answer", "rate_limit_exceeded",
+        "request_too_large", "response_format_mismatch", "server_shutting_down", "starting",
+        "store_unavailable", "thread_attachments_too_large", "thread_busy", "thread_not_found",
+        "tool_results_pending", "unknown_tool_call_id", "unsupported_attachment",
+        "unsupported_input", "unsupported_parameter", "unsupported_value",
+        "upstream_auth_error", "upstream_error", "upstream_timeout", "upstream_unavailable",
+        # Types
+        "invalid_request_error", "rate_limit_error", "insufficient_quota", "server_error",
+    }
+)  # fmt: skip
+ERROR_CLASSES: Final = frozenset(
+    {*OWN_ERRORS, *(kind.value for kind in ErrorKind), *(f"{n}_exceeded" for n in LIMIT_NAMES)}
+)
+# What became of a chat call or an upstream attempt.
+OUTCOMES: Final = ERROR_CLASSES | {"ok", "cancelled"}
+METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def closed(value: object, allowed: frozenset[str]) -> str:
+    """`value` when it is one of `allowed`, else "other"."""
+    return value if isinstance(value, str) and value in allowed else OTHER
+
+
+def error_class(fields: dict[str, Any]) -> str | None:
+    """The class of a finished request's failure, from its log fields: svir's error code or the
+    upstream failure's kind (closed: see `ERROR_CLASSES`), `http_<status>` for an error status
+    with neither, None when it did not fail."""
+    status = int(fields.get("status") or 500)
+    error = fields.get("error") or fields.get("error_kind")
+    if error:
+        return closed(error, ERROR_CLASSES)
+    return f"http_{status}" if status >= 400 else None
 
 
 def _escape(value: str) -> str:
@@ -183,6 +255,9 @@ class Metrics:
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
+        # Which models have a model label of their own (`chat_labels`); set by `watch_attempts`.
+        self.router: Router | None = None
+        self._unlisted: set[str] = set()
         r = self.registry = Registry()
         self.http_requests = r.add(
             Counter(
@@ -270,23 +345,42 @@ class Metrics:
         """An App guard counting every HTTP request when it ends."""
 
         async def guard(scope: Any, fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
-            endpoint = scope.get("svir.route") or "other"
-            method = scope["method"]
+            endpoint = scope.get("svir.route") or OTHER
+            method = closed(scope["method"], METHODS)
 
             def after(done: dict[str, Any]) -> None:
                 status = int(done.get("status") or 500)
                 self.http_requests.inc((endpoint, method, str(status)))
                 self.http_duration.observe((endpoint,), float(done.get("duration_ms", 0)) / 1000)
-                error = done.get("error") or done.get("error_kind")
-                if status >= 400 or error:
-                    self.errors.inc((str(error or f"http_{status}"),))
+                error = error_class(done)
+                if error is not None:
+                    self.errors.inc((error,))
 
             return after
 
         return guard
 
+    def chat_labels(self, model: str, provider: str | None) -> tuple[str, str]:
+        """The model and provider labels of a chat call (`provider` None: refused before it was
+        routed). A model keeps its name when the router knows it, and otherwise while fewer than
+        `[server] max_unlisted_models` others have one; past that, or never routed, it counts as
+        "other". A series, once there, stays (a counter must not vanish and come back from zero):
+        the bound folds new names, as OpenTelemetry's cardinality limit does."""
+        router = self.router
+        if router is not None and router.known(model):
+            return model, provider or NO_PROVIDER
+        if provider is None:
+            return OTHER_MODEL, NO_PROVIDER
+        if model not in self._unlisted:
+            cap = router.max_unlisted if router is not None else _UNLISTED_DEFAULT
+            if len(self._unlisted) >= cap:
+                return OTHER_MODEL, provider
+            self._unlisted.add(model)
+        return model, provider
+
     def watch_attempts(self, policy: Resilience) -> None:
         """Count every upstream attempt, and read the policy's state at scrape time."""
+        self.router = policy.router
 
         def attempt(call: ChatCall) -> None:
             call.on_close.append(self._attempt_closed)
@@ -303,7 +397,7 @@ class Metrics:
         else:
             outcome = "ok" if call.succeeded else (s.error_kind or "cancelled")
             seconds = (s.first_token_ms or 0.0) / 1000
-        self.attempts.inc((provider, outcome))
+        self.attempts.inc((provider, closed(outcome, OUTCOMES)))
         self.upstream_latency.observe((provider,), seconds)
 
     def _policy_metrics(self, policy: Resilience) -> list[_Metric]:

@@ -35,12 +35,14 @@ from svir.ollama import (
     OllamaError,
     created_at,
     error_line,
+    error_message,
     model_name,
     ps_entry,
     show_response,
     tags_entry,
     to_openai_request,
 )
+from svir.policy.bounded import BoundedMap
 from svir.providers import RequestError, validate_chat_request
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.errors import UpstreamError
@@ -79,7 +81,8 @@ class OllamaAPI:
     def __init__(self, app: App, *, clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.clock = clock
-        self.recent: dict[str, float] = {}
+        # Bounded (svir.policy.bounded): a server may serve whatever model id a client sends.
+        self.recent: BoundedMap[str, float] = app.router.bounded()
 
     def routes(self) -> list[tuple[str, str, Handler]]:
         return [
@@ -97,6 +100,7 @@ class OllamaAPI:
     ) -> int:
         headers = {"x-request-id": rid}
         fields["api"] = "ollama"
+        label = ""
         try:
             body = await self._read_json(scope, receive)
             request = to_openai_request(body)
@@ -111,6 +115,13 @@ class OllamaAPI:
         except OllamaError as exc:
             fields["error"] = "invalid_request"
             return await _send_error(send, exc.status, exc.message, headers)
+        except GatewayError as exc:
+            # As the app would answer it (svir.edges.app), but in Ollama's words for a model it
+            # does not have, which need the name the client asked for.
+            ce = exc.error
+            fields["error"] = ce.code or ce.type
+            message = error_message(ce, label)
+            return await _send_error(send, ce.status, message, {**headers, **ce.headers})
 
     async def _load(
         self,
@@ -206,7 +217,7 @@ class OllamaAPI:
     ) -> int:
         """The models svir served within the keep-alive window: svir loads nothing itself."""
         now = self.clock()
-        for name, last in list(self.recent.items()):
+        for name, last in self.recent.items():
             if now - last >= KEEP_ALIVE_SECONDS:
                 del self.recent[name]
         entries = []
@@ -248,6 +259,7 @@ class OllamaAPI:
     def _route(self, name: str) -> Route:
         """Where a model name goes (for a configured route, its first target), or an
         OllamaError: Ollama's 404 for a model it does not have."""
+        asked = name
         for route in self.app.config.routes:
             if route.name == name and route.targets:
                 name = route.targets[0].model
@@ -257,7 +269,7 @@ class OllamaAPI:
         except RequestError as exc:
             raise OllamaError(exc.message) from None
         except GatewayError as exc:
-            raise OllamaError(exc.error.message, exc.error.status) from None
+            raise OllamaError(error_message(exc.error, asked), exc.error.status) from None
 
     def _kind(self, provider: str) -> str:
         found = self.app.router.providers.get(provider)

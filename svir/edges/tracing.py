@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from svir import __version__
 from svir.config import TelemetryConfig
 from svir.edges.asgi import Scope, header
+from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
 
 if TYPE_CHECKING:
     from svir.chat import ChatCall
@@ -93,17 +94,18 @@ class Tracing:
                 if value is not None:
                     carrier[name.decode()] = value.decode("latin-1")
             parent = self.propagator.extract(carrier) if carrier else None
-            route = scope.get("svir.route") or scope["path"]
-            method = scope["method"]
+            # The span's name and route are svir's own (a path no route matched is the client's
+            # and stays in url.path); an unknown method is "_OTHER", as the conventions say.
+            route = scope.get("svir.route")
+            method = scope["method"] if scope["method"] in METHODS else "_OTHER"
+            attributes = {"http.request.method": method, "url.path": scope["path"]}
+            if route:
+                attributes["http.route"] = route
             span = self.tracer.start_span(
-                f"{method} {route}",
+                f"{method} {route}" if route else method,
                 context=parent,
                 kind=server,
-                attributes={
-                    "http.request.method": method,
-                    "http.route": route,
-                    "url.path": scope["path"],
-                },
+                attributes=attributes,
             )
             token = context.attach(trace.set_span_in_context(span, parent))
 
@@ -126,7 +128,8 @@ class Tracing:
                             span.set_attribute(dst, value)
                     error = done.get("error") or done.get("error_kind")
                     if status >= 500 or error:
-                        span.set_attribute("error.type", str(error or status))
+                        kind = closed(error, ERROR_CLASSES) if error else str(status)
+                        span.set_attribute("error.type", kind)
                         span.set_status(trace.Status(trace.StatusCode.ERROR))
                     span.end()
                 finally:
@@ -198,8 +201,7 @@ def _end_attempt(trace: Any, span: Any, call: ChatCall) -> None:
         if u.cached_tokens is not None:
             span.set_attribute("gen_ai.usage.cache_read.input_tokens", u.cached_tokens)
     if not call.succeeded:
-        kind = s.error_kind or "cancelled"
-        span.set_attribute("error.type", kind)
+        span.set_attribute("error.type", closed(s.error_kind or "cancelled", OUTCOMES))
         if s.error_kind:
             span.set_status(trace.Status(trace.StatusCode.ERROR))
     span.end()

@@ -9,7 +9,8 @@ the caller stops reading, so that a client who went away stops the generation up
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from svir.config import Timeouts
@@ -118,11 +119,15 @@ class UpstreamResponse:
 
 
 class UpstreamClient:
-    """One connection pool for all upstreams (svir.edges.h1: keep-alive, no limit by default)."""
+    """One connection pool for all upstreams (svir.edges.h1: keep-alive, no limit by default).
 
-    def __init__(self, *, limit: int = 0) -> None:
+    `clock` is the wall clock (unix time) an error's `Retry-After` date is read against.
+    """
+
+    def __init__(self, *, limit: int = 0, clock: Callable[[], float] = time.time) -> None:
         self._limit = limit  # kept for the interface; the pool does not cap connections
         self._pool: H1Pool | None = None
+        self._clock = clock
 
     @property
     def pool(self) -> H1Pool:
@@ -185,7 +190,7 @@ class UpstreamClient:
                 resp = await self.pool.request("GET", url, headers=headers, connect_timeout=timeout)
                 body = await read_limited(resp, 4 << 20)
                 if resp.status >= 300:
-                    raise classify_http_error(resp.status, resp.headers, body)
+                    raise classify_http_error(resp.status, resp.headers, body, now=self._clock())
                 return body
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None
@@ -195,8 +200,7 @@ class UpstreamClient:
             if resp is not None:
                 resp.close()
 
-    @staticmethod
-    async def _error(resp: H1Response) -> UpstreamError:
+    async def _error(self, resp: H1Response) -> UpstreamError:
         body = b""
         # Some servers stall an auth error's body: its words would not change the answer anyway.
         if resp.status not in (401, 403):
@@ -206,4 +210,4 @@ class UpstreamClient:
             except (TimeoutError, H1Error):
                 pass
         resp.close()
-        return classify_http_error(resp.status, resp.headers, body)
+        return classify_http_error(resp.status, resp.headers, body, now=self._clock())

@@ -2,9 +2,9 @@
 
 With no keys issued svir runs open, for clients on this machine only (unless
 `[auth] allow_open_non_loopback`). Once a key exists every request needs one, except the health
-check, the metrics (see `[auth] metrics_need_admin`) and the admin API (which takes the admin
-key). The key of the request being served is `current_key()`, for the limits, the ledger, and any
-front end that keeps things per caller (threads).
+check, the metrics (which take the admin key or the metrics token: svir.keys.service) and the
+admin API (which takes the admin key). The key of the request being served is `current_key()`,
+for the limits, the ledger, and any front end that keeps things per caller (threads).
 
 svir's own refusal is 401 `invalid_api_key`; a model server refusing svir's credentials is 502
 `upstream_auth_error` (svir.wire.classify), so a client is never sent to fix the wrong key.
@@ -129,6 +129,20 @@ class Authenticator:
         self._cache[digest] = (record, now)
         return record
 
+    def check_unkeyed(self, scope: Scope) -> None:
+        """Who a svir without keys serves: this machine only, unless `allow_open`."""
+        if self.allow_open:
+            return
+        client = scope.get("client")
+        if client is None or is_loopback(client[0]):
+            return
+        raise auth_error(
+            "svir has no API keys and so serves this machine only: issue a key with"
+            " `svir keys create`, or set [auth] allow_open_non_loopback.",
+            status=403,
+            code="loopback_only",
+        )
+
     async def guard(self, scope: Scope, fields: dict[str, Any]) -> After | None:
         """App guard: set the request's key, or refuse the request."""
         path: str = scope["path"]
@@ -137,17 +151,8 @@ class Authenticator:
         if self.keys is None:
             raise auth_error("svir is starting.", status=503, code="starting")
         if not await self.configured():
-            if self.allow_open:
-                return None
-            client = scope.get("client")
-            if client is None or is_loopback(client[0]):
-                return None
-            raise auth_error(
-                "svir has no API keys and so serves this machine only: issue a key with"
-                " `svir keys create`, or set [auth] allow_open_non_loopback.",
-                status=403,
-                code="loopback_only",
-            )
+            self.check_unkeyed(scope)
+            return None
         token = bearer_token(scope)
         if token is None:
             raise auth_error(

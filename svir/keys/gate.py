@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from svir.chat import ChatCall, Cut, GatewayError, visible_count
 from svir.config import LimitsConfig, PriceConfig
-from svir.edges.metrics import Metrics
+from svir.edges.metrics import OUTCOMES, Metrics, closed
 from svir.gateway import OpenChat
 from svir.keys.auth import current_key
 from svir.keys.model import KeyRecord, model_allowed
@@ -362,7 +362,8 @@ class Gate:
         """A call that never streamed: refused by svir, or failed at every upstream tried."""
         f = fields or {}
         if self.metrics is not None:
-            self.metrics.chat_requests.inc(("", str(f.get("provider") or ""), status))
+            labels = self.metrics.chat_labels(model, f.get("provider"))
+            self.metrics.chat_requests.inc((*labels, closed(status, OUTCOMES)))
         if self.ledger is not None:
             self.ledger.record(
                 LedgerRow(
@@ -554,10 +555,12 @@ class Meter:
         gate = self.gate
         if self.grant is not None:
             gate.spawn(gate.settle(self.grant, prompt + completion, cost or 0))
-        if call.succeeded:
-            status = "ok"
-        elif cut:
+        # A cut first: svir may have read the whole answer (the upstream succeeded) by the time
+        # it ends the client's with an error.
+        if cut:
             status = self.cut if self.cut == "limits_unavailable" else f"{self.cut}_exceeded"
+        elif call.succeeded:
+            status = "ok"
         else:
             status = s.error_kind or "cancelled"
         provider = call.route.provider.name
@@ -567,14 +570,15 @@ class Meter:
         metrics = gate.metrics
         if metrics is not None:
             metrics.in_flight.inc((provider,), -1)
-            metrics.chat_requests.inc((self.model, provider, status))
+            label, _ = metrics.chat_labels(self.model, provider)
+            metrics.chat_requests.inc((label, provider, closed(status, OUTCOMES)))
             tokens = metrics.tokens
-            tokens.inc((self.model, provider, "prompt"), prompt)
-            tokens.inc((self.model, provider, "completion"), completion)
+            tokens.inc((label, provider, "prompt"), prompt)
+            tokens.inc((label, provider, "completion"), completion)
             if reasoning:
-                tokens.inc((self.model, provider, "reasoning"), reasoning)
+                tokens.inc((label, provider, "reasoning"), reasoning)
             if cached:
-                tokens.inc((self.model, provider, "cached"), cached)
+                tokens.inc((label, provider, "cached"), cached)
             if ttft_ms is not None:
                 metrics.ttft.observe((provider,), ttft_ms / 1000)
             if s.tokens_per_second is not None:

@@ -1,8 +1,10 @@
 """Keys, limits, the usage ledger, metrics and tracing, installed on an App (`install`).
 
 Routes: the admin API under `/admin/` (guarded by the admin key, `[auth] admin_key_env`),
-`GET /v1/usage` (a key's own figures), `GET /metrics`. Guards, in order: tracing (when on),
-metrics, authentication. The gateway gets the gate (svir.keys.gate) around every chat call.
+`GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
+metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
+tracing (when on), metrics, authentication. The gateway gets the gate (svir.keys.gate) around
+every chat call.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_
 from svir.keys.store import KeyStore
 from svir.ledger import Ledger
 from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
-from svir.log import hide_in_logs
 from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
 from svir.policy.limits_redis import LimitsUnavailable
 from svir.store import default_url, make_store
@@ -152,8 +153,8 @@ class KeysService:
         )
         self.auth.exempt_paths.add("/metrics")
         self.auth.exempt_prefixes = ("/admin/",)
-        self.admin_key = environ.get(config.auth.admin_key_env) or None
-        hide_in_logs(self.admin_key, *(p.api_key(environ) for p in config.providers))
+        self.admin_key = config.auth.admin_key(environ)
+        self.metrics_token = config.auth.metrics_token(environ)
         self.metrics = Metrics() if config.telemetry.metrics else None
         self.tracing: Any = None
         if config.telemetry.otel:
@@ -251,11 +252,11 @@ class KeysService:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         headers = {"x-request-id": rid}
-        if self.config.auth.metrics_need_admin:
-            try:
-                self._check_admin(scope)
-            except GatewayError as exc:
-                return await _send_error(send, exc, headers)
+        try:
+            await self._check_metrics(scope)
+        except GatewayError as exc:
+            fields["error"] = exc.error.code or exc.error.type
+            return await _send_error(send, exc, headers)
         assert self.metrics is not None
         body = self.metrics.render()
         await send(
@@ -270,6 +271,37 @@ class KeysService:
         )
         await send({"type": "http.response.body", "body": body})
         return 200
+
+    async def _check_metrics(self, scope: Scope) -> None:
+        """Who may read /metrics: anyone with `[auth] metrics_public`; once keys exist (or with
+        `metrics_need_admin`), the holder of the admin key or of the metrics token; with no keys,
+        whom svir serves then (this machine, unless `allow_open_non_loopback`)."""
+        auth = self.config.auth
+        if auth.metrics_public:
+            return
+        if not auth.metrics_need_admin:
+            if self.auth.keys is None:
+                raise auth_error("svir is starting.", status=503, code="starting")
+            if not await self.auth.configured():
+                self.auth.check_unkeyed(scope)
+                return
+        tokens = [t.encode() for t in (self.admin_key, self.metrics_token) if t is not None]
+        if not tokens:
+            raise auth_error(
+                "GET /metrics takes the admin key or the metrics token, and neither is set: set"
+                f" the environment variable {auth.metrics_token_env} (or"
+                f" {auth.admin_key_env}), or open it to anyone with [auth] metrics_public = true.",
+                status=403,
+                code="metrics_locked",
+            )
+        token = bearer_token(scope)
+        if token is None or not any(hmac.compare_digest(token, t) for t in tokens):
+            raise auth_error(
+                "GET /metrics needs the metrics token (the environment variable"
+                f" {auth.metrics_token_env}) or svir's admin key, sent as"
+                " 'Authorization: Bearer <token>'.",
+                code="invalid_metrics_token",
+            )
 
     # GET /v1/usage
 

@@ -5,7 +5,8 @@ its first visible output, and only a failure until then is retried (transient cl
 backoff and jitter, a 429's Retry-After honoured up to a cap, under a retry budget), sent to the
 next deployment of the route, or to the route's fallbacks in order. A content-filter block is an
 answer, not a failure, and a context overflow only goes to a model configured as larger-context.
-A deployment that keeps failing rests (a circuit breaker) and is probed back with one request.
+A deployment that keeps failing in ways that say it is unwell (not the request's or the model's
+doing: `BREAKER_KINDS`) rests (a circuit breaker) and is probed back with one request.
 """
 
 from __future__ import annotations
@@ -22,26 +23,33 @@ from typing import Any
 from svir.chat import ChatCall, GatewayError
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.edges.upstream import UpstreamClient
+from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
 from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
-from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.errors import RETRYABLE_KINDS, ErrorKind, UpstreamError
 
 log = logging.getLogger("svir.policy")
 
-RETRY_KINDS = frozenset(
-    {ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.RATE_LIMITED, ErrorKind.INCOMPLETE}
-)
+# What each kind of failure gets (the table in docs/providers.md). Which are retried is the
+# wire core's one decision, `UpstreamError.retryable` (RETRYABLE_KINDS); a context overflow and a
+# content-filter block go to a fallback only as their route says.
 # Failures that another deployment or model may not have.
-FALLBACK_KINDS = RETRY_KINDS | {
+FALLBACK_KINDS = RETRYABLE_KINDS | {
     ErrorKind.AUTH,
     ErrorKind.UNSUPPORTED_INPUT,
+    ErrorKind.MODEL_NOT_FOUND,
+    ErrorKind.MODEL_OUTPUT,
     ErrorKind.NOT_A_STREAM,
     ErrorKind.PROTOCOL,
     ErrorKind.OTHER,
 }
-# Failures of the deployment itself (not of the request): these count toward its breaker.
-BREAKER_KINDS = RETRY_KINDS | {ErrorKind.AUTH, ErrorKind.NOT_A_STREAM, ErrorKind.PROTOCOL}
+# Failures that say the deployment is unwell or unusable, whatever was asked of it: these count
+# toward its breaker. Not the ones the request or the model's answer brought about (a rejection,
+# an overflow, a filter block, a missing model, the server's parser failing on what the model
+# wrote), nor OTHER, which nothing identifies. An auth failure counts: every request would fail
+# alike until svir's key is fixed, and resting spares the server and the client the round trips.
+BREAKER_KINDS = RETRYABLE_KINDS | {ErrorKind.AUTH, ErrorKind.NOT_A_STREAM, ErrorKind.PROTOCOL}
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _EFFORT_WORD = re.compile(r"\b(" + "|".join(EFFORTS) + r")\b")
@@ -62,6 +70,10 @@ class Deployment:
         if self.open_until > now:
             return "open"
         return "half-open" if self.failures and self.open_until else "closed"
+
+    def idle(self) -> bool:
+        """Nothing worth keeping: no failures counted (so no breaker open) and nothing in flight."""
+        return not self.failures and not self.in_flight
 
 
 class RetryBudget:
@@ -147,7 +159,8 @@ class Resilience:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
-        self.deployments: dict[str, Deployment] = {}
+        # Bounded (svir.policy.bounded): clients may ask for any model id under a provider.
+        self.deployments: BoundedMap[str, Deployment] = router.bounded(idle=Deployment.idle)
         self.budgets: dict[str, RetryBudget] = {}
         self.quirks: dict[str, Quirks] = {}
         self.retries = 0
@@ -156,13 +169,14 @@ class Resilience:
         self.on_attempt: list[Callable[[ChatCall], None]] = []
 
     def route_for(self, model: str) -> RouteConfig:
-        return self.routes.get(model) or RouteConfig(name=model, targets=(RouteTarget(model),))
+        route = self.routes.get(model)
+        if route is None:
+            self.router.resolve(model)  # a 404 for an unknown provider, before any state for it
+            route = RouteConfig(name=model, targets=(RouteTarget(model),))
+        return route
 
     def deployment(self, model: str) -> Deployment:
-        d = self.deployments.get(model)
-        if d is None:
-            d = self.deployments[model] = Deployment(model)
-        return d
+        return self.deployments.setdefault(model, lambda: Deployment(model))
 
     def pick(
         self, targets: tuple[RouteTarget, ...], strategy: str, avoid: set[str]
@@ -322,6 +336,9 @@ class Resilience:
                 for hook in self.on_attempt:
                     hook(call)
                 tried.append(d.model)
+                if fields is not None:
+                    # Also when every attempt fails: the metrics and the ledger name who failed.
+                    fields["provider"] = provider.name
                 try:
                     await call.open()
                 except GatewayError as exc:
@@ -332,7 +349,7 @@ class Resilience:
                     self._log_failure(d.model, err, attempt)
                     if self.learn(provider.name, err, sent):
                         continue  # the same deployment, without the field: not a retry
-                    if err.kind in RETRY_KINDS and attempt + 1 < provider.retry.attempts:
+                    if err.retryable and attempt + 1 < provider.retry.attempts:
                         wait = self._retry_wait(err, attempt, provider.retry)
                         if wait is not None and budget.take():
                             self.retries += 1

@@ -4,6 +4,9 @@ A model name is `<provider>/<model-id>`: the provider's name picks where the req
 rest is the id that server knows. The catalog joins each provider's configured models with what
 its server lists, keeps chat models only (§6), and caches the result for a while; a server that
 cannot be reached drops out of the list without failing the request.
+
+The models the config names or a server listed are the known ones (`known`): state svir keeps per
+model is held for them, and for at most `[server] max_unlisted_models` others (`bounded`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from svir.chat import Route, request_error
 from svir.config import Config, ProviderConfig, Timeouts
 from svir.edges.upstream import UpstreamClient
+from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, RequestError, get_kind, split_model
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.models import is_chat_model, parse_model_list
@@ -25,6 +30,8 @@ log = logging.getLogger("svir.routing")
 
 DISCOVERY_TIMEOUT = 5.0
 FAILED_RETRY = 5.0
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,30 @@ class Router:
                 timeouts=p.timeouts,
             )
         self._cache: dict[str, tuple[float, list[str]]] = {}
+        self.max_unlisted = config.server.max_unlisted_models
+        named = {m for p in config.providers for m in (f"{p.name}/{i}" for i in p.models)}
+        for r in config.routes:
+            named.add(r.name)
+            named.update(t.model for t in r.targets)
+            named.update(r.fallbacks)
+            if r.context_fallback:
+                named.add(r.context_fallback)
+        self._named = frozenset(named)
+        # What each server listed when it last answered: an outage does not unlist its models.
+        self._listed: dict[str, frozenset[str]] = {}
+
+    def known(self, model: str) -> bool:
+        """Whether the config names `model` (as a provider's model or in a route) or its server
+        listed it: the names whose state is held however many others clients invent."""
+        if model in self._named:
+            return True
+        prefix, _, model_id = model.partition("/")
+        listed = self._listed.get(prefix)
+        return listed is not None and model_id in listed
+
+    def bounded(self, idle: Callable[[V], bool] | None = None) -> BoundedMap[str, V]:
+        """A map for state per model name: the known ones and `max_unlisted` others."""
+        return BoundedMap(self.max_unlisted, keep=self.known, idle=idle)
 
     def set_ensure(
         self,
@@ -148,4 +179,5 @@ class Router:
                 self._cache[name] = (now - self.ttl + min(FAILED_RETRY, self.ttl), ids)
                 return ids
         self._cache[name] = (now, ids)
+        self._listed[name] = frozenset(ids)
         return ids

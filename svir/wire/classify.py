@@ -9,7 +9,7 @@ import email.utils
 import html.parser
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -25,6 +25,8 @@ __all__ = [
     "error_body",
     "error_message",
     "parse_retry_after",
+    "redact",
+    "redact_error",
     "to_client_error",
 ]
 
@@ -72,11 +74,37 @@ _UNSUPPORTED_INPUT_PHRASES = (
 # mlx-lm's habit of answering any refusal with 404.
 _NOT_FOUND_PHRASES = ("not found", "does not exist", "no such")
 
-_RETRY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
-_SECRET_PATTERNS = (
-    re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+# A server's own parser failing on what the model wrote, reported as a server error (5xx, or an
+# error chunk with code 500): llama.cpp's chat parser (§3.5), Ollama's tool-call parser.
+_MODEL_OUTPUT_PHRASES = (
+    "failed to parse input",
+    "the model produced output that does not match",
+    "error parsing tool call",
 )
+
+# OpenAI's words for an overflow, which clients match on as well as the code: LiteLLM looks for
+# "this model's maximum context length is", others for "maximum context length" or
+# "context length". svir's overflow message starts with them, whatever the server said.
+_OPENAI_OVERFLOW_START = "This model's maximum context length is"
+# The context size where a server's words give it: llama.cpp's "context size (16384 tokens)",
+# LM Studio's "context length of only 4096 tokens", OpenAI's and vLLM's "... is 8192 tokens".
+_CONTEXT_TOKENS = re.compile(
+    r"(?i)context (?:length|size|window)\s*(?:is\s+|of\s+)?(?:only\s+)?\(?([0-9]{1,9})\s*tokens"
+)
+# llama.cpp's "request (20056 tokens) exceeds the available context size".
+_REQUEST_TOKENS = re.compile(r"(?i)\brequest \(([0-9]{1,9}) tokens\)")
+
+_RETRY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_REDACTED = "[redacted]"
+# A credential after "Bearer": RFC 6750's b64token characters. A placeholder such as svir's own
+# `Bearer <key>` is not made of them, and words ("a Bearer token") are not credentials: a token
+# counts when it has a digit and 8 characters, or 20 characters whatever they are.
+_BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9\-._~+/]+=*)")
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
+# How much of an error's details is read for secrets: anything deeper or past the count is
+# dropped, not shown unread.
+_DETAILS_DEPTH = 8
+_DETAILS_ITEMS = 256
 
 
 class ClientError(msgspec.Struct, frozen=True):
@@ -194,19 +222,21 @@ def classify_http_error(
     head = bytes(body[:BODY_SCAN_LIMIT])
     parsed = _decode_json(head)
     fields = _Fields.read(parsed)
-    message = _redact(fields.message or _snippet(head) or f"HTTP {status}")
+    message = fields.message or _snippet(head) or f"HTTP {status}"
     retry_after = _retry_after_header(headers, now)
 
     def make(kind: ErrorKind) -> UpstreamError:
-        return UpstreamError(
-            kind,
-            message,
-            status=status,
-            code=fields.code,
-            type=fields.type,
-            param=fields.param,
-            retry_after=retry_after,
-            details=fields.details,
+        return redact_error(
+            UpstreamError(
+                kind,
+                message,
+                status=status,
+                code=fields.code,
+                type=fields.type,
+                param=fields.param,
+                retry_after=retry_after,
+                details=fields.details,
+            )
         )
 
     if status in (401, 403):
@@ -220,14 +250,19 @@ def classify_http_error(
     kind = _kind_from_body(fields)
     if kind is not None:
         return make(kind)
+    if status >= 500 and _says_model_output(fields):
+        return make(ErrorKind.MODEL_OUTPUT)
     if status in (500, 502, 503):
         return make(ErrorKind.TRANSIENT)
     if status in (400, 413, 422):
         return make(ErrorKind.REJECTED)
-    if status == 404 and fields.plain_error and not _says_not_found(fields):
-        # mlx-lm answers every refusal before generation with 404 and its plain-string error (§5);
-        # any other 404 is a route or model that is not there.
-        return make(ErrorKind.REJECTED)
+    if status == 404:
+        if _says_model_not_found(fields):
+            return make(ErrorKind.MODEL_NOT_FOUND)
+        if fields.plain_error and not _says_not_found(fields):
+            # mlx-lm answers every refusal before generation with 404 and its plain-string error
+            # (§5); any other 404 is a route that is not there (a base URL that is wrong).
+            return make(ErrorKind.REJECTED)
     return make(ErrorKind.OTHER)
 
 
@@ -235,8 +270,9 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
     """Classify an error that arrived inside a 200 stream (§3.5): an `{"error": …}` chunk or the
     data of an SSE `event: error`, already decoded from JSON (or the raw text if it was not).
 
-    A numeric code is read as the HTTP status it names (500 is transient, 400 rejected); without
-    one the message and type decide, and an error nothing identifies is OTHER. Whatever the kind,
+    A numeric code is read as the HTTP status it names (500 is transient, 400 rejected), unless
+    the words say the server's parser failed on what the model wrote (MODEL_OUTPUT); without a
+    code the message and type decide, and an error nothing identifies is OTHER. Whatever the kind,
     the policy does not retry once bytes reached the client; the kind still tells it and the client
     what failed.
     """
@@ -253,7 +289,6 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
         message = _snippet(payload.encode("utf-8", "replace")) or "error in the stream"
     else:
         message = "the server reported an error inside the stream"
-    message = _redact(message)
     details = dict(fields.details)
     if isinstance(event, str) and event:
         details.setdefault("event", event[:64])
@@ -261,7 +296,9 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
     kind = _kind_from_body(fields)
     if kind is None:
         numeric = _numeric_code(fields.code)
-        if numeric is not None and 100 <= numeric <= 599:
+        if (numeric is None or numeric >= 500) and _says_model_output(fields):
+            kind = ErrorKind.MODEL_OUTPUT
+        elif numeric is not None and 100 <= numeric <= 599:
             kind = _kind_for_status(numeric)
         elif fields.type is not None and fields.type.lower() in _TRANSIENT_TYPES:
             kind = ErrorKind.TRANSIENT
@@ -269,14 +306,16 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
             kind = ErrorKind.RATE_LIMITED
         else:
             kind = ErrorKind.OTHER
-    return UpstreamError(
-        kind,
-        message,
-        code=fields.code,
-        type=fields.type,
-        param=fields.param,
-        in_stream=True,
-        details=details,
+    return redact_error(
+        UpstreamError(
+            kind,
+            message,
+            code=fields.code,
+            type=fields.type,
+            param=fields.param,
+            in_stream=True,
+            details=details,
+        )
     )
 
 
@@ -339,9 +378,13 @@ def to_client_error(err: UpstreamError, *, before_first_byte: bool = True) -> Cl
             400,
             "invalid_request_error",
             "context_length_exceeded",
-            _with_sizes(message, err.details),
+            _overflow_message(message, err.details),
             param="messages",
         )
+    elif kind is ErrorKind.MODEL_NOT_FOUND:
+        # OpenAI's answer for a model it does not have: the OpenAI SDK raises NotFoundError and
+        # does not retry, LiteLLM maps it to its NotFoundError.
+        ce = ClientError(404, "invalid_request_error", "model_not_found", message, "model")
     elif kind is ErrorKind.CONTENT_FILTER:
         ce = ClientError(400, "invalid_request_error", "content_filter", message, err.param)
     elif kind is ErrorKind.UNSUPPORTED_INPUT:
@@ -468,6 +511,20 @@ def _says_not_found(fields: _Fields) -> bool:
     return any(phrase in text for phrase in _NOT_FOUND_PHRASES)
 
 
+def _says_model_not_found(fields: _Fields) -> bool:
+    """A 404 that names the model as what is missing (OpenAI's code, vLLM's "The model `x` does
+    not exist", Ollama's "model 'x' not found"), not a path the server does not serve."""
+    if isinstance(fields.code, str) and fields.code.lower() == "model_not_found":
+        return True
+    text = (fields.message or "").lower()
+    return (fields.param == "model" or "model" in text) and _says_not_found(fields)
+
+
+def _says_model_output(fields: _Fields) -> bool:
+    text = (fields.message or "").lower()
+    return any(phrase in text for phrase in _MODEL_OUTPUT_PHRASES)
+
+
 def _decode_json(raw: bytes) -> Any:
     if not raw.strip():
         return None
@@ -552,24 +609,122 @@ def _clean(text: str, limit: int) -> str:
 
 
 def _client_message(message: str) -> str:
-    return _clean(_redact(message), _MESSAGE_LIMIT) or "The model server failed."
+    return _clean(redact(message), _MESSAGE_LIMIT) or "The model server failed."
 
 
-def _redact(text: str) -> str:
-    # Some servers quote the credential they refused or were sent; neither a log nor a client
-    # should see one.
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub("[redacted]", text)
-    return text
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` with each of `secrets` and anything shaped like a credential (a bearer token, an
+    `sk-` key) replaced by `[redacted]`: some servers quote the credential they refused or were
+    sent, and neither a log nor a client may see one."""
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, _REDACTED)
+    return _BEARER.sub(_bearer_token, _SK_KEY.sub(_REDACTED, text))
 
 
-def _with_sizes(message: str, details: Mapping[str, Any]) -> str:
-    prompt, ctx = details.get("n_prompt_tokens"), details.get("n_ctx")
-    if not (isinstance(prompt, int) and isinstance(ctx, int)):
+def _bearer_token(match: re.Match[str]) -> str:
+    token = match.group(2)
+    secret = len(token) >= 20 or (len(token) >= 8 and any(ch.isdigit() for ch in token))
+    return match.group(1) + _REDACTED if secret else match.group(0)
+
+
+def redact_error(err: UpstreamError, secrets: Sequence[str] = ()) -> UpstreamError:
+    """`err` with every string it carries (message, code, type, param, and its details, nested up
+    to a bound) passed through `redact`; `err` itself when nothing had to go.
+
+    The one scrub of an upstream's words: what comes out may go to the client, a log line, the
+    ledger, a metric or a trace.
+    """
+    message = redact(err.message, secrets)
+    code = redact(err.code, secrets) if isinstance(err.code, str) else err.code
+    type_ = redact(err.type, secrets) if err.type is not None else None
+    param = redact(err.param, secrets) if err.param is not None else None
+    budget = [_DETAILS_ITEMS]
+    details = _redact_value(err.details, secrets, _DETAILS_DEPTH, budget)
+    if (message, code, type_, param) == (err.message, err.code, err.type, err.param) and (
+        details is err.details
+    ):
+        return err
+    return UpstreamError(
+        err.kind,
+        message,
+        status=err.status,
+        code=code,
+        type=type_,
+        param=param,
+        retry_after=err.retry_after,
+        in_stream=err.in_stream,
+        details=details if isinstance(details, dict) else {},
+    )
+
+
+def _redact_value(value: Any, secrets: Sequence[str], depth: int, budget: list[int]) -> Any:
+    """`value` (JSON-like) redacted; the same object when nothing changed. Containers past the
+    depth and items past the budget are left out."""
+    if isinstance(value, str):
+        text = redact(value, secrets)
+        return value if text == value else text
+    if not isinstance(value, dict | list | tuple):
+        return value  # numbers, None, and svir's own objects (a ClientError) say no secret
+    if depth <= 0:
+        return type(value)()
+    changed = False
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            budget[0] -= 1
+            if budget[0] < 0:
+                changed = True
+                break
+            new_key = redact(key, secrets) if isinstance(key, str) else key
+            new = _redact_value(item, secrets, depth - 1, budget)
+            changed = changed or new_key is not key or new is not item
+            out[new_key] = new
+        return out if changed else value
+    items: list[Any] = []
+    for item in value:
+        budget[0] -= 1
+        if budget[0] < 0:
+            changed = True
+            break
+        new = _redact_value(item, secrets, depth - 1, budget)
+        changed = changed or new is not item
+        items.append(new)
+    if not changed:
+        return value
+    return items if isinstance(value, list) else tuple(items)
+
+
+def _overflow_message(message: str, details: Mapping[str, Any]) -> str:
+    """An overflow told in OpenAI's words first (the context size when the server gave it, in
+    its body or its words), then the server's own words; unchanged if it already starts so."""
+    if message.startswith(_OPENAI_OVERFLOW_START):
         return message
-    if str(prompt) in message and str(ctx) in message:
-        return message
-    return f"{message} (prompt: {prompt} tokens, context: {ctx} tokens)"
+    ctx = _int_detail(details, "n_ctx")
+    prompt = _int_detail(details, "n_prompt_tokens")
+    if ctx is None:
+        found = _CONTEXT_TOKENS.search(message)
+        ctx = int(found.group(1)) if found else None
+    if prompt is None:
+        found = _REQUEST_TOKENS.search(message)
+        prompt = int(found.group(1)) if found else None
+    if ctx is None:
+        head = f"{_OPENAI_OVERFLOW_START} exceeded by this request."
+    elif prompt is None:
+        head = f"{_OPENAI_OVERFLOW_START} {ctx} tokens. However, this request does not fit in it."
+    else:
+        head = (
+            f"{_OPENAI_OVERFLOW_START} {ctx} tokens. However, your messages resulted in "
+            f"{prompt} tokens."
+        )
+    return _clean(f"{head} The model server said: {message}", _MESSAGE_LIMIT)
+
+
+def _int_detail(details: Mapping[str, Any], key: str) -> int | None:
+    value = details.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _str_field(obj: Mapping[str, Any], key: str) -> str | None:

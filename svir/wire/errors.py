@@ -54,13 +54,23 @@ class ErrorKind(enum.StrEnum):
     CONTEXT_OVERFLOW = "context_overflow"
     CONTENT_FILTER = "content_filter"
     UNSUPPORTED_INPUT = "unsupported_input"
+    # The server has no such model (a 404 that says so); another deployment may have it.
+    MODEL_NOT_FOUND = "model_not_found"
+    # The server failed on what the model wrote (a tool call its parser could not read): the
+    # request and the server are fine, this answer was not.
+    MODEL_OUTPUT = "model_output"
     NOT_A_STREAM = "not_a_stream"
     INCOMPLETE = "incomplete"
     PROTOCOL = "protocol"
     OTHER = "other"
 
 
-RETRYABLE_KINDS = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.TIMEOUT, ErrorKind.TRANSIENT})
+# The one retry decision (svir.policy.resilience retries exactly these, before the first byte):
+# failures that the same request, sent again, may not meet. A stream cut before its end is one of
+# them: nothing of it reached the client yet when the policy retries.
+RETRYABLE_KINDS = frozenset(
+    {ErrorKind.RATE_LIMITED, ErrorKind.TIMEOUT, ErrorKind.TRANSIENT, ErrorKind.INCOMPLETE}
+)
 
 
 class UpstreamError(WireError):
@@ -92,7 +102,7 @@ class UpstreamError(WireError):
 
     @property
     def retryable(self) -> bool:
-        """Whether sending the same request again may succeed."""
+        """Whether sending the same request again may succeed (`RETRYABLE_KINDS`)."""
         return self.kind in RETRYABLE_KINDS
 
     def __repr__(self) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pexpect
@@ -28,11 +29,13 @@ def plain(screen: str) -> str:
 RATE = re.compile(r"stop · \d+ tokens · \d+\.\d tokens/s · \d+\.\d s")
 
 
-def spawn(svir: SvirProcess, *args: str) -> pexpect.spawn:
+def spawn(
+    svir: SvirProcess, *args: str, preexec_fn: Callable[[], None] | None = None
+) -> pexpect.spawn:
     child = pexpect.spawn(
         sys.executable, ["-m", "svir", "chat", *args, "--base-url", svir.url],
         cwd=str(ROOT), env=svir_env(TERM="xterm-256color"), encoding="utf-8",
-        dimensions=(40, 160), timeout=30,
+        dimensions=(40, 160), timeout=30, preexec_fn=preexec_fn,
     )  # fmt: skip
     child.expect_exact(PROMPT)
     return child
@@ -102,7 +105,28 @@ def test_a_conversation(chat: pexpect.spawn, replay: ReplayServerThread, tmp_pat
     assert chat.exitstatus == 0
 
 
-def test_ctrl_c_stops_the_answer(chat: pexpect.spawn, replay: ReplayServerThread) -> None:
+def ignore_sigint() -> None:
+    """What a shell does to a command it starts in the background (`cmd &` from a script)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("inherited", ["as-is", "ignored"])
+def test_ctrl_c_stops_the_answer(
+    svir_replay: SvirProcess, replay: ReplayServerThread, inherited: str
+) -> None:
+    # "as-is": the chat gets the signal disposition this test runs with; "ignored": started with
+    # SIGINT ignored, as from `trap '' INT` or `nohup make test &`. Ctrl-C works either way.
+    replay.clear()
+    chat = spawn(
+        svir_replay, "rp/llama-cpp", preexec_fn=ignore_sigint if inherited == "ignored" else None
+    )
+    try:
+        stop_an_answer(chat, replay)
+    finally:
+        chat.close(force=True)
+
+
+def stop_an_answer(chat: pexpect.spawn, replay: ReplayServerThread) -> None:
     ask(chat, "/model rp/slow-drip")
     chat.sendline("Count forever.")
     chat.expect_exact("tick 3")

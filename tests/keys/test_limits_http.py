@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from svir.keys.gate import estimate_prompt_tokens
 from tests.keys.support import Harness, frames
 from tests.keys.upstream import PROMPT_TOKENS, FakeUpstream
 
@@ -113,6 +114,27 @@ async def test_budget_cut_mid_answer_is_one_error_frame(
     assert r.status_code == 429
     assert error_of(r)["code"] == "tokens_per_day_exceeded"
     assert int(r.headers["retry-after"]) <= 86400
+
+
+@pytest.mark.parametrize("upstream_model", ["fake/tok-20", "fake/tok-20-split"])
+async def test_an_answer_cut_near_its_end_is_an_error_in_the_ledger(
+    make: Make, upstream_model: str
+) -> None:
+    # The budget holds all but the last 3 tokens: svir has read the whole answer, finish and
+    # usage included, by the time it cuts it; what the client got is still an error, and the
+    # ledger and metrics must say so (not "ok" because the upstream completed).
+    h = await make().start()
+    estimate = estimate_prompt_tokens({"messages": [{"role": "user", "content": "hi"}]})
+    secret, _ = await h.new_key(tokens_per_day=estimate + 17)
+    r = await h.chat(secret, upstream_model)
+    got = frames(r.content)
+    assert got[-1]["error"]["code"] == "tokens_per_day_exceeded", got
+    assert "cut after 17 tokens" in got[-1]["error"]["message"]
+    await h.flush()
+    view = await h.chat_usage(secret)
+    assert view["totals"]["requests"] == 1 and view["totals"]["errors"] == 1, view
+    rows = (await h.admin("GET", "/admin/usage?by=status")).json()["data"]
+    assert [row["status"] for row in rows] == ["tokens_per_day_exceeded"], rows
 
 
 async def test_budget_cut_in_a_non_streamed_answer(make: Make) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from svir.keys.gate import estimate_prompt_tokens
 from tests.keys.conftest import Postgres
 from tests.keys.support import ADMIN_KEY, config_text, frames
 from tests.keys.upstream import FakeUpstream
@@ -51,6 +52,26 @@ def stream_chat(url: str, key: str, model: str, **extra: Any) -> tuple[int, list
     return r.status_code, frames(r.content) if r.status_code == 200 else [r.json()]
 
 
+def settled_usage(url: str, key: str, sent: int) -> dict[str, Any]:
+    """`/v1/usage` once every call sent so far has settled: the ledger has a row for each, and
+    the shared counter equals the ledger's sum. (A reservation not yet settled holds at least what
+    its call used, so equal sums mean none is left to settle.) Polled rather than slept for, so
+    that a slow machine only takes longer."""
+    deadline = time.monotonic() + 60
+    while True:
+        view: dict[str, Any] = httpx.get(
+            url + "/v1/usage", headers={"Authorization": f"Bearer {key}"}, timeout=10
+        ).json()
+        totals = view["totals"]
+        if (
+            totals["requests"] == sent
+            and totals["total_tokens"] == view["limits"]["tokens_per_day"]["used"]
+        ):
+            return view
+        assert time.monotonic() < deadline, (sent, view)
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("n_requests", [48])
 def test_two_replicas_on_one_redis_hold_one_budget(
     tmp_path: Path, upstream: FakeUpstream, postgres: Postgres, redis_prefix: str, n_requests: int
@@ -65,50 +86,61 @@ def test_two_replicas_on_one_redis_hold_one_budget(
         time.sleep(0.1)
         urls = [a.url, b.url]
         # Each answer is 20 tokens and the prompt 7 (the upstream's usage); each call reserves
-        # the prompt's estimate + 64 (default_completion_tokens) before it starts.
+        # the prompt's estimate + 64 (default_completion_tokens) before it starts, and is admitted
+        # while the budget holds more than the estimate (its floor).
+        floor = estimate_prompt_tokens({"messages": [{"role": "user", "content": "go"}]}) + 1
+        # A burst of 16 at a time, half on each replica: 48 answers would need 48 x 27 tokens,
+        # so some are refused or cut, and the replicas race for the last of the budget.
         with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
             results = list(
                 pool.map(
                     lambda i: stream_chat(urls[i % 2], key, "fake/tok-20-slow"), range(n_requests)
                 )
             )
+        assert [f for code, f in results if code == 200 and f[-1] == "[DONE]"], results
+        assert [f for code, f in results if code == 429 or f[-1] != "[DONE]"], results
+        # Then one call at a time, each sent once everything before it has settled, until the
+        # budget is used up: what settled calls gave back is admitted again, on either replica.
+        view = settled_usage(b.url, key, len(results))
+        while budget - view["limits"]["tokens_per_day"]["used"] >= floor:
+            assert len(results) < n_requests + budget, view
+            code, f = stream_chat(urls[len(results) % 2], key, "fake/tok-20")
+            results.append((code, f))
+            assert code == 200, f  # more than a call's floor left, and nothing else in flight
+            view = settled_usage(b.url, key, len(results))
+        # Used up: the next call is refused, on either replica.
+        for url in urls:
+            code, f = stream_chat(url, key, "fake/tok-3", max_tokens=5)
+            results.append((code, f))
+            assert code == 429, f
+        view = settled_usage(b.url, key, len(results))
+        used = view["limits"]["tokens_per_day"]["used"]
+        # The two replicas together never let more through than the budget, and used it all but
+        # less than one call's floor.
+        assert budget - floor < used <= budget
+
         done = [f for code, f in results if code == 200 and f[-1] == "[DONE]"]
         cut = [f for code, f in results if code == 200 and f[-1] != "[DONE]"]
         refused = [f for code, f in results if code == 429]
-        assert len(done) + len(cut) + len(refused) == n_requests, results
-        assert done and refused, (len(done), len(cut), len(refused))
+        assert len(done) + len(cut) + len(refused) == len(results), results
         for f in cut:
             errors = [x for x in f if isinstance(x, dict) and "error" in x]
             assert len(errors) == 1 and f[-1] is errors[0]
             assert errors[0]["error"]["code"] == "tokens_per_day_exceeded"
         for f in refused:
             assert f[0]["error"]["code"] == "tokens_per_day_exceeded"
-        time.sleep(0.5)  # settlements and the ledger's batches
-        usage = httpx.get(
-            b.url + "/v1/usage", headers={"Authorization": f"Bearer {key}"}, timeout=10
-        )
-        view = usage.json()
-        used = view["limits"]["tokens_per_day"]["used"]
-        assert used <= budget
-        # Reservations held the rest while calls ran; settled, most of the budget was used.
-        assert used > budget / 2
-        # Both replicas wrote to one ledger, and it agrees with the shared counter.
+        # Both replicas wrote to one ledger, and it agrees with the shared counter (settled_usage
+        # waited for that): a row for every call, the finished ones without error.
         totals = view["totals"]
-        assert totals["requests"] == n_requests
+        assert totals["requests"] == len(results)
         assert totals["total_tokens"] == used
-        served = sum(1 for code, _ in results if code == 200)
         assert totals["requests"] - totals["errors"] == len(done)
-        assert served == len(done) + len(cut)
         by_replica = httpx.get(
             a.url + "/admin/usage?by=key,status",
             headers={"Authorization": f"Bearer {ADMIN_KEY}"},
             timeout=10,
         ).json()["data"]
         assert {r["key"] for r in by_replica} == {key_id}
-        # What the settled calls gave back can be used again.
-        if budget - used > 40:
-            code, f = stream_chat(a.url, key, "fake/tok-3", max_tokens=5)
-            assert code == 200 and f[-1] == "[DONE]"
     finally:
         a.stop()
         b.stop()
@@ -126,24 +158,22 @@ def test_upstream_keys_never_shown(tmp_path: Path, upstream: FakeUpstream) -> No
         key, _ = new_key(svir)
         auth = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=svir.url, headers=auth, timeout=30) as client:
-            for model in ("fake/echo-401", "fake/echo-400", "fake/echo-503", "fake/echo-stream"):
+            models = ("401", "400", "503", "stream", "fields-400", "fields-stream")
+            messages = [{"role": "user", "content": "x"}]
+            for model in (f"fake/echo-{m}" for m in models):
                 for stream in (True, False):
-                    r = client.post(
-                        "/v1/chat/completions",
-                        json={
-                            "model": model,
-                            "messages": [{"role": "user", "content": "x"}],
-                            "stream": stream,
-                        },
-                    )
+                    body = {"model": model, "messages": messages, "stream": stream}
+                    for path in ("/v1/chat/completions", "/api/chat"):
+                        r = client.post(path, json=body)
+                        seen.append(f"{r.status_code} {dict(r.headers)} {r.text}")
+                    thread = client.post("/v1/threads", json={"model": model}).json()["id"]
+                    client.post(f"/v1/threads/{thread}/messages", json={"content": "x"})
+                    r = client.post(f"/v1/threads/{thread}/continue", json={"stream": stream})
                     seen.append(f"{r.status_code} {dict(r.headers)} {r.text}")
-            r = client.post(
-                "/api/chat",
-                json={"model": "fake/echo-400", "messages": [{"role": "user", "content": "x"}]},
-            )
-            seen.append(r.text)
             seen.append(client.get("/v1/usage").text)
-            seen.append(client.get("/metrics").text)
+            r = client.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+            assert r.status_code == 200
+            seen.append(r.text)
             seen.append(client.get("/healthz?verbose=1").text)
             seen.append(client.get("/v1/models").text)
     finally:

@@ -71,7 +71,7 @@ async def test_metrics_exposition(
     assert (await h.chat(secret)).status_code == 429
     await h.flush()
     assert h.http is not None
-    r = await h.http.get("/metrics")
+    r = await h.http.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
     found = samples(r.text)
@@ -127,6 +127,63 @@ async def test_metrics_may_need_the_admin_key(harness_factory: type[Harness]) ->
     assert (await h.http.get("/metrics")).status_code == 401
     r = await h.http.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     assert r.status_code == 200
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_metrics_take_the_admin_key_or_the_metrics_token_once_keys_exist(
+    harness_factory: type[Harness],
+) -> None:
+    token = "metrics-token-0123456789"
+    h = await harness_factory(environ={"SVIR_METRICS_TOKEN": token}).start()
+    assert h.http is not None
+    # No keys: open to whom svir serves then, this machine.
+    assert (await h.http.get("/metrics")).status_code == 200
+    elsewhere = h.client("192.0.2.7")
+    r = await elsewhere.get("/metrics")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "loopback_only"
+    await elsewhere.aclose()
+    secret, _ = await h.new_key()
+    for headers in ({}, bearer(secret), bearer("wrong-token-0123456789")):
+        r = await h.http.get("/metrics", headers=headers)
+        assert r.status_code == 401, r.text
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        assert "x-request-id" in r.headers
+        error = r.json()["error"]
+        assert error["code"] == "invalid_metrics_token"
+        assert error["type"] == "invalid_request_error" and "param" in error
+        assert "SVIR_METRICS_TOKEN" in error["message"]
+        assert "svir_build_info" not in r.text
+    for good in (token, ADMIN_KEY):
+        r = await h.http.get("/metrics", headers=bearer(good))
+        assert r.status_code == 200 and "svir_build_info" in r.text
+
+
+async def test_metrics_without_a_token_to_take_are_locked_once_keys_exist(
+    harness_factory: type[Harness],
+) -> None:
+    from svir.keys.model import KeySpec
+
+    h = await harness_factory(environ={"SVIR_ADMIN_KEY": ""}).start()
+    assert h.http is not None and h.service.keys is not None
+    await h.service.keys.create(KeySpec(name="k"))
+    h.service.auth.forget()
+    r = await h.http.get("/metrics", headers=bearer("anything-0123456789"))
+    assert r.status_code == 403
+    error = r.json()["error"]
+    assert error["code"] == "metrics_locked"
+    assert "SVIR_METRICS_TOKEN" in error["message"] and "metrics_public" in error["message"]
+
+
+async def test_metrics_public_opens_them_to_anyone(harness_factory: type[Harness]) -> None:
+    h = await harness_factory(extra="[auth]\nmetrics_public = true\n").start()
+    await h.new_key()
+    elsewhere = h.client("192.0.2.7")
+    r = await elsewhere.get("/metrics")
+    await elsewhere.aclose()
+    assert r.status_code == 200 and "svir_build_info" in r.text
 
 
 def _spans(exporter: InMemorySpanExporter) -> list[Any]:

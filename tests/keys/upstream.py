@@ -9,6 +9,12 @@
   the error's message (as some servers do), not in any `sk-`/Bearer form the generic redaction
   knows.
 - `echo-stream`: one content chunk, then an error chunk inside the stream quoting the credential.
+- `echo-fields-400`: a 400 whose message is clean but whose code, param, type and `innererror`
+  (nested) are the credential.
+- `echo-fields-stream`: one content chunk, then an error chunk whose code, param and type are the
+  credential.
+- `echo-bearer-400`: a 400 whose message holds svir's own `Bearer <key>` placeholder and a bearer
+  token of someone else's.
 Every request's headers and body are kept in `requests`.
 """
 
@@ -24,6 +30,8 @@ from aiohttp import web
 from tests.support.svir_proc import free_port
 
 PROMPT_TOKENS = 7
+# A bearer token svir never had (someone else's, in an upstream's words): redacted by its shape.
+FOREIGN_TOKEN = "tok3n-0f-an0ther-server-9a8b"
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
@@ -80,6 +88,24 @@ class FakeUpstream:
         self.requests.append((headers, body))
         model: str = body.get("model", "")
         credential = (headers.get("Authorization") or "").removeprefix("Bearer ")
+        if model == "echo-fields-400":
+            error = {
+                "message": "the request was refused",
+                "code": credential,
+                "param": credential,
+                "type": credential,
+                "innererror": {
+                    "code": credential,
+                    "content_filter_result": {"hate": {"filtered": True, "note": [credential]}},
+                },
+            }
+            return web.json_response({"error": error}, status=400)
+        if model == "echo-bearer-400":
+            message = (
+                "send it as 'Authorization: Bearer <key>'; this one came with"
+                f" 'Authorization: Bearer {FOREIGN_TOKEN}'"
+            )
+            return web.json_response({"error": {"message": message}}, status=400)
         if model in ("echo-401", "echo-400", "echo-503"):
             status = int(model[-3:])
             message = f"credential {credential} refused by the fake server"
@@ -92,7 +118,7 @@ class FakeUpstream:
         )
         await resp.prepare(request)
         await resp.write(chunk({"role": "assistant"}))
-        if model == "echo-stream":
+        if model in ("echo-stream", "echo-fields-stream"):
             await resp.write(chunk({"content": "partial"}))
             error = {
                 "error": {
@@ -100,6 +126,15 @@ class FakeUpstream:
                     "type": "server_error",
                 }
             }
+            if model == "echo-fields-stream":
+                error = {
+                    "error": {
+                        "message": "generation died",
+                        "code": credential,
+                        "param": credential,
+                        "type": credential,
+                    }
+                }
             await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
             await resp.write_eof()
             return resp

@@ -227,6 +227,8 @@ def test_sigterm_leaves_no_server_behind(
     log = svir.log()
     assert log.count('"reason":"shutdown"') == 2
     assert "llama-server exited by itself" not in log
+    # Nor a folder: the servers' logs went with svir.
+    assert list(svir.temp_dir.iterdir()) == []
 
 
 def test_a_killed_svir_leaves_no_server_behind(
@@ -242,6 +244,9 @@ def test_a_killed_svir_leaves_no_server_behind(
     _, alive = psutil.wait_procs(servers, timeout=10)
     assert alive == []
     assert servers_with(gguf) == []
+    # What nothing could remove is in this test's temp dir (pytest's to clean), not the machine's.
+    left = [p.name for p in svir.temp_dir.iterdir()]
+    assert len(left) == 1 and left[0].startswith("svir-local-"), left
 
 
 def test_without_a_config_svir_serves_the_local_gemma(

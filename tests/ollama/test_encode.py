@@ -191,7 +191,7 @@ def test_arguments_that_are_not_an_object_fail(arguments: str) -> None:
     # Before any line: the edge can still answer with an HTTP error.
     enc = encoder()
     assert enc.feed(events) == b""
-    assert enc.early_error is not None and enc.early_error.kind is ErrorKind.PROTOCOL
+    assert enc.early_error is not None and enc.early_error.kind is ErrorKind.MODEL_OUTPUT
     assert "not a JSON object" in enc.early_error.message
     # After text: one error line.
     enc = encoder()

@@ -11,6 +11,9 @@
 - `effort`: 400 with vLLM's message when `reasoning_effort` is "high"; else `ok`.
 - `no-stream-options`: 422 when `stream_options` is sent; else `ok`.
 - `overflow`: 400 context_length_exceeded. `filtered`: Azure's 400 content_filter.
+- `missing`: vLLM's 404 for a model it does not have. `rejected`: llama.cpp's 400 for a bad field.
+- `parse-fail-late`: one text chunk, then llama.cpp's error chunk for a tool call its parser could
+  not read (the model's doing). `crash-late`: one text chunk, then a 500 error chunk.
 Counts per model name are in `hits`; every request body is in `bodies`.
 """
 
@@ -27,6 +30,14 @@ from aiohttp import web
 from tests.support.svir_proc import free_port
 
 CHUNK = 'data: {{"id":"f","model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}\n\n'
+
+
+# llama.cpp's error chunk when its chat parser cannot read the tool call the model wrote (§3.5).
+PARSE_FAILURE = (
+    b'data: {"error":{"code":500,"message":"Failed to parse input at pos 7: <tool_call>{\\"na",'
+    b'"type":"server_error"}}\n\n'
+)
+CRASH = b'data: {"error":{"code":500,"message":"CUDA error: an illegal memory access","type":"server_error"}}\n\n'
 
 
 def ok_stream(texts: list[str]) -> list[bytes]:
@@ -121,6 +132,32 @@ class FaultServer:
                 },
                 status=400,
             )
+        if model == "missing":
+            return web.json_response(
+                {
+                    "object": "error",
+                    "message": "The model `missing` does not exist.",
+                    "type": "NotFoundError",
+                    "param": None,
+                    "code": 404,
+                },
+                status=404,
+            )
+        if model == "rejected":
+            return web.json_response(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "Invalid tool_choice: bogus",
+                        "type": "invalid_request_error",
+                    }
+                },
+                status=400,
+            )
+        if model == "parse-fail-late":
+            return await self._stream(request, ["partial"], error=PARSE_FAILURE)
+        if model == "crash-late":
+            return await self._stream(request, ["partial"], error=CRASH)
         if model == "filtered":
             return web.json_response(
                 {
@@ -139,13 +176,21 @@ class FaultServer:
         return await self._stream(request, ["hello", " world"], slow=model == "slow")
 
     async def _stream(
-        self, request: web.Request, texts: list[str], *, cut: bool = False, slow: bool = False
+        self,
+        request: web.Request,
+        texts: list[str],
+        *,
+        cut: bool = False,
+        slow: bool = False,
+        error: bytes | None = None,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         chunks = ok_stream(texts)
         if cut:
             chunks = chunks[: 1 + len(texts)]
+        if error is not None:
+            chunks = [*chunks[: 1 + len(texts)], error]
         for chunk in chunks:
             await resp.write(chunk)
             if slow:

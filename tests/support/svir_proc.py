@@ -39,8 +39,17 @@ class SvirProcess:
             self.config_path = tmp / "svir.toml"
             self.config_path.write_text(config_text)
         self.log_path = tmp / "svir.log"
+        # What svir puts in the temp dir (a managed provider's logs) stays in the test's, also
+        # when a test kills svir outright and nothing can clean up.
+        self.temp_dir = tmp / "tmp"
+        self.temp_dir.mkdir(exist_ok=True)
         # The default store lives under the data dir: keep each test's svir in its own.
-        self.env = {**os.environ, "XDG_DATA_HOME": str(tmp / "data"), **(env or {})}
+        self.env = {
+            **os.environ,
+            "XDG_DATA_HOME": str(tmp / "data"),
+            "TMPDIR": str(self.temp_dir),
+            **(env or {}),
+        }
         if config_text is None:
             self.env.pop("SVIR_CONFIG", None)
         self.proc: subprocess.Popen[bytes] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -86,6 +87,19 @@ LLAMA_STREAM_ERROR = {
         "type": "server_error",
     }
 }
+CORPUS = Path(__file__).resolve().parent.parent / "conformance"
+# Recorded from a real llama-server with a 256-token context (tests/conformance/llamacpp-live).
+LLAMA_LIVE_OVERFLOW = (CORPUS / "llamacpp-live" / "overflow-400.json").read_bytes()
+# LM Studio's recorded `event: error` (tests/conformance/decoder/lmstudio-error.sse), its data.
+LMSTUDIO_ERROR_EVENT = json.loads(
+    (CORPUS / "decoder" / "lmstudio-error.sse").read_text().split("data: ", 1)[1]
+)
+# LM Studio's other overflow, when the model was loaded with a small context.
+LMSTUDIO_SMALL_CONTEXT = (
+    "Trying to keep the first 5059 tokens when context the overflows. However, the model is loaded"
+    " with context length of only 4096 tokens, which is not enough. Try to load the model with a"
+    " larger context length, or provide a shorter input"
+)
 LMSTUDIO_OVERFLOW_TEXT = (
     "The number of tokens to keep from the initial prompt is greater than the context length..."
 )
@@ -231,6 +245,8 @@ def test_retryable_follows_kind() -> None:
     assert classify_http_error(429, {}, b"").retryable
     assert not classify_http_error(400, {}, b"").retryable
     assert not classify_http_error(401, {}, b"").retryable
+    # A stream cut short is retried by the policy before the first byte; `retryable` says so too.
+    assert UpstreamError(ErrorKind.INCOMPLETE, "cut", in_stream=True).retryable
 
 
 def test_rate_limit_keeps_retry_after_case_insensitively() -> None:
@@ -279,15 +295,44 @@ def test_mlx_lm_other_404_is_rejected() -> None:
 @pytest.mark.parametrize(
     "body",
     [
+        # mlx-lm's plain-string error
         b'{"error": "Model not found: qwen"}',
-        b'{"error":{"message":"The model `x` does not exist","code":"model_not_found"}}',
-        b'{"detail":"Not Found"}',
-        b"<html><body>404 Not Found</body></html>",
-        b"",
+        # OpenAI's
+        b'{"error":{"message":"The model `x` does not exist or you do not have access to it.",'
+        b'"type":"invalid_request_error","param":null,"code":"model_not_found"}}',
+        # vLLM's
+        b'{"object":"error","message":"The model `qwen` does not exist.","type":"NotFoundError",'
+        b'"param":null,"code":404}',
+        # Ollama's OpenAI endpoint
+        b'{"error":{"message":"model \\"qwen\\" not found, try pulling it first",'
+        b'"type":"api_error","param":null,"code":null}}',
+        # Ollama's own
+        b'{"error":"model \'qwen\' not found"}',
     ],
 )
-def test_404_for_a_missing_thing_is_other(body: bytes) -> None:
-    assert classify_http_error(404, {}, body).kind is ErrorKind.OTHER
+def test_404_for_a_missing_model_is_model_not_found(body: bytes) -> None:
+    err = classify_http_error(404, JSON, body)
+    assert err.kind is ErrorKind.MODEL_NOT_FOUND
+    assert not err.retryable
+    ce = to_client_error(err)
+    assert (ce.status, ce.type, ce.code, ce.param) == (
+        404,
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
+    assert ce.message == err.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"detail":"Not Found"}', b"<html><body>404 Not Found</body></html>", b""],
+)
+def test_404_for_a_missing_path_is_other(body: bytes) -> None:
+    # A path the server does not serve is a wrong base URL, svir's to fix: not the client's 404.
+    err = classify_http_error(404, {}, body)
+    assert err.kind is ErrorKind.OTHER
+    assert to_client_error(err).status == 502
 
 
 def test_mlx_vlm_422_detail_list() -> None:
@@ -559,13 +604,40 @@ def test_fuzz_stream_errors_never_raise(payload: Any, event: str | None) -> None
 # classify_stream_error
 
 
-def test_llama_cpp_stream_error_is_transient() -> None:
+def test_llama_cpp_parser_failing_on_the_models_output_is_model_output() -> None:
+    # Code 500 and type server_error, but the words say the model wrote what the parser could not
+    # read: the server is healthy (no breaker), and the request was not at fault.
     err = classify_stream_error(LLAMA_STREAM_ERROR)
-    assert err.kind is ErrorKind.TRANSIENT
+    assert err.kind is ErrorKind.MODEL_OUTPUT
+    assert not err.retryable
     assert err.in_stream
     assert err.code == 500
     assert err.type == "server_error"
     assert err.message.startswith("The model produced output")
+    ce = to_client_error(err, before_first_byte=False)
+    assert (ce.status, ce.code) == (502, "upstream_error")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # llama.cpp's chat parser on a tool call the model wrote
+        b'{"error":{"code":500,"message":"Failed to parse input at pos 41: <tool_call>{\\"name\\":'
+        b' \\"open_locker\\", \\"arguments\\": {\\"n\\": 12","type":"server_error"}}',
+        # Ollama's tool-call parser
+        b'{"error":{"message":"error parsing tool call: raw=\'{\\"name\\": \\"f\\"\','
+        b' err=unexpected end of JSON input","type":"api_error","param":null,"code":null}}',
+    ],
+)
+def test_a_parser_failing_on_the_models_output_is_model_output(body: bytes) -> None:
+    assert classify_http_error(500, JSON, body).kind is ErrorKind.MODEL_OUTPUT
+    assert classify_stream_error(body).kind is ErrorKind.MODEL_OUTPUT
+
+
+def test_a_request_the_server_could_not_parse_stays_rejected() -> None:
+    body = b'{"error":{"code":400,"message":"Failed to parse input: invalid JSON"}}'
+    assert classify_http_error(400, JSON, body).kind is ErrorKind.REJECTED
+    assert classify_stream_error(body).kind is ErrorKind.REJECTED
 
 
 def test_lm_studio_error_event_overflow() -> None:
@@ -605,7 +677,7 @@ def test_stream_error_kinds(payload: Any, kind: ErrorKind) -> None:
 def test_stream_error_from_raw_text_and_bytes() -> None:
     assert classify_stream_error("not json at all").message == "not json at all"
     err = classify_stream_error(json.dumps(LLAMA_STREAM_ERROR).encode())
-    assert err.kind is ErrorKind.TRANSIENT
+    assert err.kind is ErrorKind.MODEL_OUTPUT
     assert classify_stream_error(None).message
 
 
@@ -666,17 +738,121 @@ def test_no_headers_once_the_stream_started() -> None:
 
 def test_overflow_maps_to_context_length_exceeded_with_sizes() -> None:
     ce = to_client_error(classify_http_error(400, JSON, LLAMA_OVERFLOW))
-    assert (ce.status, ce.type, ce.code) == (
+    assert (ce.status, ce.type, ce.code, ce.param) == (
         400,
         "invalid_request_error",
         "context_length_exceeded",
+        "messages",
     )
-    assert "20056" in ce.message
-    assert "16384" in ce.message
+    assert ce.message.startswith(
+        "This model's maximum context length is 16384 tokens. However, your messages resulted in"
+        " 20056 tokens. The model server said: request (20056 tokens)"
+    )
     bare = UpstreamError(
         ErrorKind.CONTEXT_OVERFLOW, "too long", details={"n_prompt_tokens": 9000, "n_ctx": 4096}
     )
-    assert to_client_error(bare).message == "too long (prompt: 9000 tokens, context: 4096 tokens)"
+    assert to_client_error(bare).message == (
+        "This model's maximum context length is 4096 tokens. However, your messages resulted in"
+        " 9000 tokens. The model server said: too long"
+    )
+
+
+# An overflow in OpenAI's words: LiteLLM maps an error to ContextWindowExceededError only when its
+# text holds "this model's maximum context length is" (or a server's own phrase, such as
+# llama.cpp's "exceeds the available context size"); other tools match "maximum context length"
+# (CrewAI) or "context length" (Cline) next to the code.
+
+
+def _overflow_from_stream(payload: Any) -> ClientError:
+    return to_client_error(classify_stream_error(payload, event="error"), before_first_byte=False)
+
+
+def test_llama_cpp_overflow_recorded_live_in_openais_words() -> None:
+    ce = to_client_error(classify_http_error(400, JSON, LLAMA_LIVE_OVERFLOW))
+    assert ce.code == "context_length_exceeded"
+    assert ce.message == (
+        "This model's maximum context length is 256 tokens. However, your messages resulted in 610"
+        " tokens. The model server said: request (610 tokens) exceeds the available context size"
+        " (256 tokens), try increasing it"
+    )
+
+
+def test_llama_cpp_overflow_sizes_read_from_its_words_alone() -> None:
+    # In a stream, or through a proxy that kept only the message, the body's numbers are gone.
+    words = "request (20056 tokens) exceeds the available context size (16384 tokens), try increasing it"
+    ce = _overflow_from_stream({"error": {"message": words, "type": "exceed_context_size_error"}})
+    assert ce.message.startswith(
+        "This model's maximum context length is 16384 tokens. However, your messages resulted in"
+        " 20056 tokens."
+    )
+
+
+def test_lm_studio_overflow_recorded_in_openais_words() -> None:
+    # LM Studio names no size: OpenAI's words without one, then LM Studio's own.
+    ce = _overflow_from_stream(LMSTUDIO_ERROR_EVENT)
+    assert (ce.status, ce.code) == (400, "context_length_exceeded")
+    assert ce.message == (
+        "This model's maximum context length is exceeded by this request. The model server said:"
+        " The number of tokens to keep from the initial prompt is greater than the context length."
+    )
+
+
+def test_lm_studio_small_context_gives_its_size() -> None:
+    ce = _overflow_from_stream({"error": {"message": LMSTUDIO_SMALL_CONTEXT}})
+    assert ce.code == "context_length_exceeded"
+    assert ce.message.startswith(
+        "This model's maximum context length is 4096 tokens. However, this request does not fit"
+        " in it. The model server said: Trying to keep the first 5059 tokens"
+    )
+
+
+def test_vllm_overflow_already_in_openais_words_is_kept() -> None:
+    ce = to_client_error(classify_http_error(400, JSON, VLLM_OVERFLOW))
+    assert ce.message == json.loads(VLLM_OVERFLOW)["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        LLAMA_OVERFLOW,
+        LLAMA_LIVE_OVERFLOW,
+        VLLM_OVERFLOW,
+        MLX_VLM_PROTECTED,
+        MLX_VLM_RESERVATION,
+        MLX_VLM_COMPACTION_502,
+        b'{"error":{"message":"too big","code":"context_length_exceeded"}}',
+        json.dumps({"error": {"message": LMSTUDIO_OVERFLOW_TEXT}}).encode(),
+        json.dumps({"error": {"message": LMSTUDIO_SMALL_CONTEXT}}).encode(),
+    ],
+)
+def test_every_servers_overflow_carries_the_phrases_clients_match(body: bytes) -> None:
+    status = 502 if body is MLX_VLM_COMPACTION_502 else 400
+    err = classify_http_error(status, JSON, body)
+    assert err.kind is ErrorKind.CONTEXT_OVERFLOW
+    ce = to_client_error(err)
+    assert ce.code == "context_length_exceeded"
+    assert ce.message.startswith("This model's maximum context length is")  # LiteLLM
+    assert "maximum context length" in ce.message  # CrewAI and the like
+    assert "context length" in ce.message  # Cline
+    assert err.message in ce.message  # and the server's own words
+
+
+@given(
+    message=st.text(max_size=3000),
+    n_ctx=st.one_of(st.none(), st.integers(min_value=-5, max_value=10**12), st.booleans()),
+    n_prompt=st.one_of(st.none(), st.integers(min_value=-5, max_value=10**12)),
+    in_stream=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_every_overflow_message_starts_in_openais_words(
+    message: str, n_ctx: Any, n_prompt: Any, in_stream: bool
+) -> None:
+    details = {k: v for k, v in (("n_ctx", n_ctx), ("n_prompt_tokens", n_prompt)) if v is not None}
+    err = UpstreamError(ErrorKind.CONTEXT_OVERFLOW, message, in_stream=in_stream, details=details)
+    ce = to_client_error(err, before_first_byte=not in_stream)
+    assert ce.message.startswith("This model's maximum context length is")
+    assert "maximum context length" in ce.message
+    assert len(ce.message) <= 2000
 
 
 def test_content_filter_maps_to_400() -> None:
@@ -717,6 +893,7 @@ def test_rejected_keeps_a_string_code_and_param() -> None:
         (ErrorKind.PROTOCOL, 502, "upstream_error"),
         (ErrorKind.INCOMPLETE, 502, "upstream_error"),
         (ErrorKind.NOT_A_STREAM, 502, "upstream_error"),
+        (ErrorKind.MODEL_OUTPUT, 502, "upstream_error"),
     ],
 )
 def test_gateway_failures(kind: ErrorKind, status: int, code: str) -> None:
@@ -772,3 +949,92 @@ def test_fastapi_validation_error_names_the_field_as_param() -> None:
     err = classify_http_error(422, {}, body)
     assert err.param == "stream_options"
     assert err.message == "Extra inputs are not permitted"
+
+
+def test_every_string_of_an_error_is_redacted() -> None:
+    from svir.wire.classify import redact_error
+
+    key = "upkey-7d2f0c"
+    own = ClientError(429, "rate_limit_error", "rpm_exceeded", "svir's own")
+    err = UpstreamError(
+        ErrorKind.REJECTED,
+        f"refused {key}",
+        status=400,
+        code=key,
+        type=f"type:{key}",
+        param=key,
+        retry_after=2.0,
+        details={"nested": [{"deeper": (key, 1)}], key: True, "client_error": own, "n_ctx": 9},
+    )
+    clean = redact_error(err, (key,))
+    assert key not in repr(
+        (clean.message, clean.code, clean.type, clean.param, msgspec.json.encode(clean.details))
+    )
+    assert (clean.kind, clean.status, clean.retry_after) == (err.kind, 400, 2.0)
+    assert clean.code == clean.param == "[redacted]" and clean.type == "type:[redacted]"
+    assert clean.details["client_error"] is own and clean.details["n_ctx"] == 9
+    assert clean.details["nested"] == [{"deeper": ("[redacted]", 1)}]
+    # Nothing to take out: the very same error.
+    assert redact_error(clean, (key,)) is clean
+    numeric = UpstreamError(ErrorKind.TRANSIENT, "it broke", code=500)
+    assert redact_error(numeric, (key,)) is numeric
+
+
+def test_details_are_read_for_secrets_only_so_deep_and_so_far() -> None:
+    from svir.wire.classify import redact_error
+
+    deep: dict[str, Any] = {"v": "s3cret-token"}
+    for _ in range(5000):
+        deep = {"d": deep}
+    wide = {f"k{i}": "s3cret-token" for i in range(10_000)}
+    err = UpstreamError(ErrorKind.OTHER, "x", details={"deep": deep, "wide": wide})
+    clean = redact_error(err, ("s3cret-token",))
+    shown = msgspec.json.encode(clean.details).decode()
+    # What was past the bounds is left out rather than passed on unread.
+    assert "s3cret" not in shown and len(shown) < 10_000
+
+
+def test_classification_redacts_credentials_in_every_field() -> None:
+    token = "Bearer abcdefgh12345678"
+    body = json.dumps(
+        {"error": {"message": "no", "code": token, "param": token, "type": f"sk-{'x' * 20}"}}
+    ).encode()
+    err = classify_http_error(400, JSON, body)
+    assert "abcdefgh12345678" not in f"{err.code} {err.param}" and "xxxxxxxx" not in str(err.type)
+    err = classify_stream_error({"error": {"message": "no", "code": token}})
+    assert "abcdefgh12345678" not in str(err.code)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued).",
+        "Clients send it as: Authorization: Bearer <secret>",
+        "send a Bearer token",
+        "Authorization: Bearer [redacted]",
+        "the Bearer authentication scheme",
+    ],
+)
+def test_placeholders_and_words_are_not_credentials(text: str) -> None:
+    from svir.wire.classify import redact
+
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["abc.def-123", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "QWxhZGRpbjpPcGVuU2VzYW1lQUJD=="],
+)
+def test_bearer_credentials_are_redacted(token: str) -> None:
+    from svir.wire.classify import redact
+
+    assert (
+        redact(f"got 'Authorization: Bearer {token}'") == "got 'Authorization: Bearer [redacted]'"
+    )
+
+
+def test_svirs_own_401_keeps_its_hint_when_its_client_reads_it() -> None:
+    # What `svir models` and `svir chat` read of svir's answer to a request without a key.
+    hint = "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued)."
+    body = msgspec.json.encode({"error": {"message": hint, "type": "invalid_request_error"}})
+    assert classify_http_error(401, JSON, body).message == hint
