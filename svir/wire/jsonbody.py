@@ -46,7 +46,7 @@ class BadJSON(WireError):
     """A body that is not JSON, or nests too deeply: `message` is the client's answer, `code`
     what is wrong (`invalid_json`, `json_too_deep`)."""
 
-    def __init__(self, message: str, code: str) -> None:
+    def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -60,14 +60,14 @@ def decode_body(raw: bytes | bytearray | memoryview, *, max_depth: int = MAX_DEP
     except RecursionError:
         raise _too_deep(max_depth) from None
     except msgspec.DecodeError as exc:
-        raise BadJSON(f"the request body is not valid JSON: {exc}", "invalid_json") from None
+        raise BadJSON(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     if b"\n" + b" " * (max_depth + 1) in indented:
         raise _too_deep(max_depth)
     del indented
     try:
         return _decode(raw)
     except msgspec.DecodeError as exc:  # what formatting lets through: bad UTF-8, huge numbers
-        raise BadJSON(f"the request body is not valid JSON: {exc}", "invalid_json") from None
+        raise BadJSON(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:  # not reached after the check above, whatever the stack holds
         raise _too_deep(max_depth) from None
 
@@ -76,5 +76,5 @@ def _too_deep(limit: int) -> BadJSON:
     return BadJSON(
         f"the request body nests too deeply: a value in it sits inside more than {limit} arrays "
         f"and objects, and svir takes at most {limit} levels",
-        "json_too_deep",
+        code="json_too_deep",
     )
