@@ -20,7 +20,7 @@ import msgspec
 from svir.config import ProviderConfig, Timeouts
 from svir.edges.upstream import UpstreamClient, UpstreamResponse
 from svir.policy.adapt import answer_transform
-from svir.providers import ProviderKind, build_upstream_body
+from svir.providers import ProviderKind, RequestError, build_upstream_body
 from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError, redact_error, to_client_error
 from svir.wire.decoder import StreamDecoder
@@ -69,6 +69,11 @@ def request_error(
     headers: dict[str, str] | None = None,
 ) -> GatewayError:
     return GatewayError(ClientError(status, type, code, message, param, headers or {}))
+
+
+def invalid_request(exc: RequestError) -> GatewayError:
+    """The 400 for a request the shared checks refused (svir.providers' RequestError)."""
+    return request_error(exc.message, param=exc.param, code=exc.code)
 
 
 def body_too_large(limit: int) -> GatewayError:

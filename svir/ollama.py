@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from svir.providers import RequestError, check_tools
 from svir.wire.classify import ClientError
 from svir.wire.encoder import stream_error_fields
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -330,35 +331,19 @@ def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise OllamaError(f"tools must be an array, not {_kind(tools)}")
+    # Checked as every front end's tools are, so that a mistake reads the same everywhere.
+    try:
+        check_tools(tools)
+    except RequestError as exc:
+        raise OllamaError(exc.message) from None
     out: list[dict[str, Any]] = []
-    for k, tool in enumerate(tools):
-        where = f"tools[{k}]"
-        if not isinstance(tool, dict):
-            raise OllamaError(f"{where} must be an object, not {_kind(tool)}")
-        kind = tool.get("type")
-        if kind is not None and kind != "function":
-            raise OllamaError(f"{where}.type must be 'function', not {_show(kind)}")
-        fn = tool.get("function")
-        if not isinstance(fn, dict):
-            raise OllamaError(f"{where}.function must be an object, not {_kind(fn)}")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            raise OllamaError(f"{where}.function.name must be a non-empty string")
+    for tool in tools:
+        fn = tool["function"]
+        function: dict[str, Any] = {"name": fn["name"]}
         description = fn.get("description")
-        if description is not None and not isinstance(description, str):
-            raise OllamaError(
-                f"{where}.function.description must be a string, not {_kind(description)}"
-            )
-        parameters = fn.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            raise OllamaError(
-                f"{where}.function.parameters must be an object, not {_kind(parameters)}"
-            )
-        function: dict[str, Any] = {"name": name}
         if description is not None:
             function["description"] = description
+        parameters = fn.get("parameters")
         function["parameters"] = parameters if parameters is not None else {"type": "object"}
         out.append({"type": "function", "function": function})
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -289,20 +290,119 @@ def test_validate_errors(body: Any, param: str | None, code: str, words: str) ->
     assert str(info.value) == info.value.message
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "param", "words"),
+    [
+        ("tools", 5, "tools", "tools must be an array, not a number"),
+        ("tools", True, "tools", "tools must be an array, not a boolean"),
+        ("tools", {"type": "function"}, "tools", "tools must be an array, not an object"),
+        ("tools", [5], "tools[0]", "tools[0] must be an object, not a number"),
+        ("tools", [{"type": "x", "function": {"name": "f"}}], "tools[0]", "must be 'function'"),
+        ("tools", [{"function": "f"}], "tools[0].function", "must be an object, not a string"),
+        ("tools", [{"function": {}}], "tools[0].function.name", "a non-empty string"),
+        ("tools", [{"function": {"name": ""}}], "tools[0].function.name", "a non-empty string"),
+        (
+            "tools",
+            [{"function": {"name": "f", "parameters": []}}],
+            "tools[0].function.parameters",
+            "tools[0].function.parameters must be an object, not an array",
+        ),
+        (
+            "tools",
+            [{"function": {"name": "f", "description": 1}}],
+            "tools[0].function.description",
+            "must be a string, not a number",
+        ),
+        ("tool_choice", 5, "tool_choice", "tool_choice must be a string or an object, not a"),
+        ("tool_choice", [], "tool_choice", "must be a string or an object, not an array"),
+        ("parallel_tool_calls", "yes", "parallel_tool_calls", "must be a boolean"),
+        ("stop", 5, "stop", "stop must be a string or an array of strings, not a number"),
+        ("stop", ["a", 1], "stop[1]", "stop[1] must be a string, not a number"),
+        ("stream_options", {"include_usage": 1}, "stream_options.include_usage", "a boolean"),
+        ("response_format", "json", "response_format", "must be an object, not a string"),
+        ("response_format", {"type": 5}, "response_format.type", "not a number"),
+        ("temperature", "hot", "temperature", "temperature must be a number, not a string"),
+        ("temperature", True, "temperature", "must be a number, not a boolean"),
+        ("top_p", [], "top_p", "must be a number"),
+        ("frequency_penalty", {}, "frequency_penalty", "must be a number"),
+        ("presence_penalty", "0", "presence_penalty", "must be a number"),
+        ("seed", 1.5, "seed", "seed must be an integer, not a number"),
+        ("logprobs", 1, "logprobs", "must be a boolean"),
+        ("top_logprobs", "2", "top_logprobs", "must be an integer"),
+        ("logit_bias", [], "logit_bias", "must be an object"),
+        ("user", 5, "user", "user must be a string, not a number"),
+        ("metadata", "x", "metadata", "metadata must be an object, not a string"),
+        ("store", "no", "store", "must be a boolean"),
+        ("reasoning_effort", 3, "reasoning_effort", "must be a string"),
+        ("modalities", "text", "modalities", "must be an array"),
+        ("functions", {}, "functions", "must be an array"),
+        ("function_call", 1, "function_call", "must be a string or an object"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_refused(
+    field: str, value: Any, param: str, words: str
+) -> None:
+    with pytest.raises(RequestError) as info:
+        validate_chat_request(request(**{field: value}))
+    assert info.value.param == param
+    assert words in info.value.message
+
+
+def test_the_field_checks_take_what_openai_clients_send() -> None:
+    body = request(
+        tools=[{"type": "function", "function": {"name": "f", "description": "d",
+                                                 "parameters": {"type": "object"}, "strict": True}}],
+        tool_choice={"type": "function", "function": {"name": "f"}},
+        parallel_tool_calls=False, stop=["\n"], temperature=0, top_p=1.0, seed=3, logprobs=True,
+        top_logprobs=2, logit_bias={"50256": -100}, user="u", metadata={"k": "v"}, store=False,
+        reasoning_effort="low", modalities=["text"], stream_options={"include_usage": True},
+        top_k=40, thinking={"type": "disabled"},  # fields OpenAI does not define pass through
+    )  # fmt: skip
+    assert validate_chat_request(body) is body
+    validate_chat_request(request(stop="END", tool_choice="auto", tools=[]))
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
     max_leaves=20,
 )
 FIELDS = st.sampled_from(
-    ["model", "messages", "stream", "n", "max_tokens", "max_completion_tokens", "stream_options"]
+    [
+        "model", "messages", "stream", "n", "max_tokens", "max_completion_tokens",
+        "stream_options", "tools", "tool_choice", "parallel_tool_calls", "stop",
+        "response_format", "temperature", "seed", "logit_bias", "metadata", "user",
+        "reasoning_effort", "top_k",
+    ]
+)  # fmt: skip
+TOOLS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["function", "x"]) | JSON,
+            "function": st.fixed_dictionaries(
+                {}, optional={"name": st.sampled_from(["f", ""]) | JSON, "parameters": JSON}
+            )
+            | JSON,
+        },
+    )
+    | JSON,
+    max_size=3,
 )
-REQUESTS = st.dictionaries(FIELDS, JSON | st.sampled_from(["p/m", "m", "/", 1, 2, 0, -1]))
+VALUES = (
+    JSON
+    | st.sampled_from(["p/m", "m", "/", 1, 2, 0, -1, True])
+    | TOOLS
+    | st.just([{"role": "user", "content": "hi"}])
+)
+REQUESTS = st.dictionaries(FIELDS, VALUES)
 
 
-@settings(max_examples=400)
+@settings(max_examples=600)
 @given(JSON | REQUESTS)
 def test_fuzz_validate_raises_only_request_error(body: Any) -> None:
+    """Any JSON is a request or a RequestError, and a request is a body for every kind or the
+    client's BodyError."""
     error: RequestError | None = None
     try:
         validate_chat_request(body)
@@ -311,6 +411,13 @@ def test_fuzz_validate_raises_only_request_error(body: Any) -> None:
     if error is not None:
         assert error.message
         assert error.code
+        return
+    for name in ("llamacpp", "lmstudio", "openai", "kimi", "azure"):
+        try:
+            built = build(body, name, api_version="v1" if name == "azure" else None)
+        except BodyError:
+            continue
+        assert msgspec.json.encode(built)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,11 +616,30 @@ def test_client_request_is_not_touched() -> None:
     before = copy.deepcopy(client)
     for name in ALL_KINDS:
         body = build(client, name, api_version="v1" if name == "azure" else None)
-        # Changing what was built must not reach back into the client's objects either.
+        # Changing the fields of what was built must not reach back into the client's objects.
         body["stream_options"]["x"] = 1
-        if "tools" in body:
-            body["tools"][0]["function"]["name"] = "changed"
+        body["messages"][0]["content"] = "changed"
+        body.pop("tools", None)
         assert client == before
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_client_values_are_shared_not_copied() -> None:
+    """A copy of the client's JSON would walk it for every attempt, and a recursive one fails on
+    deep input (`copy.deepcopy` needs several frames a level)."""
+    deep = nested(5000)
+    client = request(metadata=deep, stream_options={"include_usage": False})
+    for name in ALL_KINDS:
+        body = build(client, name, api_version="v1" if name == "azure" else None)
+        assert body["metadata"] is deep
+        assert body["stream_options"] == {"include_usage": True}
+    assert client["stream_options"] == {"include_usage": False}
 
 
 def test_lmstudio_named_tool_choice_becomes_required_over_that_tool() -> None:

@@ -3,6 +3,13 @@
 Routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`. Every response carries
 `x-request-id`, and every log line of a request carries it too. A client that disconnects stops
 its upstream request at once.
+
+Every error is answered here, for every front end, in the shape that front end registered with
+its routes (OpenAI's `{"error": {...}}` unless it says otherwise): what a handler raises as the
+client's mistake (a GatewayError, a request the shared checks refused, a body that is not JSON
+or over `max_body_bytes`, a client gone before its body came), and any other exception, which is
+svir's own failure: logged once with its traceback and the request id, and answered as a JSON
+500 while the response has not started (once it has, the connection is closed).
 """
 
 from __future__ import annotations
@@ -16,15 +23,21 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import msgspec
-
 from svir import __version__
-from svir.chat import ChatCall, GatewayError, body_too_large, request_error, unique_id
+from svir.chat import (
+    ChatCall,
+    GatewayError,
+    body_too_large,
+    invalid_request,
+    request_error,
+    unique_id,
+)
 from svir.config import Config
 from svir.edges.asgi import (
     SSE_HEADERS,
     BodyTooLarge,
     ClientGone,
+    Message,
     Receive,
     Scope,
     Send,
@@ -38,12 +51,13 @@ from svir.log import log_request, request_id_var
 from svir.policy.routing import Router
 from svir.providers import RequestError, validate_chat_request
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
-from svir.wire.classify import error_body
+from svir.wire.classify import ClientError, error_body
+from svir.wire.jsonbody import BadJSON, decode_body
 
 log = logging.getLogger("svir.access")
+failures = logging.getLogger("svir.app")
 
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
-_decode = msgspec.json.decode
 CREATED = 1700000000  # /v1/models needs a `created`; svir does not know when a model was made
 
 
@@ -56,6 +70,9 @@ def request_id_of(scope: Scope) -> str:
 
 
 Handler = Callable[[Scope, Receive, Send, str, dict[str, Any]], Awaitable[int]]
+# The body of an error answer in a front end's own shape, from the error.
+ErrorShape = Callable[[ClientError], Any]
+INTERNAL_ERROR = ClientError(500, "server_error", "internal_error", "svir failed on this request.")
 Hook = Callable[[], Awaitable[None]]
 # Runs before every request's handler (svir.keys: auth, metrics, tracing): it may refuse the
 # request by raising GatewayError, and may return a callback that gets the request's log fields
@@ -64,8 +81,9 @@ Guard = Callable[[Scope, dict[str, Any]], Awaitable[Callable[[dict[str, Any]], N
 
 
 class App:
-    """svir's ASGI app. Front ends add routes (exact paths) or mounts (path prefixes) and
-    start-up and shut-down hooks; a handler gets the request id and the log fields to fill."""
+    """svir's ASGI app. Front ends add routes (exact paths) or mounts (path prefixes), each with
+    the shape of its error answers, and start-up and shut-down hooks; a handler gets the request
+    id and the log fields to fill, and may raise what the module doc lists."""
 
     def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
         self.config = config
@@ -74,9 +92,9 @@ class App:
         config.hide_secrets(environ)
         self.gateway = Gateway(config, environ)
         self.ready = False
-        self._routes: dict[tuple[str, str], Handler] = {}
+        self._routes: dict[tuple[str, str], tuple[Handler, ErrorShape]] = {}
         self._paths: set[str] = set()
-        self._mounts: list[tuple[str, Handler]] = []
+        self._mounts: list[tuple[str, Handler, ErrorShape]] = []
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = [self.gateway.close]
         self._guards: list[Guard] = []
@@ -99,13 +117,17 @@ class App:
             return models
         return [m for m in models if all(allowed(m[0]) for allowed in self.model_filters)]
 
-    def add_route(self, method: str, path: str, handler: Handler) -> None:
-        self._routes[(method, path)] = handler
+    def add_route(
+        self, method: str, path: str, handler: Handler, errors: ErrorShape = error_body
+    ) -> None:
+        """Serve `method path` with `handler`; its errors are answered as `errors` shapes them."""
+        self._routes[(method, path)] = (handler, errors)
         self._paths.add(path)
 
-    def mount(self, prefix: str, handler: Handler) -> None:
-        """Send every request whose path starts with `prefix` to `handler`."""
-        self._mounts.append((prefix, handler))
+    def mount(self, prefix: str, handler: Handler, errors: ErrorShape = error_body) -> None:
+        """Send every request whose path starts with `prefix` to `handler` (errors as in
+        `add_route`)."""
+        self._mounts.append((prefix, handler, errors))
 
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
@@ -156,14 +178,21 @@ class App:
         started = time.perf_counter()
         method, path = scope["method"], scope["path"]
         fields: dict[str, Any] = {"method": method, "path": path}
-        handler = self._routes.get((method, path))
-        scope["svir.route"] = path if handler is not None else None
-        if handler is None:
-            for prefix, mounted in self._mounts:
+        handler: Handler | None
+        shape: ErrorShape = error_body
+        found = self._routes.get((method, path))
+        if found is not None:
+            handler, shape = found
+            scope["svir.route"] = path
+        else:
+            handler = None
+            scope["svir.route"] = None
+            for prefix, mounted, errors in self._mounts:
                 if path.startswith(prefix):
-                    handler = mounted
+                    handler, shape = mounted, errors
                     scope["svir.route"] = prefix
                     break
+        response = _Response(send)
         afters: list[Callable[[dict[str, Any]], None]] = []
         try:
             try:
@@ -171,21 +200,33 @@ class App:
                     after = await guard(scope, fields)
                     if after is not None:
                         afters.append(after)
-            except GatewayError as exc:
-                fields["error"] = exc.error.code or exc.error.type
-                status = await _send_error(send, exc, {"x-request-id": rid})
-            else:
                 if handler is None:
-                    status = 405 if path in self._paths else 404
-                    message = "Method not allowed" if status == 405 else f"No route {path}"
-                    await send_json(
-                        send,
-                        status,
-                        _error(message, "invalid_request_error"),
-                        {"x-request-id": rid},
-                    )
+                    not_allowed = path in self._paths
+                    error = request_error(
+                        "Method not allowed" if not_allowed else f"No route {path}",
+                        status=405 if not_allowed else 404,
+                    ).error
+                    status = await _answer(response, shape, error, rid, None)
                 else:
-                    status = await handler(scope, receive, send, rid, fields)
+                    status = await handler(scope, receive, response, rid, fields)
+            except GatewayError as exc:
+                status = await _answer(response, shape, exc.error, rid, fields)
+            except RequestError as exc:
+                status = await _answer(response, shape, invalid_request(exc).error, rid, fields)
+            except BadJSON as exc:
+                error = request_error(exc.message, code=exc.code).error
+                status = await _answer(response, shape, error, rid, fields)
+            except BodyTooLarge:
+                error = body_too_large(self.config.server.max_body_bytes).error
+                status = await _answer(response, shape, error, rid, fields)
+            except ClientGone:
+                status = 499
+            except Exception:
+                # Bad input is answered above: this is svir's own failure, and svir goes on.
+                failures.exception(
+                    "unexpected failure", extra={"fields": {"method": method, "path": path}}
+                )
+                status = await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
             fields["status"] = status
         finally:
             fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
@@ -228,37 +269,18 @@ class App:
     async def chat_completions(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        headers = {"x-request-id": rid}
-        try:
-            raw = await read_body(
-                receive, self.config.server.max_body_bytes, header(scope, b"content-length")
-            )
-            # Large image data stays in `raw` and is spliced into the upstream body (§2.3).
-            blobs: Blobs | None = None
-            skeleton = raw
-            if len(raw) >= MIN_BLOB:
-                skeleton, blobs = extract_blobs(raw, new_token(os.urandom(15)))
-            try:
-                parsed = _decode(skeleton)
-            except msgspec.DecodeError as exc:
-                raise request_error(f"The request body is not valid JSON: {exc}") from None
-            del skeleton
-            try:
-                request = validate_chat_request(parsed)
-            except RequestError as exc:
-                raise request_error(exc.message, param=exc.param, code=exc.code) from None
-            fields["stream"] = bool(request.get("stream"))
-            return await until_disconnect(
-                receive, self._serve_chat(request, send, rid, fields, blobs)
-            )
-        except BodyTooLarge:
-            error = body_too_large(self.config.server.max_body_bytes)
-            return await _send_error(send, error, headers)
-        except ClientGone:
-            return 499
-        except GatewayError as exc:
-            fields["error"] = exc.error.code or exc.error.type
-            return await _send_error(send, exc, headers)
+        raw = await read_body(
+            receive, self.config.server.max_body_bytes, header(scope, b"content-length")
+        )
+        # Large image data stays in `raw` and is spliced into the upstream body (§2.3).
+        blobs: Blobs | None = None
+        skeleton = raw
+        if len(raw) >= MIN_BLOB:
+            skeleton, blobs = extract_blobs(raw, new_token(os.urandom(15)))
+        request = validate_chat_request(decode_body(skeleton))
+        del skeleton
+        fields["stream"] = bool(request.get("stream"))
+        return await until_disconnect(receive, self._serve_chat(request, send, rid, fields, blobs))
 
     async def _serve_chat(
         self,
@@ -352,14 +374,44 @@ async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
         watcher.cancel()
 
 
-async def _send_error(send: Send, error: GatewayError, headers: dict[str, str]) -> int:
-    ce = error.error
-    await send_json(send, ce.status, error_body(ce), {**headers, **ce.headers})
-    return ce.status
+class _Response:
+    """A request's `send`, noting the status it started the response with (None: not yet)."""
+
+    __slots__ = ("_send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status: int | None = None
+
+    def __call__(self, message: Message) -> Awaitable[None]:
+        if self.status is None:  # the first message starts the response
+            self.status = message.get("status", 200)
+        return self._send(message)
 
 
-def _error(message: str, type: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": None, "code": code}}
+async def _answer(
+    response: _Response,
+    shape: ErrorShape,
+    error: ClientError,
+    rid: str,
+    fields: dict[str, Any] | None,
+    *,
+    logged: bool = False,
+) -> int:
+    """Answer `error` in `shape` (noted in the request's log `fields`), unless the response has
+    started: then nothing more can be said, and the connection is left to close (said once in
+    the log, unless `logged`)."""
+    if fields is not None:
+        fields["error"] = error.code or error.type
+    if response.status is not None:
+        if not logged:
+            failures.error(
+                "the request failed after its response started",
+                extra={"fields": {"error": error.message}},
+            )
+        return response.status
+    await send_json(response, error.status, shape(error), {"x-request-id": rid, **error.headers})
+    return error.status
 
 
 def call_fields(call: ChatCall, fields: dict[str, Any]) -> None:

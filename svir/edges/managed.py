@@ -408,10 +408,7 @@ class Supervisor:
             model_path = await self._model_path(spec)
             template = _template_path(spec.chat_template)
         except LlamaServerError as exc:
-            m.last_error = str(exc)
-            raise UpstreamError(
-                ErrorKind.OTHER, f"Cannot start {self.name}/{m.id}: {exc}"
-            ) from None
+            raise self._not_started(m, _NOT_RUN, str(exc)) from None
         extra: list[str] = []
         if spec.parallel is not None:
             extra += ["--parallel", str(spec.parallel)]
@@ -436,10 +433,7 @@ class Supervisor:
                     own_group=True,
                 )
             except LlamaServerError as exc:
-                m.last_error = str(exc)
-                raise UpstreamError(
-                    ErrorKind.OTHER, f"Cannot start {self.name}/{m.id}: {exc}"
-                ) from None
+                raise self._not_started(m, _NOT_RUN, str(exc)) from None
             m.server, m.ready, m.loads = server, False, m.loads + 1
             fields: dict[str, Any] = {
                 "provider": self.name,
@@ -455,14 +449,14 @@ class Supervisor:
                 await asyncio.shield(asyncio.to_thread(server.stop, 1.0))
                 if not isinstance(exc, UpstreamError):
                     raise
-                fields["error"] = exc.message
+                tail = server.log_tail()
                 # The free port was taken between choosing it and binding it: choose again.
-                if _BIND_FAILED in server.log_tail() and attempt < BIND_ATTEMPTS:
+                if _BIND_FAILED in tail and attempt < BIND_ATTEMPTS:
+                    fields["error"] = exc.message
                     log.warning("llama-server could not bind", extra={"fields": fields})
                     continue
-                m.last_error = exc.message
-                log.error("llama-server did not start", extra={"fields": fields})
-                raise
+                detail = f"{exc.message}: {_last_lines(tail)} (log: {server.log_path})"
+                raise self._not_started(m, exc.message, detail, fields) from None
             m.ready = True
             m.last_error = None
             fields["seconds"] = round(time.perf_counter() - started, 2)
@@ -477,19 +471,34 @@ class Supervisor:
             if code is not None:
                 m.last_exit = code
                 raise UpstreamError(
-                    ErrorKind.OTHER,
-                    f"llama-server for {self.name}/{m.id} exited with status {code} before it "
-                    f"was ready: {_last_lines(server.log_tail())} (log: {server.log_path})",
+                    ErrorKind.OTHER, f"llama-server exited with status {code} before it was ready"
                 )
             if await asyncio.to_thread(server.health_status, 1.0) == 200:
                 return
             if self._clock() >= deadline:
                 raise UpstreamError(
                     ErrorKind.OTHER,
-                    f"llama-server for {self.name}/{m.id} was not ready after "
-                    f"{self.config.start_timeout:g} s (start_timeout); log: {server.log_path}",
+                    f"llama-server was not ready after {self.config.start_timeout:g} s "
+                    "(start_timeout)",
                 )
             await asyncio.sleep(0.1)
+
+    def _not_started(
+        self, m: _Model, reason: str, detail: str, fields: dict[str, Any] | None = None
+    ) -> UpstreamError:
+        """The client's error for a model that did not start: `reason`, in words that name no
+        file of this machine (the client is not the machine's operator). `detail`, with the log's
+        last lines and its path, is for svir's log and `/healthz?verbose=1`."""
+        m.last_error = detail
+        log.error(
+            "llama-server did not start",
+            extra={
+                "fields": {"provider": self.name, "model": m.id, **(fields or {}), "error": detail}
+            },
+        )
+        return UpstreamError(
+            ErrorKind.OTHER, f"Cannot start {self.name}/{m.id}: {reason}; svir's log says why"
+        )
 
     async def _model_path(self, spec: ManagedModel) -> Path:
         if spec.path != PYPI_GEMMA:
@@ -668,6 +677,11 @@ def _template_path(template: str | None) -> Path | None:
     if template == BUILTIN_GEMMA_TEMPLATE:
         return gemma_tools_template()
     return Path(template)
+
+
+# Why a model did not start when svir could not even run its server (a missing model file or
+# chat template, a binary that is not there): the reason itself names files.
+_NOT_RUN = "llama-server could not be run for it"
 
 
 def _file_name(model_id: str) -> str:

@@ -80,9 +80,10 @@ OWN_ERRORS: Final = frozenset(
     {
         "admin_disabled", "attachment_not_found", "attachment_too_large", "content_filter",
         "context_length_exceeded", "continuation_cancelled", "duplicate_tool_result",
-        "empty_thread", "internal_error", "invalid_admin_key", "invalid_api_key",
+        "empty_thread", "internal_error", "invalid_admin_key", "invalid_api_key", "invalid_json",
         "invalid_cursor", "invalid_metrics_token", "invalid_request", "invalid_type",
-        "invalid_value", "key_not_found", "lease_lost", "limits_unavailable", "loopback_only",
+        "invalid_value", "json_too_deep", "key_not_found", "lease_lost", "limits_unavailable",
+        "loopback_only",
         "message_not_found", "method_not_allowed", "metrics_locked",
         "missing_required_parameter", "model_not_allowed", "model_not_found",
         "no_pending_tool_calls", "not_found", "nothing_to_answer", "rate_limit_exceeded",

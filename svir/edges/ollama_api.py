@@ -15,14 +15,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import msgspec
-
 from svir import __version__
 from svir.chat import ChatCall, GatewayError, Route
 from svir.edges.app import App, Handler, call_fields, until_disconnect
 from svir.edges.asgi import (
-    BodyTooLarge,
-    ClientGone,
     Receive,
     Scope,
     Send,
@@ -48,9 +44,10 @@ from svir.ollama import (
 )
 from svir.policy.bounded import BoundedMap
 from svir.providers import RequestError, validate_chat_request
-from svir.wire.classify import to_client_error
+from svir.wire.classify import ClientError, to_client_error
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage
+from svir.wire.jsonbody import decode_body
 
 __all__ = ["NDJSON_HEADERS", "OllamaAPI", "install"]
 
@@ -62,16 +59,20 @@ NDJSON_HEADERS = (
 # How long `/api/ps` lists a model after svir last served it: Ollama's default keep-alive.
 KEEP_ALIVE_SECONDS = 300.0
 _NS = 1_000_000_000
-_decode = msgspec.json.decode
 
 
 def install(app: App) -> OllamaAPI:
-    """Serve Ollama's API from `app`."""
+    """Serve Ollama's API from `app`, its errors in Ollama's shape."""
     api = OllamaAPI(app)
     for method, path, handler in api.routes():
-        app.add_route(method, path, handler)
-    app.mount("/api/", api.not_found)
+        app.add_route(method, path, handler, error_shape)
+    app.mount("/api/", api.not_found, error_shape)
     return api
+
+
+def error_shape(error: ClientError) -> dict[str, str]:
+    """An error answer as Ollama gives it: `{"error": "<message>"}`."""
+    return {"error": error.message}
 
 
 class OllamaAPI:
@@ -108,21 +109,15 @@ class OllamaAPI:
             fields["stream"] = request["stream"]
             if not request["messages"]:
                 return await self._load(request, label, body, send, headers)
-            try:
-                validate_chat_request(request)
-            except RequestError as exc:
-                raise OllamaError(exc.message) from None
+            validate_chat_request(request)
             work = self._serve_chat(request, label, send, rid, fields)
             return await until_disconnect(receive, work)
-        except ClientGone:
-            return 499
         except OllamaError as exc:
             fields["error"] = "invalid_request"
             return await _send_error(send, exc.status, exc.message, headers)
-        except RequestError as exc:  # a model name the router cannot split
-            fields["error"] = exc.code
-            return await _send_error(send, 400, exc.message, headers)
         except GatewayError as exc:
+            # As the app would answer it (svir.edges.app), but in Ollama's words for a model it
+            # does not have, which need the name the client asked for.
             ce = exc.error
             fields["error"] = ce.code or ce.type
             message = error_message(ce, label)
@@ -214,8 +209,6 @@ class OllamaAPI:
             answer = show_response(name, route.provider.name, route.model_id, route.kind.name)
             await send_json(send, 200, answer, headers)
             return 200
-        except ClientGone:
-            return 499
         except OllamaError as exc:
             return await _send_error(send, exc.status, exc.message, headers)
 
@@ -258,17 +251,10 @@ class OllamaAPI:
     # Helpers
 
     async def _read_json(self, scope: Scope, receive: Receive) -> Any:
-        limit = self.app.config.server.max_body_bytes
-        try:
-            raw = await read_body(receive, limit, header(scope, b"content-length"))
-        except BodyTooLarge:
-            raise OllamaError(
-                f"the request body is larger than the limit of {limit} bytes", 413
-            ) from None
-        try:
-            return _decode(raw)
-        except msgspec.DecodeError as exc:
-            raise OllamaError(f"the request body is not valid JSON: {exc}") from None
+        raw = await read_body(
+            receive, self.app.config.server.max_body_bytes, header(scope, b"content-length")
+        )
+        return decode_body(raw)
 
     def _route(self, name: str) -> Route:
         """Where a model name goes (for a configured route, its first target), or an

@@ -25,13 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-import msgspec
-
-from svir.chat import GatewayError, body_too_large, request_error
+from svir.chat import GatewayError, request_error
 from svir.edges.app import App, call_fields, send_stream, until_disconnect
 from svir.edges.asgi import (
-    BodyTooLarge,
-    ClientGone,
     Receive,
     Scope,
     Send,
@@ -44,11 +40,11 @@ from svir.store import Store, default_url, make_store
 from svir.threads import frames
 from svir.threads.service import ThreadError, ThreadService, parse_continue
 from svir.wire.classify import ClientError, error_body
+from svir.wire.jsonbody import decode_body
 
 __all__ = ["ANONYMOUS", "ThreadsAPI", "install", "owner_of"]
 
 log = logging.getLogger("svir.threads")
-_decode = msgspec.json.decode
 
 PREFIX: Final = "/v1/threads"
 ANONYMOUS: Final = "anonymous"
@@ -149,24 +145,10 @@ class ThreadsAPI:
             return await route(
                 Request(scope, receive, send, service, owner, parts, headers, fields)
             )
-        except BodyTooLarge:
-            error = body_too_large(self.app.config.server.max_body_bytes)
-            return await _error(send, error, headers)
-        except ClientGone:
-            return 499
         except ThreadError as exc:
+            # The other errors, and svir's own failures, are answered by the app (svir.edges.app).
             fields["error"] = exc.error.code or exc.error.type
             return await _error(send, exc, headers, exc.extra)
-        except GatewayError as exc:
-            fields["error"] = exc.error.code or exc.error.type
-            return await _error(send, exc, headers)
-        except Exception:
-            # Bad input is answered above; this is svir's own bug, and the process goes on.
-            log.exception("threads: unexpected failure", extra={"request_id": rid})
-            error = GatewayError(
-                ClientError(500, "server_error", "internal_error", "svir failed on this request.")
-            )
-            return await _error(send, error, headers)
 
     _Route = Callable[[Request], Awaitable[int]]
 
@@ -211,10 +193,7 @@ class ThreadsAPI:
         raw = await self._body(scope, receive)
         if not raw.strip():
             return empty
-        try:
-            return _decode(raw)
-        except msgspec.DecodeError as exc:
-            raise request_error(f"The request body is not valid JSON: {exc}") from None
+        return decode_body(raw)
 
     async def _create(self, r: Request) -> int:
         body = await self._json(r.scope, r.receive, empty={})

@@ -17,8 +17,6 @@ import time
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-import msgspec
-
 from svir.chat import GatewayError, request_error
 from svir.edges.app import App
 from svir.edges.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_json
@@ -34,11 +32,11 @@ from svir.policy.limits_redis import LimitsUnavailable
 from svir.store import default_url, make_store
 from svir.store.base import SqlStore
 from svir.wire.classify import ClientError, error_body
+from svir.wire.jsonbody import decode_body
 
 __all__ = ["KeysService", "install", "parse_since"]
 
 log = logging.getLogger("svir.keys")
-_decode = msgspec.json.decode
 _MAX_ADMIN_BODY: Final = 64 * 1024
 _INT_FIELDS: Final = ("rpm", "tpm", "concurrent", "tokens_per_day", "tokens_per_month")
 _COST_FIELDS: Final = ("cost_per_day", "cost_per_month")
@@ -460,10 +458,7 @@ class KeysService:
             raw = await read_body(receive, _MAX_ADMIN_BODY, header(scope, b"content-length"))
         except BodyTooLarge:
             raise request_error("The body is too large", status=413) from None
-        try:
-            return _decode(raw) if raw else {}
-        except msgspec.DecodeError:
-            raise request_error("The body is not valid JSON") from None
+        return decode_body(raw) if raw else {}
 
 
 def _key_view(key: KeyRecord | None) -> dict[str, Any] | None:

@@ -130,6 +130,8 @@ class AnswerValidator:
             value = msgspec.json.decode(text)
         except msgspec.DecodeError:
             return "The server ignored response_format: the answer is not JSON."
+        except RecursionError:  # the model's words, which the client's prompt may shape
+            return "The answer nests too deeply to be checked against response_format."
         if self.kind == "json_object" and not isinstance(value, dict):
             return "The server ignored response_format: the answer is not a JSON object."
         if isinstance(self.schema, dict):

@@ -106,7 +106,8 @@ class Router:
         self.providers[name] = replace(self.providers[name], ensure=ensure, release=release)
 
     def resolve(self, model: str) -> Route:
-        """The route for a `<provider>/<model-id>` name, or a 404 naming what exists."""
+        """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
+        a model a provider of closed models does not have)."""
         try:
             prefix, model_id = split_model(model)
         except RequestError:
@@ -117,6 +118,14 @@ class Router:
             raise request_error(
                 f"The model {model!r} does not exist: ask for <provider>/<model-id> with one "
                 f"of these providers: {known}",
+                status=404,
+                code="model_not_found",
+                param="model",
+            )
+        if provider.kind.closed_models and model_id not in provider.config.models:
+            raise request_error(
+                f"The model {model!r} does not exist: provider {prefix!r} serves "
+                f"{', '.join(provider.config.models) or 'no model'}",
                 status=404,
                 code="model_not_found",
                 param="model",

@@ -26,6 +26,8 @@ from svir.providers.base import ProviderKind
 from svir.providers.request import (
     RequestError,
     build_upstream_body,
+    check_chat_fields,
+    check_tools,
     split_model,
     validate_chat_request,
 )
@@ -35,6 +37,8 @@ __all__ = [
     "ProviderKind",
     "RequestError",
     "build_upstream_body",
+    "check_chat_fields",
+    "check_tools",
     "get_kind",
     "split_model",
     "validate_chat_request",

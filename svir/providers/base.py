@@ -83,6 +83,9 @@ class ProviderKind:
     # The key under which assistant reasoning is sent back (§2.2, §4); None drops it.
     reasoning_key: ReasoningKey | None = "reasoning_content"
     discover: bool = True
+    # The configured models are all the server has (a server svir runs itself): any other id is
+    # refused as not found without asking it.
+    closed_models: bool = False
     # Hosted APIs refuse every call without a key; local servers usually run without one (§1).
     key_required: bool = False
     # Used when the provider gives no base_url; only public endpoints have one.

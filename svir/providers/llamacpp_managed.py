@@ -14,4 +14,5 @@ KIND = ProviderKind(
     name="llamacpp-managed",
     reasoning_key="reasoning_content",
     discover=False,
+    closed_models=True,
 )

@@ -1,9 +1,13 @@
-"""A client's chat request checked, then rewritten into the body one upstream kind is sent."""
+"""A client's chat request checked, then rewritten into the body one upstream kind is sent.
+
+Every front end (OpenAI chat, Ollama's API once translated, thread continues) checks its request
+here, so that the same mistake gets the same words wherever it is made.
+"""
 
 from __future__ import annotations
 
-import copy
 import re
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from svir.providers.base import ProviderKind
@@ -12,7 +16,14 @@ from svir.wire.request import build_messages
 if TYPE_CHECKING:
     from svir.config import ProviderConfig
 
-__all__ = ["RequestError", "build_upstream_body", "split_model", "validate_chat_request"]
+__all__ = [
+    "RequestError",
+    "build_upstream_body",
+    "check_chat_fields",
+    "check_tools",
+    "split_model",
+    "validate_chat_request",
+]
 
 # Fields rebuilt rather than copied: the rewriting below decides their values.
 _REBUILT: Final = frozenset(
@@ -55,10 +66,11 @@ def split_model(model: str) -> tuple[str, str]:
 
 
 def validate_chat_request(body: Any) -> dict[str, Any]:
-    """Check the fields svir itself relies on and return the body, unchanged.
+    """Check a chat request and return the body, unchanged.
 
-    Everything else is left to the upstream, which knows its own limits. Messages are checked in
-    depth when the upstream body is built. Raises RequestError and nothing else.
+    `model` and `messages` must be there; every other field OpenAI's Chat Completions defines is
+    checked as `check_chat_fields` says. Messages are checked in depth when the upstream body is
+    built. Raises RequestError and nothing else, for any JSON value.
     """
     if not isinstance(body, dict):
         raise RequestError(
@@ -82,40 +94,152 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
         )
     if not messages:
         raise RequestError("messages must not be empty", "messages")
+    check_chat_fields(body)
+    return body
 
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
+
+def check_chat_fields(body: Mapping[str, Any]) -> None:
+    """Check the fields of a chat request other than `model` and `messages`.
+
+    Each field OpenAI's Chat Completions defines must have its type (null is "not set"), so that
+    a wrong one is the client's 400 and not a failure further in; what svir relies on is checked
+    in depth (`tools`, `response_format`, `stream_options`, `n`, the token limits). Values within
+    their type, and fields OpenAI does not define, are left to the upstream, which knows its own
+    limits. Raises RequestError.
+    """
+    for key, value in body.items():
+        if value is None:
+            continue
+        check = _FIELD_CHECKS.get(key)
+        if check is not None:
+            check(key, value)
+
+
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """`tools`: an array of function tools, each with a name; raises RequestError."""
+    if not isinstance(tools, list):
         raise RequestError(
-            f"stream must be a boolean, not {_json_type(stream)}", "stream", "invalid_type"
+            f"tools must be an array, not {_json_type(tools)}", "tools", "invalid_type"
         )
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
+    for k, tool in enumerate(tools):
+        where = f"tools[{k}]"
+        if not isinstance(tool, dict):
+            raise RequestError(
+                f"{where} must be an object, not {_json_type(tool)}", where, "invalid_type"
+            )
+        kind = tool.get("type")
+        if kind is not None and kind != "function":
+            # svir's stream carries function calls only (§3).
+            raise RequestError(f"{where}.type must be 'function', not {_shown(kind)}", where)
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise RequestError(
+                f"{where}.function must be an object, not {_json_type(fn)}",
+                f"{where}.function",
+                "invalid_type",
+            )
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise RequestError(
+                f"{where}.function.name must be a non-empty string", f"{where}.function.name"
+            )
+        description = fn.get("description")
+        if description is not None:
+            _STRING(f"{where}.function.description", description)
+        parameters = fn.get("parameters")
+        if parameters is not None:
+            _OBJECT(f"{where}.function.parameters", parameters)
+    return tools
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int in Python but not in JSON.
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def _is_choice(value: Any) -> bool:
+    return isinstance(value, str | dict)
+
+
+_Check = Callable[[str, Any], None]
+
+
+def _typed(what: str, ok: Callable[[Any], bool]) -> _Check:
+    """A check that `key`'s value is `what` (a JSON type, in words)."""
+
+    def check(key: str, value: Any) -> None:
+        if not ok(value):
+            raise RequestError(
+                f"{key} must be {what}, not {_json_type(value)}", key, "invalid_type"
+            )
+
+    return check
+
+
+_BOOLEAN = _typed("a boolean", _is_bool)
+_NUMBER = _typed("a number", _is_number)
+_INTEGER = _typed("an integer", _is_integer)
+_STRING = _typed("a string", _is_string)
+_OBJECT = _typed("an object", _is_object)
+_ARRAY = _typed("an array", _is_array)
+_CHOICE = _typed("a string or an object", _is_choice)
+
+
+def _check_stream_options(key: str, value: Any) -> None:
+    _OBJECT(key, value)
+    usage = value.get("include_usage")
+    if usage is not None:
+        _BOOLEAN(f"{key}.include_usage", usage)
+
+
+def _check_stop(key: str, value: Any) -> None:
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list):
         raise RequestError(
-            f"stream_options must be an object, not {_json_type(options)}",
-            "stream_options",
+            f"{key} must be a string or an array of strings, not {_json_type(value)}",
+            key,
             "invalid_type",
         )
+    for i, item in enumerate(value):
+        _STRING(f"{key}[{i}]", item)
 
-    n = body.get("n")
-    if n is not None:
-        _check_positive_int("n", n)
-        if n > 1:
-            # The stream carries one choice (§3.2); more would need n streams merged into one.
-            raise RequestError("only n=1 is supported", "n", "unsupported_value")
-    for key in ("max_tokens", "max_completion_tokens"):
-        value = body.get(key)
-        if value is not None:
-            _check_positive_int(key, value)
-    _check_response_format(body.get("response_format"))
-    return body
+
+def _check_n(key: str, value: Any) -> None:
+    _check_positive_int(key, value)
+    if value > 1:
+        # The stream carries one choice (§3.2); more would need n streams merged into one.
+        raise RequestError("only n=1 is supported", "n", "unsupported_value")
+
+
+def _check_tools_field(key: str, value: Any) -> None:
+    check_tools(value)
 
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-def _check_response_format(rf: Any) -> None:
-    if rf is None:
-        return
+def _check_response_format(key: str, rf: Any) -> None:
     if not isinstance(rf, dict):
         raise RequestError(
             f"response_format must be an object, not {_json_type(rf)}",
@@ -126,7 +250,7 @@ def _check_response_format(rf: Any) -> None:
     if kind not in ("text", "json_object", "json_schema"):
         raise RequestError(
             "response_format.type must be 'text', 'json_object' or 'json_schema', "
-            f"not {_show(str(kind))}",
+            f"not {_shown(kind)}",
             "response_format.type",
             "invalid_value",
         )
@@ -157,13 +281,46 @@ def _check_response_format(rf: Any) -> None:
 
 
 def _check_positive_int(key: str, value: Any) -> None:
-    # bool is an int in Python but not in JSON.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RequestError(
-            f"{key} must be an integer, not {_json_type(value)}", key, "invalid_type"
-        )
+    _INTEGER(key, value)
     if value < 1:
         raise RequestError(f"{key} must be at least 1, not {value}", key)
+
+
+# Every field of OpenAI's Chat Completions request but `model` and `messages`, and its check.
+_FIELD_CHECKS: Final[Mapping[str, _Check]] = {
+    "stream": _BOOLEAN,
+    "stream_options": _check_stream_options,
+    "n": _check_n,
+    "max_tokens": _check_positive_int,
+    "max_completion_tokens": _check_positive_int,
+    "response_format": _check_response_format,
+    "tools": _check_tools_field,
+    "tool_choice": _CHOICE,
+    "parallel_tool_calls": _BOOLEAN,
+    "functions": _ARRAY,
+    "function_call": _CHOICE,
+    "stop": _check_stop,
+    "temperature": _NUMBER,
+    "top_p": _NUMBER,
+    "frequency_penalty": _NUMBER,
+    "presence_penalty": _NUMBER,
+    "seed": _INTEGER,
+    "logprobs": _BOOLEAN,
+    "top_logprobs": _INTEGER,
+    "logit_bias": _OBJECT,
+    "user": _STRING,
+    "metadata": _OBJECT,
+    "store": _BOOLEAN,
+    "reasoning_effort": _STRING,
+    "verbosity": _STRING,
+    "service_tier": _STRING,
+    "modalities": _ARRAY,
+    "audio": _OBJECT,
+    "prediction": _OBJECT,
+    "web_search_options": _OBJECT,
+    "prompt_cache_key": _STRING,
+    "safety_identifier": _STRING,
+}
 
 
 def build_upstream_body(
@@ -171,15 +328,18 @@ def build_upstream_body(
 ) -> dict[str, Any]:
     """The body sent upstream for a request that passed `validate_chat_request`.
 
-    The result shares no mutable object with `client`, which is left as it was. A message that
-    cannot be sent raises svir.wire.errors.BodyError, naming the message and field; it is the
-    client's fault, to be answered as a bad `messages`.
+    `client` is left as it was, whatever is done to the result's fields: the messages and
+    `stream_options` are built anew, and the other values are the client's own, shared, not
+    copied (a copy would walk the client's JSON again for every attempt); nothing here or in a
+    kind's `adapt_body` changes them in place, it replaces them. A message that cannot be sent
+    raises svir.wire.errors.BodyError, naming the message and field; it is the client's fault, to
+    be answered as a bad `messages`.
     """
     messages = build_messages(client["messages"], reasoning_key=kind.reasoning_key)
 
     # Usage is always asked for, whatever the client wants: svir keeps it for every call, and
     # whether the client sees it is decided when the stream is written back.
-    stream_options = copy.deepcopy(client.get("stream_options") or {})
+    stream_options = dict(client.get("stream_options") or {})
     stream_options["include_usage"] = True
     body: dict[str, Any] = {
         "model": model_id,
@@ -200,7 +360,7 @@ def build_upstream_body(
         # those that would reject a null.
         if key in _REBUILT or value is None:
             continue
-        body[key] = copy.deepcopy(value)
+        body[key] = value
 
     if body.get("n") == 1:
         del body["n"]
@@ -236,3 +396,8 @@ def _json_type(value: Any) -> str:
 
 def _show(value: str) -> str:
     return repr(value if len(value) <= 60 else value[:60] + "…")
+
+
+def _shown(value: Any) -> str:
+    """A string as it was written (shortened), anything else as its JSON type."""
+    return _show(value) if isinstance(value, str) else _json_type(value)

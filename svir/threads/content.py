@@ -32,6 +32,7 @@ __all__ = [
     "Limits",
     "check_append",
     "check_continue",
+    "json_kind",
     "message_object",
     "parse_messages",
     "parse_multipart",
@@ -74,7 +75,8 @@ def _too_large(where: str, size: int, limits: Limits) -> GatewayError:
     )
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """A JSON value's type in words, for error messages."""
     if value is None:
         return "null"
     return {
@@ -138,7 +140,7 @@ def _image(
     }  # fmt: skip
     if detail is not None:
         if not isinstance(detail, str):
-            raise _bad(f"{where}.detail must be a string, not {_kind(detail)}", "content")
+            raise _bad(f"{where}.detail must be a string, not {json_kind(detail)}", "content")
         part["detail"] = detail
     return part, blob
 
@@ -173,7 +175,7 @@ def _image_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[
     else:
         url = image
     if not isinstance(url, str):
-        raise _bad(f"{where}.image_url.url must be a string, not {_kind(url)}", "content")
+        raise _bad(f"{where}.image_url.url must be a string, not {json_kind(url)}", "content")
     if url[:5].lower() != "data:":
         # Images go upstream inline (§2.2); servers on a laptop cannot fetch a URL.
         raise _bad(
@@ -188,12 +190,12 @@ def _image_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[
 def _file_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[str, Any], NewBlob]:
     file = part.get("file")
     if not isinstance(file, dict):
-        raise _bad(f"{where}.file must be an object, not {_kind(file)}", "content")
+        raise _bad(f"{where}.file must be an object, not {json_kind(file)}", "content")
     name = file.get("filename")
     if name is None:
         name = ""
     if not isinstance(name, str):
-        raise _bad(f"{where}.file.filename must be a string, not {_kind(name)}", "content")
+        raise _bad(f"{where}.file.filename must be a string, not {json_kind(name)}", "content")
     data = file.get("file_data")
     if data is None:
         if file.get("file_id") is not None:
@@ -204,7 +206,7 @@ def _file_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[s
             )
         raise _bad(f"{where}.file.file_data is missing", "content")
     if not isinstance(data, str):
-        raise _bad(f"{where}.file.file_data must be a string, not {_kind(data)}", "content")
+        raise _bad(f"{where}.file.file_data must be a string, not {json_kind(data)}", "content")
     if data[:5].lower() == "data:":
         media_type, raw = _data_url(f"{where}.file.file_data", data, limits)
     else:
@@ -226,12 +228,12 @@ def _user_message(where: str, msg: dict[str, Any], limits: Limits) -> NewMessage
         for j, part in enumerate(content):
             here = f"{where}.content[{j}]"
             if not isinstance(part, dict):
-                raise _bad(f"{here} must be an object, not {_kind(part)}", "content")
+                raise _bad(f"{here} must be an object, not {json_kind(part)}", "content")
             kind = part.get("type")
             if kind in _TEXT_TYPES:
                 text = part.get("text")
                 if not isinstance(text, str):
-                    raise _bad(f"{here}.text must be a string, not {_kind(text)}", "content")
+                    raise _bad(f"{here}.text must be a string, not {json_kind(text)}", "content")
                 if text:
                     parts.append({"type": "text", "text": text})
             elif kind == "image_url":
@@ -251,7 +253,7 @@ def _user_message(where: str, msg: dict[str, Any], limits: Limits) -> NewMessage
         raise _bad(f"{where}.content is missing", "content", "missing_required_parameter")
     else:
         raise _bad(
-            f"{where}.content must be a string or an array of parts, not {_kind(content)}",
+            f"{where}.content must be a string or an array of parts, not {json_kind(content)}",
             "content",
         )
     if not parts:
@@ -263,7 +265,7 @@ def _tool_message(where: str, msg: dict[str, Any]) -> NewMessage:
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise _bad(
-            f"{where}.tool_call_id must be a non-empty string, not {_kind(call_id)}",
+            f"{where}.tool_call_id must be a non-empty string, not {json_kind(call_id)}",
             "tool_call_id",
         )
     content = msg.get("content")
@@ -293,7 +295,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     which (a single message is answered as one object, a list as a list)."""
     if not isinstance(body, dict):
         raise _bad(
-            f"the request body must be a JSON object, not {_kind(body)}", None, "invalid_type"
+            f"the request body must be a JSON object, not {json_kind(body)}", None, "invalid_type"
         )
     if "messages" in body:
         extra = set(body) - {"messages"}
@@ -312,7 +314,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     for i, msg in enumerate(items):
         where = "message" if single else f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object, not {_kind(msg)}", "messages")
+            raise _bad(f"{where} must be an object, not {json_kind(msg)}", "messages")
         unknown = set(msg) - _MESSAGE_KEYS
         if unknown:
             name = sorted(unknown)[0]

@@ -17,10 +17,10 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from svir.chat import ChatCall, GatewayError, request_error
+from svir.chat import ChatCall, GatewayError, invalid_request, request_error
 from svir.config import StoreConfig
 from svir.gateway import Gateway
-from svir.providers import RequestError, validate_chat_request
+from svir.providers import RequestError, check_chat_fields, validate_chat_request
 from svir.store import (
     BadCursor,
     Busy,
@@ -36,6 +36,7 @@ from svir.threads.content import (
     blob_hashes,
     check_append,
     check_continue,
+    json_kind,
     message_object,
     new_id,
     parse_messages,
@@ -126,7 +127,9 @@ def _check_model(value: Any, param: str = "model") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise request_error(f"{param} must be a string", param=param, code="invalid_type")
+        raise request_error(
+            f"{param} must be a string, not {json_kind(value)}", param=param, code="invalid_type"
+        )
     if not value.strip():
         raise request_error(f"{param} must not be empty", param=param)
     return value
@@ -220,21 +223,11 @@ def parse_continue(body: Any) -> ContinueParams:
         if key in body:
             raise request_error(f"{key}: {why}", param=key, code="unsupported_parameter")
     model = _check_model(body.get("model"))
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise request_error("stream must be a boolean", param="stream", code="invalid_type")
-    tools = body.get("tools")
-    if tools is not None and not (
-        isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
-    ):
-        raise request_error("tools must be an array of objects", param="tools", code="invalid_type")
-    response_format = body.get("response_format")
-    if response_format is not None and not isinstance(response_format, dict):
-        raise request_error(
-            "response_format must be an object", param="response_format", code="invalid_type"
-        )
+    try:
+        check_chat_fields(body)  # the words of every front end for the same mistake
+    except RequestError as exc:
+        raise invalid_request(exc) from None
+    stream = body.get("stream") or False
     generation = {k: v for k, v in body.items() if k not in ("model", "stream")}
     return ContinueParams(model, stream, generation)
 
@@ -516,7 +509,7 @@ class Continuation:
         try:
             validate_chat_request(request)
         except RequestError as exc:
-            raise request_error(exc.message, param=exc.param, code=exc.code) from None
+            raise invalid_request(exc) from None
         gateway = self.service.gateway
         known_model(gateway, model)
         try:

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.chat import ChatCall, request_error
-from svir.config import ProviderConfig, parse_config
+from svir.config import ProviderConfig
 from svir.edges import ollama_api
 from svir.edges.app import App
 from svir.ollama import OllamaError, to_openai_request
 from svir.providers import RequestError, build_upstream_body, get_kind, validate_chat_request
 from svir.wire.errors import BodyError
+from tests.support.stub import down_upstream_app
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 24).decode()
 
@@ -162,33 +162,9 @@ def test_translation_is_a_request_or_a_clean_400(body: Any) -> None:
 
 # The whole handler, in process.
 
-CONFIG = """
-[server]
-max_body_bytes = 100000
-
-[[providers]]
-name = "lab"
-kind = "llamacpp"
-base_url = "http://127.0.0.1:9/v1"
-discover = false
-models = ["m"]
-"""
-
-
 @pytest.fixture(scope="module")
 def app() -> App:
-    app = App(parse_config(CONFIG), {})
-
-    async def open_chat(
-        request: dict[str, Any], *, request_id: str, fields: dict[str, Any] | None = None
-    ) -> ChatCall:
-        # The real route and upstream body (its BodyError is a 400), then an upstream that fails.
-        route = app.router.resolve(request["model"])
-        call = ChatCall(app.gateway.client, route, request, request_id=request_id, model_label="x")
-        call.upstream_body()
-        raise request_error("the upstream is down", status=502, type="upstream_error")
-
-    app.gateway.open_chat = open_chat  # type: ignore[method-assign,assignment]
+    app = down_upstream_app()
     ollama_api.install(app)
     return app
 
