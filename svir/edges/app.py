@@ -58,6 +58,8 @@ log = logging.getLogger("svir.access")
 failures = logging.getLogger("svir.app")
 
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+# `/healthz?verbose=1`: the operator's view (svir.keys guards it as it guards /metrics).
+VERBOSE = b"verbose=1"
 CREATED = 1700000000  # /v1/models needs a `created`; svir does not know when a model was made
 
 
@@ -246,7 +248,7 @@ class App:
             "status": "ok" if self.ready else "starting",
             "version": __version__,
         }
-        if b"verbose=1" in scope.get("query_string", b"").split(b"&"):
+        if VERBOSE in scope.get("query_string", b"").split(b"&"):
             # With several workers, the state below is this worker's.
             body["pid"] = os.getpid()
             body.update(self.gateway.policy.snapshot())

@@ -14,11 +14,12 @@ import hmac
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
 from svir.chat import GatewayError, request_error
-from svir.edges.app import App
+from svir.edges.app import VERBOSE, App
 from svir.edges.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_json
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
 from svir.keys.auth import Authenticator, auth_error, bearer_token, current_key
@@ -272,10 +273,11 @@ class KeysService:
         await send({"type": "http.response.body", "body": body})
         return 200
 
-    async def _check_metrics(self, scope: Scope) -> None:
-        """Who may read /metrics: anyone with `[auth] metrics_public`; once keys exist (or with
-        `metrics_need_admin`), the holder of the admin key or of the metrics token; with no keys,
-        whom svir serves then (this machine, unless `allow_open_non_loopback`)."""
+    async def _check_metrics(self, scope: Scope, what: str = "GET /metrics") -> None:
+        """Who may read the operator's views (`/metrics`, `/healthz?verbose=1`): anyone with
+        `[auth] metrics_public`; once keys exist (or with `metrics_need_admin`), the holder of the
+        admin key or of the metrics token; with no keys, whom svir serves then (this machine,
+        unless `allow_open_non_loopback`)."""
         auth = self.config.auth
         if auth.metrics_public:
             return
@@ -288,7 +290,7 @@ class KeysService:
         tokens = [t.encode() for t in (self.admin_key, self.metrics_token) if t is not None]
         if not tokens:
             raise auth_error(
-                "GET /metrics takes the admin key or the metrics token, and neither is set: set"
+                f"{what} takes the admin key or the metrics token, and neither is set: set"
                 f" the environment variable {auth.metrics_token_env} (or"
                 f" {auth.admin_key_env}), or open it to anyone with [auth] metrics_public = true.",
                 status=403,
@@ -297,11 +299,20 @@ class KeysService:
         token = bearer_token(scope)
         if token is None or not any(hmac.compare_digest(token, t) for t in tokens):
             raise auth_error(
-                "GET /metrics needs the metrics token (the environment variable"
+                f"{what} needs the metrics token (the environment variable"
                 f" {auth.metrics_token_env}) or svir's admin key, sent as"
                 " 'Authorization: Bearer <token>'.",
                 code="invalid_metrics_token",
             )
+
+    async def verbose_health_guard(
+        self, scope: Scope, fields: dict[str, Any]
+    ) -> Callable[[dict[str, Any]], None] | None:
+        """`/healthz?verbose=1` shows what only the operator may see (deployments, pids, managed
+        models' log files): it takes what `/metrics` takes. Plain `/healthz` stays open."""
+        if scope["path"] == "/healthz" and VERBOSE in scope.get("query_string", b"").split(b"&"):
+            await self._check_metrics(scope, "GET /healthz?verbose=1")
+        return None
 
     # GET /v1/usage
 
@@ -498,6 +509,7 @@ def install(app: App, *, backend: Backend | None = None, span_exporter: Any = No
         service.metrics.registry.collectors.append(service._ledger_metrics)
         app.add_route("GET", "/metrics", service.serve_metrics)
     app.add_guard(service.auth.guard)
+    app.add_guard(service.verbose_health_guard)
     app.gateway.add_interceptor(service.gate)
     app.model_filters.append(_listed_for_key)
     app.mount("/admin/", service.admin)

@@ -94,7 +94,7 @@ async def test_invented_models_leave_state_and_metrics_bounded(
     await h.flush()
     late = (await h.admin("GET", "/metrics")).text
 
-    deployments = (await h.http.get("/healthz?verbose=1")).json()["deployments"]
+    deployments = (await h.admin("GET", "/healthz?verbose=1")).json()["deployments"]
     invented = {m for m in deployments if m.startswith("fake/invented-")}
     assert set(deployments) - invented == CONFIGURED
     assert len(invented) == CAP
@@ -124,7 +124,7 @@ async def test_invented_models_leave_state_and_metrics_bounded(
     assert len(label_values(late, "svir_breaker_state", "deployment")) == CAP + len(CONFIGURED)
 
     held.close()
-    deployments = (await h.http.get("/healthz?verbose=1")).json()["deployments"]
+    deployments = (await h.admin("GET", "/healthz?verbose=1")).json()["deployments"]
     assert deployments["fake/tok-4-slow"]["in_flight"] == 0
 
 
@@ -193,5 +193,5 @@ async def test_no_metric_has_an_empty_model_or_provider(
     ]
     assert [f["provider"] for f in failed] == ["fake"]
     # An unroutable model never got a deployment either.
-    deployments = (await h.http.get("/healthz?verbose=1")).json()["deployments"]
+    deployments = (await h.admin("GET", "/healthz?verbose=1")).json()["deployments"]
     assert "nope/model" not in deployments

@@ -290,3 +290,26 @@ def test_exporters_are_built(exporter: str) -> None:
         TelemetryConfig(otel=True, exporter=exporter, otlp_endpoint="http://127.0.0.1:9/v1/traces")
     )
     tracing.provider.shutdown()
+
+
+async def test_verbose_health_is_the_operators_once_keys_exist(
+    harness_factory: type[Harness],
+) -> None:
+    """`/healthz?verbose=1` names deployments, pids and managed models' log files: once keys
+    exist it takes what /metrics takes; plain `/healthz` stays open for health checks."""
+    token = "metrics-token-0123456789"
+    h = await harness_factory(environ={"SVIR_METRICS_TOKEN": token}).start()
+    assert h.http is not None
+    assert (await h.http.get("/healthz?verbose=1")).status_code == 200  # no keys: this machine
+    secret, _ = await h.new_key()
+    for headers in ({}, bearer(secret)):
+        r = await h.http.get("/healthz?verbose=1", headers=headers)
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["code"] == "invalid_metrics_token"
+        assert "GET /healthz?verbose=1" in r.json()["error"]["message"]
+        assert "pid" not in r.json()
+    plain = await h.http.get("/healthz")
+    assert plain.status_code == 200 and plain.json()["status"] == "ok" and "pid" not in plain.json()
+    for good in (token, ADMIN_KEY):
+        r = await h.http.get("/healthz?verbose=1", headers=bearer(good))
+        assert r.status_code == 200 and "pid" in r.json(), r.text
