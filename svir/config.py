@@ -124,6 +124,16 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_unlisted_models: int = 1000
     # Processes serving the port (`svir serve --workers` overrides it; README, "Workers").
     workers: int = 1
+    # What one client connection may hold (README, "Connections"). A request head (request line
+    # and header fields) must be whole this many seconds after its first byte: clients send it in
+    # one write, so 10 s is ample on a slow link and bounds how long a slowloris holds a slot.
+    head_timeout: float = 10.0
+    # A connection with no request under way is closed after this long, also before its first.
+    keep_alive_timeout: float = 5.0
+    max_head_bytes: int = 64 * 1024
+    max_header_fields: int = 100
+    # Open client connections per process (each worker); more are closed as they are accepted.
+    max_connections: int = 1000
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -458,8 +468,13 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
         raise fail("server.host", "must not be empty")
     if not 0 <= server.port <= 65535:
         raise fail("server.port", f"must be between 0 and 65535, not {server.port}")
-    if server.max_body_bytes < 1:
-        raise fail("server.max_body_bytes", "must be at least 1")
+    for key in ("max_body_bytes", "max_head_bytes", "max_header_fields", "max_connections"):
+        if getattr(server, key) < 1:
+            raise fail(f"server.{key}", "must be at least 1")
+    for key in ("head_timeout", "keep_alive_timeout"):
+        seconds = getattr(server, key)
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise fail(f"server.{key}", "must be a finite number of seconds above 0")
     if not math.isfinite(server.models_cache_ttl) or server.models_cache_ttl < 0:
         raise fail("server.models_cache_ttl", "must be a finite number of seconds, 0 or more")
     if server.max_unlisted_models < 0:

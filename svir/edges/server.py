@@ -8,12 +8,17 @@ environment.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import resource
 from collections.abc import Mapping
 from typing import Any
 
 from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
+
+log = logging.getLogger("svir.server")
 
 # What the parent passes to its workers (they are new interpreters, not forks).
 ENV_CONFIG = "SVIR_CONFIG"
@@ -76,11 +81,17 @@ def run(
 
     from svir.edges.coalesce import CoalescingHttpToolsProtocol
 
+    short = raise_file_limit(open_files_needed(config.server.max_connections))
+    if short is not None:
+        log.warning(short)
     settings: dict[str, Any] = {
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": CoalescingHttpToolsProtocol,
+        # The limits on client connections (see svir.edges.coalesce); a partial pickles, so
+        # each worker gets them too.
+        "http": functools.partial(CoalescingHttpToolsProtocol, limits=config.server),
+        "timeout_keep_alive": config.server.keep_alive_timeout,
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",
@@ -94,6 +105,33 @@ def run(
         os.environ[ENV_CONFIG] = os.path.abspath(path)
     os.environ[ENV_LOG_LEVEL] = log_level
     uvicorn.run("svir.edges.server:worker_app", factory=True, workers=workers, **settings)
+
+
+def open_files_needed(max_connections: int) -> int:
+    """File descriptors a process needs for `max_connections` clients: each has its own and one
+    to its upstream, and some are svir's own (listening socket, store, logs, managed servers)."""
+    return 2 * max_connections + 100
+
+
+def raise_file_limit(needed: int) -> str | None:
+    """Raise this process's soft limit on open files towards `needed` (as far as the hard limit
+    allows; workers inherit it), so that the connection cap, not the limit, refuses clients.
+    Returns a warning when the hard limit is too low."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):  # macOS caps it below an infinite hard limit
+        target = soft
+    if target >= needed:
+        return None
+    return (
+        f"this process may open {target} files and server.max_connections needs about {needed}"
+        " (a client's connection and its upstream's each): raise the hard limit (ulimit -Hn) or"
+        " lower server.max_connections, else connections fail once the files run out"
+    )
 
 
 def worker_app() -> App:
