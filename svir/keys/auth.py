@@ -21,12 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from svir.chat import GatewayError
 from svir.edges.asgi import Scope, header
+from svir.errors import auth_error
 from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord
 from svir.keys.store import KeyStore
-from svir.wire.classify import ClientError
 
 __all__ = ["Authenticator", "bearer_token", "current_key", "is_loopback", "key_var"]
 
@@ -58,11 +57,6 @@ def is_loopback(host: str | None) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
-
-
-def auth_error(message: str, *, status: int = 401, code: str = "invalid_api_key") -> GatewayError:
-    headers = {"WWW-Authenticate": 'Bearer realm="svir"'} if status == 401 else {}
-    return GatewayError(ClientError(status, "invalid_request_error", code, message, None, headers))
 
 
 After = Callable[[dict[str, Any]], None]

@@ -20,9 +20,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from svir.chat import ChatCall, GatewayError
+from svir.chat import ChatCall
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.edges.upstream import UpstreamClient
+from svir.errors import GatewayError
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
 from svir.wire.blobs import Blobs
