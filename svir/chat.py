@@ -18,10 +18,10 @@ from typing import Any, Protocol
 import msgspec
 
 from svir.config import ProviderConfig, Timeouts
-from svir.edges.upstream import UpstreamClient, UpstreamResponse
 from svir.errors import GatewayError, request_error
-from svir.policy.adapt import answer_transform
 from svir.providers import ProviderKind, build_upstream_body
+from svir.providers.adapt import answer_transform
+from svir.transport import StreamResponse, Transport
 from svir.wire.blobs import Blobs
 from svir.wire.classify import redact_error, to_client_error
 from svir.wire.decoder import StreamDecoder
@@ -175,7 +175,7 @@ class ChatCall:
 
     def __init__(
         self,
-        client: UpstreamClient,
+        client: Transport,
         route: Route,
         request: dict[str, Any],
         *,
@@ -204,8 +204,8 @@ class ChatCall:
         self.headers: dict[str, str] = {}
         self.guard: StreamGuard | None = None
         self._cut = False
-        self._transform = answer_transform(route, request)
-        self._resp: UpstreamResponse | None = None
+        self._transform = answer_transform(route.kind, route.provider.response_format, request)
+        self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
         self._closed = False

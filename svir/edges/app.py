@@ -37,6 +37,7 @@ from svir.edges.asgi import (
     read_body,
     send_json,
 )
+from svir.edges.upstream import UpstreamClient
 from svir.errors import (
     BodyTooLarge,
     ClientGone,
@@ -92,7 +93,7 @@ class App:
         self.environ = environ
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
-        self.gateway = Gateway(config, environ)
+        self.gateway = Gateway(config, environ, UpstreamClient())
         self.ready = False
         self._routes: dict[tuple[str, str], tuple[Handler, ErrorShape]] = {}
         self._paths: set[str] = set()

@@ -20,10 +20,10 @@ from typing import TypeVar
 
 from svir.chat import Route
 from svir.config import Config, ProviderConfig, Timeouts
-from svir.edges.upstream import UpstreamClient
 from svir.errors import RequestError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
+from svir.transport import Transport
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.models import is_chat_model, parse_model_list
 
@@ -53,7 +53,7 @@ class Router:
         self,
         config: Config,
         environ: Mapping[str, str],
-        client: UpstreamClient,
+        client: Transport,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from svir.errors import RequestError
-from svir.providers.base import ProviderKind
+from svir.providers.base import ProviderKind, ProviderSettings
 from svir.wire.request import build_messages
-
-if TYPE_CHECKING:
-    from svir.config import ProviderConfig
 
 __all__ = [
     "build_upstream_body",
@@ -308,7 +305,7 @@ _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
 
 
 def build_upstream_body(
-    client: dict[str, Any], *, kind: ProviderKind, provider: ProviderConfig, model_id: str
+    client: dict[str, Any], *, kind: ProviderKind, provider: ProviderSettings, model_id: str
 ) -> dict[str, Any]:
     """The body sent upstream for a request that passed `validate_chat_request`.
 
