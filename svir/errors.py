@@ -104,7 +104,7 @@ def request_error(
 
 
 def invalid_request(exc: RequestError) -> GatewayError:
-    """The 400 for a request the shared checks refused (svir.providers' RequestError)."""
+    """The 400 for a request the shared checks (svir.providers) refused with a RequestError."""
     return request_error(exc.message, param=exc.param, code=exc.code)
 
 
