@@ -72,8 +72,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     # The ASGI types (Scope) and the header reader live in the edge; the authenticator reads a
     # request's scope. Moving them to a core module is part of issue 14's front-end layer.
     ("svir.keys.auth", "svir.edges.asgi"): "ASGI Scope type and header() live in the edge",
-    # The authenticator reads keys through the key store's class, not through a protocol.
-    ("svir.keys.auth", "svir.keys.store"): "keys are looked up through KeyStore itself",
     # The gate writes ledger rows and counts outcomes itself; the typed call context of issue 14
     # is where they get read from instead.
     ("svir.keys.gate", "svir.edges.metrics"): "the gate counts outcomes in the registry",
