@@ -18,11 +18,12 @@ from typing import Any, Protocol
 import msgspec
 
 from svir.config import ProviderConfig, Timeouts
-from svir.edges.upstream import UpstreamClient, UpstreamResponse
-from svir.policy.adapt import answer_transform
-from svir.providers import ProviderKind, RequestError, build_upstream_body
+from svir.errors import GatewayError, request_error
+from svir.providers import ProviderKind, build_upstream_body
+from svir.providers.adapt import answer_transform
+from svir.transport import StreamResponse, Transport
 from svir.wire.blobs import Blobs
-from svir.wire.classify import ClientError, redact_error, to_client_error
+from svir.wire.classify import redact_error, to_client_error
 from svir.wire.decoder import StreamDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
@@ -44,45 +45,6 @@ from svir.wire.sse import SSEEvent, SSEParser, encode_data
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
 _SILENT = (Role, Keepalive, ContentFilter)
-
-
-class GatewayError(Exception):
-    """A failure answered to the client as an OpenAI-shaped HTTP error.
-
-    `upstream` is the classified upstream failure behind it, when there is one: the policy
-    decides on retries and fallbacks from it.
-    """
-
-    def __init__(self, error: ClientError, upstream: UpstreamError | None = None) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.upstream = upstream
-
-
-def request_error(
-    message: str,
-    *,
-    status: int = 400,
-    type: str = "invalid_request_error",
-    code: str | None = None,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> GatewayError:
-    return GatewayError(ClientError(status, type, code, message, param, headers or {}))
-
-
-def invalid_request(exc: RequestError) -> GatewayError:
-    """The 400 for a request the shared checks refused (svir.providers' RequestError)."""
-    return request_error(exc.message, param=exc.param, code=exc.code)
-
-
-def body_too_large(limit: int) -> GatewayError:
-    """The 413 for a request body over the configured limit."""
-    return request_error(
-        f"The request body is larger than the limit of {limit} bytes",
-        status=413,
-        code="request_too_large",
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +175,7 @@ class ChatCall:
 
     def __init__(
         self,
-        client: UpstreamClient,
+        client: Transport,
         route: Route,
         request: dict[str, Any],
         *,
@@ -242,8 +204,8 @@ class ChatCall:
         self.headers: dict[str, str] = {}
         self.guard: StreamGuard | None = None
         self._cut = False
-        self._transform = answer_transform(route, request)
-        self._resp: UpstreamResponse | None = None
+        self._transform = answer_transform(route.kind, route.provider.response_format, request)
+        self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
         self._closed = False

@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from svir.config import ConfigError, check_keys, load_config
+    from svir.config import check_keys, load_config
     from svir.edges import managed, server
+    from svir.errors import ConfigError
     from svir.keys import cli as keys_cli
     from svir.log import setup_logging
 

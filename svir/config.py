@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
+from svir.errors import ConfigError
 from svir.log import hide_in_logs
 from svir.providers import KINDS
 from svir.wire.errors import BaseURLError
@@ -27,7 +28,6 @@ from svir.wire.errors import BaseURLError
 __all__ = [
     "AuthConfig",
     "Config",
-    "ConfigError",
     "LedgerConfig",
     "LimitsConfig",
     "ManagedConfig",
@@ -42,19 +42,6 @@ __all__ = [
     "load_config",
     "parse_config",
 ]
-
-
-class ConfigError(Exception):
-    """A configuration that cannot be used. `field` is a path such as `providers[0].kind`, or None
-    for a fault of the file as a whole; its str is `<file>: <field>: <reason>`.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], field: str | None, reason: str) -> None:
-        self.path = os.fspath(path)
-        self.field = field
-        self.reason = reason
-        where = f"{self.path}: {field}" if field else self.path
-        super().__init__(f"{where}: {reason}")
 
 
 class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

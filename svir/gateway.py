@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 from svir.chat import ChatCall
 from svir.config import Config
-from svir.edges.upstream import UpstreamClient
 from svir.policy.resilience import Resilience
 from svir.policy.routing import Router
+from svir.transport import Transport
 from svir.wire.blobs import Blobs
 
 
@@ -38,9 +38,9 @@ Interceptor = Callable[
 class Gateway:
     """Routing and policy around chat calls, shared by every front end."""
 
-    def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: Config, environ: Mapping[str, str], client: Transport) -> None:
         self.config = config
-        self.client = UpstreamClient()
+        self.client = client
         self.router = Router(config, environ, self.client)
         self.policy = Resilience(config, self.router, self.client)
         self._open: OpenChat | None = None

@@ -23,7 +23,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from svir.providers import RequestError, check_tools
+from svir.errors import OllamaError, RequestError
+from svir.providers import check_tools
 from svir.wire.classify import ClientError
 from svir.wire.encoder import stream_error_fields
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -47,7 +48,6 @@ __all__ = [
     "ChatAggregator",
     "Metrics",
     "NDJSONEncoder",
-    "OllamaError",
     "capabilities_guess",
     "created_at",
     "done_reason",
@@ -84,18 +84,6 @@ _INT64: Final = 2**63
 _FLOAT_OPTIONS: Final = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 _encode = msgspec.json.encode
-
-
-class OllamaError(Exception):
-    """A request svir answers with Ollama's error shape: `{"error": message}` and `status`."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-    def body(self) -> dict[str, str]:
-        return {"error": self.message}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,11 +14,11 @@ import pytest
 
 from svir.edges.llama_server import (
     LlamaServer,
-    LlamaServerError,
     ensure_gemma_model,
     find_llama_server,
     gemma_tools_template,
 )
+from svir.errors import LlamaServerError
 
 LLAMA_CTX = 4096
 LLAMA_SMALL_CTX = 256

@@ -31,7 +31,7 @@ from svir.config import parse_config
 from svir.edges import managed, ollama_api, threads_api
 from svir.edges.app import App
 from svir.log import JSONFormatter
-from svir.policy.adapt import AnswerValidator
+from svir.providers.adapt import AnswerValidator
 from svir.threads.service import ThreadService
 from svir.wire.events import Finish, StreamError, TextDelta
 from tests.keys.support import ADMIN_KEY, Harness, config_text

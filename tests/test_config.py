@@ -8,7 +8,6 @@ import pytest
 
 from svir.config import (
     Config,
-    ConfigError,
     ProviderConfig,
     ServerConfig,
     Timeouts,
@@ -16,6 +15,7 @@ from svir.config import (
     load_config,
     parse_config,
 )
+from svir.errors import ConfigError
 
 GOOD = """
 [server]

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from svir.edges import h1
-from svir.edges.h1 import H1Error, H1Pool, H1Response, Headers
+from svir.edges.h1 import H1Pool, H1Response, Headers
+from svir.errors import H1Error
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -24,11 +24,11 @@ import pytest
 from svir.edges.llama_server import (
     LLAMA_SERVER_ENV,
     LlamaServer,
-    LlamaServerError,
     ensure_gemma_model,
     find_llama_server,
     gemma_tools_template,
 )
+from svir.errors import LlamaServerError
 
 TIMEOUT = httpx.Timeout(120.0, connect=5.0)
 

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from svir.config import ProviderConfig, parse_config
+from svir.errors import RequestError
 from svir.providers import (
     KINDS,
     ProviderKind,
-    RequestError,
     build_upstream_body,
     get_kind,
     split_model,

@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from svir.chat import GatewayError
 from svir.config import Config, RetryConfig, RouteTarget, Timeouts, parse_config
 from svir.edges.upstream import UpstreamClient
+from svir.errors import GatewayError
 from svir.policy.resilience import (
     BREAKER_KINDS,
     FALLBACK_KINDS,
@@ -496,7 +496,7 @@ def test_nearest_effort(rejected: str, message: str, want: str | None) -> None:
 
 
 def test_routes_are_checked_at_load() -> None:
-    from svir.config import ConfigError
+    from svir.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"routes\[0\].fallbacks\[0\]"):
         parse_config(

@@ -24,19 +24,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from svir import __version__
-from svir.chat import (
-    ChatCall,
-    GatewayError,
-    body_too_large,
-    invalid_request,
-    request_error,
-    unique_id,
-)
+from svir.chat import ChatCall, unique_id
 from svir.config import Config
 from svir.edges.asgi import (
     SSE_HEADERS,
-    BodyTooLarge,
-    ClientGone,
     Message,
     Receive,
     Scope,
@@ -46,10 +37,20 @@ from svir.edges.asgi import (
     read_body,
     send_json,
 )
+from svir.edges.upstream import UpstreamClient
+from svir.errors import (
+    BodyTooLarge,
+    ClientGone,
+    GatewayError,
+    RequestError,
+    body_too_large,
+    invalid_request,
+    request_error,
+)
 from svir.gateway import Gateway
 from svir.log import log_request, request_id_var
 from svir.policy.routing import Router
-from svir.providers import RequestError, validate_chat_request
+from svir.providers import validate_chat_request
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
 from svir.wire.classify import ClientError, error_body
 from svir.wire.jsonbody import BadJSON, decode_body
@@ -92,7 +93,7 @@ class App:
         self.environ = environ
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
-        self.gateway = Gateway(config, environ)
+        self.gateway = Gateway(config, environ, UpstreamClient())
         self.ready = False
         self._routes: dict[tuple[str, str], tuple[Handler, ErrorShape]] = {}
         self._paths: set[str] = set()

@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from svir.errors import BodyTooLarge, ClientGone
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -19,14 +21,6 @@ SSE_HEADERS = (
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 )
-
-
-class BodyTooLarge(Exception):
-    """The request body is over the configured limit."""
-
-
-class ClientGone(Exception):
-    """The client disconnected before the body was read."""
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -26,17 +26,11 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from svir.errors import H1Error
+
 HIGH_WATER: Final = 256 * 1024  # buffered body bytes before the socket stops being read
 MAX_IDLE_PER_HOST: Final = 256
 DRAIN_GRACE: Final = 2.0  # s a finished response's end is awaited before its connection is dropped
-
-
-class H1Error(Exception):
-    """The request failed: could not connect (`connect` true) or the connection broke."""
-
-    def __init__(self, message: str, *, connect: bool = False) -> None:
-        super().__init__(message)
-        self.connect = connect
 
 
 class Headers(Mapping[str, str]):

@@ -31,11 +31,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from svir.errors import LlamaServerError
+
 __all__ = [
     "DEFAULT_MODEL_DIR",
     "LLAMA_SERVER_ENV",
     "LlamaServer",
-    "LlamaServerError",
     "ensure_gemma_model",
     "find_llama_server",
     "gemma_tools_template",
@@ -56,10 +57,6 @@ _INSTALL_HINT = (
 _REQUIRED_ARGS = ("--jinja", "--no-repack")
 _STOP_GRACE_SECONDS = 5.0
 _LOG_TAIL_BYTES = 4000
-
-
-class LlamaServerError(RuntimeError):
-    """The binary or model is missing, or the server did not start, answer, or stop."""
 
 
 def find_llama_server() -> str:

@@ -46,11 +46,11 @@ from svir.config import (
 from svir.edges.llama_server import (
     DEFAULT_MODEL_DIR,
     LlamaServer,
-    LlamaServerError,
     ensure_gemma_model,
     find_llama_server,
     gemma_tools_template,
 )
+from svir.errors import LlamaServerError
 from svir.wire.errors import ErrorKind, UpstreamError
 
 if TYPE_CHECKING:

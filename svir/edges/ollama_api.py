@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from svir import __version__
-from svir.chat import ChatCall, GatewayError, Route
+from svir.chat import ChatCall, Route
 from svir.edges.app import App, Handler, call_fields, until_disconnect
 from svir.edges.asgi import (
     Receive,
@@ -27,12 +27,12 @@ from svir.edges.asgi import (
     read_body,
     send_json,
 )
+from svir.errors import GatewayError, OllamaError, RequestError
 from svir.ollama import (
     OLLAMA_API_VERSION,
     ChatAggregator,
     Metrics,
     NDJSONEncoder,
-    OllamaError,
     created_at,
     error_line,
     error_message,
@@ -43,7 +43,7 @@ from svir.ollama import (
     to_openai_request,
 )
 from svir.policy.bounded import BoundedMap
-from svir.providers import RequestError, validate_chat_request
+from svir.providers import validate_chat_request
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-from svir.chat import GatewayError, request_error
 from svir.edges.app import App, call_fields, send_stream, until_disconnect
 from svir.edges.asgi import (
     Receive,
@@ -36,9 +35,10 @@ from svir.edges.asgi import (
     read_body,
     send_json,
 )
+from svir.errors import GatewayError, ThreadError, request_error
 from svir.store import Store, default_url, make_store
 from svir.threads import frames
-from svir.threads.service import ThreadError, ThreadService, parse_continue
+from svir.threads.service import ThreadService, parse_continue
 from svir.wire.classify import ClientError, error_body
 from svir.wire.jsonbody import decode_body
 

@@ -14,7 +14,8 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from svir.config import Timeouts
-from svir.edges.h1 import H1Error, H1Pool, H1Response
+from svir.edges.h1 import H1Pool, H1Response
+from svir.errors import H1Error
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
 

@@ -19,18 +19,24 @@ import hashlib
 import ipaddress
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from svir.chat import GatewayError
 from svir.edges.asgi import Scope, header
+from svir.errors import auth_error
 from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord
-from svir.keys.store import KeyStore
-from svir.wire.classify import ClientError
 
 __all__ = ["Authenticator", "bearer_token", "current_key", "is_loopback", "key_var"]
 
 _CACHE_CAP: Final = 10_000
+
+
+class KeyLookup(Protocol):
+    """What the authenticator asks of the key store (svir.keys.store.KeyStore is one)."""
+
+    async def configured(self) -> bool: ...
+
+    async def by_hash(self, digest: str) -> KeyRecord | None: ...
 
 
 def bearer_token(scope: Scope) -> bytes | None:
@@ -60,11 +66,6 @@ def is_loopback(host: str | None) -> bool:
     return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def auth_error(message: str, *, status: int = 401, code: str = "invalid_api_key") -> GatewayError:
-    headers = {"WWW-Authenticate": 'Bearer realm="svir"'} if status == 401 else {}
-    return GatewayError(ClientError(status, "invalid_request_error", code, message, None, headers))
-
-
 After = Callable[[dict[str, Any]], None]
 
 
@@ -77,7 +78,7 @@ class Authenticator:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.keys: KeyStore | None = None
+        self.keys: KeyLookup | None = None
         self.cache_seconds = cache_seconds
         self.allow_open = allow_open
         self.clock = clock

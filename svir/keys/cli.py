@@ -101,8 +101,7 @@ async def _with_store(config: Config, work: Callable[[SqlStore], Awaitable[int]]
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from svir.config import ConfigError
-    from svir.store import StoreError
+    from svir.errors import ConfigError, StoreError
 
     out = out or sys.stdout
     try:
@@ -292,9 +291,9 @@ def _num(value: float | None) -> str:
 def check_listen(config: Config, host: str, allow_open: bool) -> str | None:
     """Why `svir serve` must not listen on `host`, or None: without keys, only on loopback,
     unless told otherwise (`--allow-open` or `[auth] allow_open_non_loopback`)."""
+    from svir.errors import StoreError
     from svir.keys.auth import is_loopback
     from svir.keys.store import KeyStore
-    from svir.store import StoreError
 
     if is_loopback(host) or allow_open or config.auth.allow_open_non_loopback:
         return None

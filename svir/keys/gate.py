@@ -22,9 +22,10 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Final
 
-from svir.chat import ChatCall, Cut, GatewayError, visible_count
+from svir.chat import ChatCall, Cut, visible_count
 from svir.config import LimitsConfig, PriceConfig
 from svir.edges.metrics import OUTCOMES, Metrics, closed
+from svir.errors import GatewayError, LimitsUnavailable
 from svir.gateway import OpenChat
 from svir.keys.auth import current_key
 from svir.keys.model import KeyRecord, model_allowed
@@ -38,7 +39,6 @@ from svir.policy.limits import (
     limit_description,
     windows_at,
 )
-from svir.policy.limits_redis import LimitsUnavailable
 from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError

@@ -18,18 +18,24 @@ from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-from svir.chat import GatewayError, request_error
 from svir.edges.app import VERBOSE, App
-from svir.edges.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_json
+from svir.edges.asgi import Receive, Scope, Send, read_body, send_json
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
-from svir.keys.auth import Authenticator, auth_error, bearer_token, current_key
+from svir.errors import (
+    BodyTooLarge,
+    ClientGone,
+    GatewayError,
+    LimitsUnavailable,
+    auth_error,
+    request_error,
+)
+from svir.keys.auth import Authenticator, bearer_token, current_key
 from svir.keys.gate import Gate
 from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
 from svir.keys.store import KeyStore
 from svir.ledger import Ledger
 from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
 from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
-from svir.policy.limits_redis import LimitsUnavailable
 from svir.store import default_url, make_store
 from svir.store.base import SqlStore
 from svir.wire.classify import ClientError, error_body

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from svir.errors import LimitsUnavailable
 from svir.policy.limits import (
     Ask,
     Backend,
@@ -28,7 +29,7 @@ from svir.policy.limits import (
     windows_at,
 )
 
-__all__ = ["LimitsUnavailable", "RedisBackend", "redact_url"]
+__all__ = [ "RedisBackend", "redact_url"]
 
 _NUM: Final = """
 local function num(k)
@@ -168,10 +169,6 @@ if ARGV[8] == '1' then adjust(KEYS[5], tonumber(ARGV[3])) end
 if ARGV[9] == '1' then redis.call('ZREM', KEYS[6], ARGV[10]) end
 return 1
 """
-
-
-class LimitsUnavailable(Exception):
-    """The limits' backend cannot be reached: calls are refused rather than let through."""
 
 
 def redact_url(url: str) -> str:

@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from svir.chat import ChatCall, GatewayError
+from svir.chat import ChatCall
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
-from svir.edges.upstream import UpstreamClient
+from svir.errors import GatewayError
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
+from svir.transport import Transport
 from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import RETRYABLE_KINDS, ErrorKind, UpstreamError
@@ -147,7 +148,7 @@ class Resilience:
         self,
         config: Config,
         router: Router,
-        client: UpstreamClient,
+        client: Transport,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,

@@ -18,11 +18,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from svir.chat import Route, request_error
+from svir.chat import Route
 from svir.config import Config, ProviderConfig, Timeouts
-from svir.edges.upstream import UpstreamClient
+from svir.errors import RequestError, request_error
 from svir.policy.bounded import BoundedMap
-from svir.providers import ProviderKind, RequestError, get_kind, split_model
+from svir.providers import ProviderKind, get_kind, split_model
+from svir.transport import Transport
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.models import is_chat_model, parse_model_list
 
@@ -52,7 +53,7 @@ class Router:
         self,
         config: Config,
         environ: Mapping[str, str],
-        client: UpstreamClient,
+        client: Transport,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -24,7 +24,6 @@ from svir.providers import (
 )
 from svir.providers.base import ProviderKind
 from svir.providers.request import (
-    RequestError,
     build_upstream_body,
     check_chat_fields,
     check_tools,
@@ -35,7 +34,6 @@ from svir.providers.request import (
 __all__ = [
     "KINDS",
     "ProviderKind",
-    "RequestError",
     "build_upstream_body",
     "check_chat_fields",
     "check_tools",

@@ -5,12 +5,8 @@ versions, and the key in an `api-key` header.
 from __future__ import annotations
 
 import urllib.parse
-from typing import TYPE_CHECKING
 
-from svir.providers.base import ProviderKind, base_as_given
-
-if TYPE_CHECKING:
-    from svir.config import ProviderConfig
+from svir.providers.base import ProviderKind, ProviderSettings, base_as_given
 
 # The API version that needs no `api-version` query and takes the deployment as `model`.
 V1_API = "v1"
@@ -29,11 +25,11 @@ def normalize_base(url: str) -> str:
     return base
 
 
-def _uses_v1(provider: ProviderConfig) -> bool:
+def _uses_v1(provider: ProviderSettings) -> bool:
     return provider.api_version is None or provider.api_version == V1_API
 
 
-def chat_url(base: str, model: str, provider: ProviderConfig) -> str:
+def chat_url(base: str, model: str, provider: ProviderSettings) -> str:
     """The v1 chat URL, or the deployment's URL with `api-version` on a dated version."""
     root = normalize_base(base)
     if _uses_v1(provider):
@@ -43,7 +39,7 @@ def chat_url(base: str, model: str, provider: ProviderConfig) -> str:
     return f"{root}/openai/deployments/{deployment}/chat/completions?api-version={version}"
 
 
-def models_url(base: str, provider: ProviderConfig) -> str:
+def models_url(base: str, provider: ProviderSettings) -> str:
     """The resource's model list; it lists models the resource offers, not its deployments."""
     root = normalize_base(base)
     if _uses_v1(provider):

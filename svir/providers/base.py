@@ -7,19 +7,17 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from svir.wire.errors import UpstreamError
 from svir.wire.models import normalize_base_url
 from svir.wire.request import ReasoningKey
 
-if TYPE_CHECKING:
-    from svir.config import ProviderConfig
-
 __all__ = [
     "AuthHeader",
     "MaxTokensField",
     "ProviderKind",
+    "ProviderSettings",
     "base_as_given",
     "openai_chat_url",
     "openai_models_url",
@@ -28,6 +26,22 @@ __all__ = [
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 AuthHeader = Literal["authorization", "api-key"]
+
+
+class ProviderSettings(Protocol):
+    """What a kind reads of one configured provider: svir.config.ProviderConfig is one. A
+    protocol, so that the kinds need not import the config that names them."""
+
+    @property
+    def discover(self) -> bool | None: ...
+    @property
+    def drop_params(self) -> tuple[str, ...] | None: ...
+    @property
+    def think_tags(self) -> bool | None: ...
+    @property
+    def images(self) -> bool | None: ...
+    @property
+    def api_version(self) -> str | None: ...
 
 
 def unchanged_error(error: UpstreamError) -> UpstreamError:
@@ -40,12 +54,12 @@ def unchanged_body(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def openai_chat_url(base: str, model: str, provider: ProviderConfig) -> str:
+def openai_chat_url(base: str, model: str, provider: ProviderSettings) -> str:
     """`{base}/chat/completions`; the model travels in the body, not the URL."""
     return f"{base.rstrip('/')}/chat/completions"
 
 
-def openai_models_url(base: str, provider: ProviderConfig) -> str:
+def openai_models_url(base: str, provider: ProviderSettings) -> str:
     """`{base}/models`."""
     return f"{base.rstrip('/')}/models"
 
@@ -99,8 +113,8 @@ class ProviderKind:
     explain_error: Callable[[UpstreamError], UpstreamError] = field(default=unchanged_error)
     normalize_base: Callable[[str], str] = field(default=normalize_base_url)
     adapt_body: Callable[[dict[str, Any]], dict[str, Any]] = field(default=unchanged_body)
-    chat_url: Callable[[str, str, ProviderConfig], str] = field(default=openai_chat_url)
-    models_url: Callable[[str, ProviderConfig], str] = field(default=openai_models_url)
+    chat_url: Callable[[str, str, ProviderSettings], str] = field(default=openai_chat_url)
+    models_url: Callable[[str, ProviderSettings], str] = field(default=openai_models_url)
 
     def auth_headers(self, key: str | None) -> dict[str, str]:
         """The headers that carry `key` to this kind of server; none without a key."""
@@ -110,20 +124,20 @@ class ProviderKind:
             return {"api-key": key}
         return {"Authorization": f"Bearer {key}"}
 
-    def drop_params_for(self, provider: ProviderConfig) -> frozenset[str]:
+    def drop_params_for(self, provider: ProviderSettings) -> frozenset[str]:
         """The request fields removed before sending: the provider's list, else the kind's."""
         if provider.drop_params is None:
             return self.default_drop
         return frozenset(provider.drop_params)
 
-    def think_tags_for(self, provider: ProviderConfig) -> bool:
+    def think_tags_for(self, provider: ProviderSettings) -> bool:
         """Whether inline `<think>` is split off for this provider."""
         return self.think_tags if provider.think_tags is None else provider.think_tags
 
-    def images_for(self, provider: ProviderConfig) -> bool:
+    def images_for(self, provider: ProviderSettings) -> bool:
         """Whether image parts may be sent to this provider."""
         return self.images if provider.images is None else provider.images
 
-    def discover_for(self, provider: ProviderConfig) -> bool:
+    def discover_for(self, provider: ProviderSettings) -> bool:
         """Whether the provider's `/models` is asked for its models."""
         return self.discover if provider.discover is None else provider.discover

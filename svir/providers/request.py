@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from svir.providers.base import ProviderKind
+from svir.errors import RequestError
+from svir.providers.base import ProviderKind, ProviderSettings
 from svir.wire.request import build_messages
 
-if TYPE_CHECKING:
-    from svir.config import ProviderConfig
-
 __all__ = [
-    "RequestError",
     "build_upstream_body",
     "check_chat_fields",
     "check_tools",
@@ -32,22 +29,6 @@ _REBUILT: Final = frozenset(
 _LIMIT_NAMES: Final = frozenset({"max_tokens", "max_completion_tokens"})
 # Tool settings that mean nothing without tools, and that OpenAI and Azure reject alone (§2.4).
 _TOOL_SETTINGS: Final = ("tool_choice", "parallel_tool_calls")
-
-
-class RequestError(Exception):
-    """A client's request that svir will not send upstream; it becomes a 400 for the client.
-
-    `param` names the offending field, `code` says what is wrong with it, as OpenAI's errors do.
-    """
-
-    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
-
-    def __repr__(self) -> str:
-        return f"RequestError({self.message!r}, param={self.param!r}, code={self.code!r})"
 
 
 def split_model(model: str) -> tuple[str, str]:
@@ -324,7 +305,7 @@ _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
 
 
 def build_upstream_body(
-    client: dict[str, Any], *, kind: ProviderKind, provider: ProviderConfig, model_id: str
+    client: dict[str, Any], *, kind: ProviderKind, provider: ProviderSettings, model_id: str
 ) -> dict[str, Any]:
     """The body sent upstream for a request that passed `validate_chat_request`.
 

@@ -6,33 +6,24 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from svir.errors import StoreError
 from svir.store.base import (
-    BadCursor,
-    Busy,
     LeaseState,
-    LimitExceeded,
     MessageRecord,
     NewBlob,
     NewMessage,
-    NotFound,
     Page,
     Store,
-    StoreError,
     ThreadRecord,
 )
 
 __all__ = [
-    "BadCursor",
-    "Busy",
     "LeaseState",
-    "LimitExceeded",
     "MessageRecord",
     "NewBlob",
     "NewMessage",
-    "NotFound",
     "Page",
     "Store",
-    "StoreError",
     "ThreadRecord",
     "default_url",
     "open_store",

@@ -22,22 +22,17 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
+from svir.errors import BadCursor, Busy, Conflict, LimitExceeded, NotFound
+
 __all__ = [
-    "BadCursor",
-    "Busy",
-    "Conflict",
     "LeaseState",
-    "LimitExceeded",
     "MessageRecord",
     "NewBlob",
     "NewMessage",
-    "NotFound",
     "Page",
     "SqlStore",
     "Store",
-    "StoreError",
     "ThreadRecord",
-    "Unavailable",
 ]
 
 _json_encode = msgspec.json.encode
@@ -45,43 +40,6 @@ _json_decode = msgspec.json.decode
 
 LeaseState = Literal["held", "lost", "cancelled"]
 Order = Literal["asc", "desc"]
-
-
-class StoreError(Exception):
-    """Root of the errors the store raises on purpose."""
-
-
-class NotFound(StoreError):
-    """No such thread, message or attachment for this owner."""
-
-
-class Busy(StoreError):
-    """A continuation holds the thread."""
-
-
-class BadCursor(StoreError):
-    """A pagination cursor (`after`) that names nothing in the list."""
-
-
-class Unavailable(StoreError):
-    """The database failed (gone, refused, out of space); the request may be sent again."""
-
-
-class Conflict(Unavailable):
-    """A transaction lost a race it can simply run again (a deadlock, a row deleted under it)."""
-
-
-class LimitExceeded(StoreError):
-    """The thread's attachments would grow past the per-thread limit."""
-
-    def __init__(self, current: int, added: int, limit: int) -> None:
-        super().__init__(
-            f"the thread holds {current} bytes of attachments; {added} more would pass the limit"
-            f" of {limit} bytes"
-        )
-        self.current = current
-        self.added = added
-        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)

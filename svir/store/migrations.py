@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from svir.store.base import StoreError, Tx
+from svir.errors import SchemaTooNew
+from svir.store.base import Tx
 
-__all__ = ["MIGRATIONS", "SCHEMA_TABLE", "Migration", "SchemaTooNew", "apply_migrations", "latest"]
+__all__ = ["MIGRATIONS", "SCHEMA_TABLE", "Migration", "apply_migrations", "latest"]
 
 SCHEMA_TABLE: Final = "svir_schema"
 
@@ -230,10 +231,6 @@ MIGRATIONS: Final[dict[str, tuple[Migration, ...]]] = {
 
 def latest(dialect: str) -> int:
     return max(m.version for m in MIGRATIONS[dialect])
-
-
-class SchemaTooNew(StoreError):
-    """The database was migrated by a newer svir than this one."""
 
 
 async def apply_migrations(tx: Tx, dialect: str) -> int:

@@ -19,7 +19,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-from svir.store.base import Conflict, Row, SqlStore, StoreError, Tx, Unavailable
+from svir.errors import Conflict, StoreError, Unavailable
+from svir.store.base import Row, SqlStore, Tx
 from svir.store.migrations import apply_migrations
 
 __all__ = ["PostgresStore", "split_schema"]

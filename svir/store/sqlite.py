@@ -18,7 +18,8 @@ from typing import Any
 
 import aiosqlite
 
-from svir.store.base import Row, SqlStore, StoreError, Tx, Unavailable
+from svir.errors import StoreError, Unavailable
+from svir.store.base import Row, SqlStore, Tx
 from svir.store.migrations import apply_migrations
 
 __all__ = ["SqliteStore"]

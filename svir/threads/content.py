@@ -24,7 +24,7 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
-from svir.chat import GatewayError, request_error
+from svir.errors import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
 from svir.wire.media import sniff_image
 

@@ -17,19 +17,23 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from svir.chat import ChatCall, GatewayError, invalid_request, request_error
+from svir.chat import ChatCall
 from svir.config import StoreConfig
-from svir.gateway import Gateway
-from svir.providers import RequestError, check_chat_fields, validate_chat_request
-from svir.store import (
+from svir.errors import (
     BadCursor,
     Busy,
+    GatewayError,
     LimitExceeded,
-    NewMessage,
     NotFound,
-    Store,
+    RequestError,
     StoreError,
+    ThreadError,
+    invalid_request,
+    request_error,
 )
+from svir.gateway import Gateway
+from svir.providers import check_chat_fields, validate_chat_request
+from svir.store import NewMessage, Store
 from svir.threads import frames
 from svir.threads.content import (
     Limits,
@@ -56,7 +60,7 @@ from svir.wire.events import (
     TextDelta,
 )
 
-__all__ = ["Continuation", "ThreadError", "ThreadService"]
+__all__ = ["Continuation", "ThreadService"]
 
 log = logging.getLogger("svir.threads")
 _encode = msgspec.json.encode
@@ -72,14 +76,6 @@ _CONTINUE_REFUSED: Final = {
     "messages": "the thread holds the conversation: post messages to /v1/threads/{id}/messages",
     "stream_options": "usage comes as a usage frame; stream_options does not apply",
 }
-
-
-class ThreadError(GatewayError):
-    """A GatewayError whose error object carries more fields (`sizes` of a context overflow)."""
-
-    def __init__(self, error: ClientError, **extra: Any) -> None:
-        super().__init__(error)
-        self.extra = extra
 
 
 def _not_found(thread_id: str) -> GatewayError:

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from svir.errors import LimitsUnavailable
 from svir.policy.limits import Ask, Backend, Denied, Grant, Limits, MemoryBackend, windows_at
-from svir.policy.limits_redis import LimitsUnavailable, RedisBackend
+from svir.policy.limits_redis import RedisBackend
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from svir.edges.llama_server import LlamaServerError, ensure_gemma_model, find_llama_server
+from svir.edges.llama_server import ensure_gemma_model, find_llama_server
+from svir.errors import LlamaServerError
 
 
 def _require() -> tuple[str, Path]:

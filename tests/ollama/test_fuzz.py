@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from svir.config import ProviderConfig
 from svir.edges import ollama_api
 from svir.edges.app import App
-from svir.ollama import OllamaError, to_openai_request
-from svir.providers import RequestError, build_upstream_body, get_kind, validate_chat_request
+from svir.errors import OllamaError, RequestError
+from svir.ollama import to_openai_request
+from svir.providers import build_upstream_body, get_kind, validate_chat_request
 from svir.wire.errors import BodyError
 from tests.support.stub import down_upstream_app
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from svir.config import ProviderConfig
+from svir.errors import OllamaError
 from svir.ollama import (
-    OllamaError,
     capabilities_guess,
     done_reason,
     model_name,

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from svir.chat import ChatCall, request_error
+from svir.chat import ChatCall
 from svir.config import parse_config
 from svir.edges.app import App
+from svir.errors import request_error
 
 CONFIG = """
 [server]

@@ -10,18 +10,8 @@ from typing import Any
 
 import pytest
 
-from svir.store import (
-    BadCursor,
-    Busy,
-    LimitExceeded,
-    MessageRecord,
-    NewBlob,
-    NewMessage,
-    NotFound,
-    Store,
-    ThreadRecord,
-    make_store,
-)
+from svir.errors import BadCursor, Busy, LimitExceeded, NotFound
+from svir.store import MessageRecord, NewBlob, NewMessage, Store, ThreadRecord, make_store
 from svir.store.migrations import MIGRATIONS, latest
 
 OWNER = "sha256:owner"

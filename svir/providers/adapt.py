@@ -26,7 +26,7 @@ from svir.wire.events import (
 )
 
 if TYPE_CHECKING:
-    from svir.chat import Route
+    from svir.providers.base import ProviderKind
 
 Transform = Callable[[list[Event]], list[Event]]
 
@@ -39,15 +39,18 @@ def json_asked(request: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def answer_transform(route: Route, request: dict[str, Any]) -> Transform | None:
-    """The event transform this call needs, if any."""
+def answer_transform(
+    kind: ProviderKind, response_format: str, request: dict[str, Any]
+) -> Transform | None:
+    """The event transform a call to a server of `kind` needs, if any; `response_format` is the
+    provider's setting ("pass" or "validate")."""
     rf = json_asked(request)
     if rf is None:
         return None
     steps: list[Transform] = []
-    if route.kind.json_in_reasoning:
+    if kind.json_in_reasoning:
         steps.append(ReasoningAsAnswer())
-    if route.provider.response_format == "validate":
+    if response_format == "validate":
         steps.append(AnswerValidator(rf))
     if not steps:
         return None

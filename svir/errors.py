@@ -1,0 +1,228 @@
+"""The gateway's own errors, all in one place; the wire core's stay in `svir.wire.errors`.
+
+The tree (`+` a class here, `-` one elsewhere that it relates to):
+
+* GatewayError                 an answer to the client in OpenAI's error shape (a ClientError)
+  + ThreadError                  ... with more fields in the error object (threads API)
+  built by request_error (any 4xx), invalid_request (a RequestError's 400), body_too_large (413),
+  auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
+  svir.threads.service.store_errors (a StoreError as the threads API answers it)
+* RequestError                 a client's request svir will not send upstream; becomes a 400
+* OllamaError                  an answer in Ollama's shape, `{"error": message}` and a status
+* BodyTooLarge                 the request body is over the configured limit; becomes a 413
+* ClientGone                   the client left before its body was read; nothing is answered
+* ConfigError                  a configuration that cannot be used (`<file>: <field>: <reason>`)
+* LimitsUnavailable            the limits' backend is unreachable: calls are refused
+* StoreError                   the thread store's errors raised on purpose
+  + NotFound, Busy, BadCursor, LimitExceeded    the client's fault or the thread's state
+  + Unavailable                  the database failed; the request may be sent again
+    + Conflict                     a lost race the transaction simply runs again
+  + SchemaTooNew                 the database was migrated by a newer svir
+* H1Error                      the upstream connection failed or broke (the h1 client's own;
+                               svir.edges.upstream turns it into an UpstreamError)
+* LlamaServerError             the managed llama.cpp server is missing, or did not start or stop
+
+The wire core's tree (sans-IO, in `svir.wire.errors`) sits beside this one, not under it:
+
+- WireError
+  - SSEError (LineTooLong, EventTooLarge), ProtocolError, ToolCallError, BodyError,
+    BaseURLError, BadJSON (svir.wire.jsonbody: a client body that is not JSON, or nests too deep)
+  - UpstreamError              one classified failure of an upstream (an ErrorKind)
+
+They meet in GatewayError: `error` is the ClientError the client gets (to_client_error of an
+UpstreamError, or one built here), `upstream` the UpstreamError behind it, if any.
+
+This module is core: it imports only from svir.wire, so that any layer can raise its errors
+without importing the chat core or an IO edge.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from svir.wire.classify import ClientError
+from svir.wire.errors import UpstreamError
+
+__all__ = [
+    "BadCursor",
+    "BodyTooLarge",
+    "Busy",
+    "ClientGone",
+    "ConfigError",
+    "Conflict",
+    "GatewayError",
+    "H1Error",
+    "LimitExceeded",
+    "LimitsUnavailable",
+    "LlamaServerError",
+    "NotFound",
+    "OllamaError",
+    "RequestError",
+    "SchemaTooNew",
+    "StoreError",
+    "ThreadError",
+    "Unavailable",
+    "auth_error",
+    "body_too_large",
+    "invalid_request",
+    "request_error",
+]
+
+
+class GatewayError(Exception):
+    """A failure answered to the client as an OpenAI-shaped HTTP error.
+
+    `upstream` is the classified upstream failure behind it, when there is one: the policy
+    decides on retries and fallbacks from it.
+    """
+
+    def __init__(self, error: ClientError, upstream: UpstreamError | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.upstream = upstream
+
+
+class ThreadError(GatewayError):
+    """A GatewayError whose error object carries more fields (`sizes` of a context overflow)."""
+
+    def __init__(self, error: ClientError, **extra: Any) -> None:
+        super().__init__(error)
+        self.extra = extra
+
+
+def request_error(
+    message: str,
+    *,
+    status: int = 400,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> GatewayError:
+    return GatewayError(ClientError(status, type, code, message, param, headers or {}))
+
+
+def invalid_request(exc: RequestError) -> GatewayError:
+    """The 400 for a request the shared checks (svir.providers) refused with a RequestError."""
+    return request_error(exc.message, param=exc.param, code=exc.code)
+
+
+def body_too_large(limit: int) -> GatewayError:
+    """The 413 for a request body over the configured limit."""
+    return request_error(
+        f"The request body is larger than the limit of {limit} bytes",
+        status=413,
+        code="request_too_large",
+    )
+
+
+def auth_error(message: str, *, status: int = 401, code: str = "invalid_api_key") -> GatewayError:
+    headers = {"WWW-Authenticate": 'Bearer realm="svir"'} if status == 401 else {}
+    return GatewayError(ClientError(status, "invalid_request_error", code, message, None, headers))
+
+
+class RequestError(Exception):
+    """A client's request that svir will not send upstream; it becomes a 400 for the client.
+
+    `param` names the offending field, `code` says what is wrong with it, as OpenAI's errors do.
+    """
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def __repr__(self) -> str:
+        return f"RequestError({self.message!r}, param={self.param!r}, code={self.code!r})"
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the configured limit."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before the body was read."""
+
+
+class OllamaError(Exception):
+    """A request svir answers with Ollama's error shape: `{"error": message}` and `status`."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def body(self) -> dict[str, str]:
+        return {"error": self.message}
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used. `field` is a path such as `providers[0].kind`, or None
+    for a fault of the file as a whole; its str is `<file>: <field>: <reason>`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], field: str | None, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.field = field
+        self.reason = reason
+        where = f"{self.path}: {field}" if field else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+class LimitsUnavailable(Exception):
+    """The limits' backend cannot be reached: calls are refused rather than let through."""
+
+
+class StoreError(Exception):
+    """Root of the errors the store raises on purpose."""
+
+
+class NotFound(StoreError):
+    """No such thread, message or attachment for this owner."""
+
+
+class Busy(StoreError):
+    """A continuation holds the thread."""
+
+
+class BadCursor(StoreError):
+    """A pagination cursor (`after`) that names nothing in the list."""
+
+
+class Unavailable(StoreError):
+    """The database failed (gone, refused, out of space); the request may be sent again."""
+
+
+class Conflict(Unavailable):
+    """A transaction lost a race it can simply run again (a deadlock, a row deleted under it)."""
+
+
+class LimitExceeded(StoreError):
+    """The thread's attachments would grow past the per-thread limit."""
+
+    def __init__(self, current: int, added: int, limit: int) -> None:
+        super().__init__(
+            f"the thread holds {current} bytes of attachments; {added} more would pass the limit"
+            f" of {limit} bytes"
+        )
+        self.current = current
+        self.added = added
+        self.limit = limit
+
+
+class SchemaTooNew(StoreError):
+    """The database was migrated by a newer svir than this one."""
+
+
+class H1Error(Exception):
+    """The request failed: could not connect (`connect` true) or the connection broke."""
+
+    def __init__(self, message: str, *, connect: bool = False) -> None:
+        super().__init__(message)
+        self.connect = connect
+
+
+class LlamaServerError(RuntimeError):
+    """The binary or model is missing, or the server did not start, answer, or stop."""
