@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import email.utils
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from svir.config import parse_config
+from svir.config import Timeouts, parse_config
 from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport
@@ -419,3 +420,34 @@ async def test_five_failures_of_the_deployment_open_its_breaker(svir: Svir, mode
         await serve(svir, f"p1/{model}")
     d = svir.app.gateway.policy.deployment(f"p1/{model}")
     assert d.state(svir.now) == "open" and d.failures == 5
+
+
+# The mock fails as the real client does (the shared rules of svir.transport).
+
+
+async def open_one(answer: MockResponse, clock: float = 2_000_000_000.0) -> UpstreamError:
+    mock = MockTransport(lambda request: answer, clock=lambda: clock)
+    with pytest.raises(UpstreamError) as info:
+        await mock.open_stream(BASE, headers={}, body=[b"{", b"}"], timeouts=Timeouts())
+    assert mock.requests[0].body == b"{}" and mock.requests[0].method == "POST"
+    return info.value
+
+
+async def test_the_mock_refuses_a_2xx_that_is_not_an_event_stream() -> None:
+    err = await open_one(MockResponse.json({"choices": []}))
+    assert err.kind is ErrorKind.NOT_A_STREAM
+
+
+async def test_the_mock_classifies_an_error_with_its_clock() -> None:
+    date = email.utils.formatdate(2_000_000_005.0, usegmt=True)
+    err = await open_one(error(429, {"error": {"message": "slow"}}, {"retry-after": date}))
+    assert err.kind is ErrorKind.RATE_LIMITED and err.retry_after == 5.0
+
+
+async def test_the_mock_does_not_read_an_auth_errors_body() -> None:
+    async def stalls() -> AsyncIterator[bytes]:
+        raise AssertionError("an auth error's body is not read")
+        yield b""
+
+    err = await open_one(MockResponse(401, stalls(), {"Content-Type": "application/json"}))
+    assert err.kind is ErrorKind.AUTH
