@@ -1,17 +1,98 @@
 """What the core needs of an upstream HTTP client, as protocols: the edge's
-`svir.edges.upstream.UpstreamClient` is one, and the core (chat, gateway, policy) types against
-these, so that it does not import the IO edge. The client is built where the server is composed
-(`svir.edges.app`) and handed to the gateway.
+`svir.edges.upstream.UpstreamClient` is one, `svir.testing.MockTransport` (scripted answers, in
+process) another, and the core (chat, gateway, policy) types against these, so that it does not
+import the IO edge. The transport is chosen where the server is composed
+(`svir.edges.server.build_app`, default `UpstreamClient()`) and handed to the gateway.
+
+Also here: what every transport does alike with an answer it cannot stream (a non-2xx status, a
+2xx that is not an event stream) and with a timeout, so that a mock fails exactly as the real
+client does.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from typing import Protocol
 
 from svir.config import Timeouts
+from svir.wire.classify import classify_http_error
+from svir.wire.errors import ErrorKind, UpstreamError
 
-__all__ = ["StreamResponse", "Transport"]
+__all__ = [
+    "ERROR_BODY_LIMIT",
+    "ERROR_BODY_TIMEOUT",
+    "JSON_BODY_LIMIT",
+    "Headers",
+    "StreamResponse",
+    "Transport",
+    "error_answer",
+    "first_byte_timeout",
+    "idle_timeout",
+    "reads_error_body",
+]
+
+ERROR_BODY_LIMIT = 65536  # bytes of an error answer's body read for its classification
+ERROR_BODY_TIMEOUT = 5.0  # s an error answer's body is waited for
+JSON_BODY_LIMIT = 4 << 20  # bytes of a GET's body (model lists)
+
+
+def reads_error_body(status: int) -> bool:
+    """Whether an error answer's body is read at all: some servers stall an auth error's body,
+    and its words would not change the answer anyway."""
+    return status not in (401, 403)
+
+
+def error_answer(
+    status: int, headers: Mapping[str, str], body: bytes, *, now: float
+) -> UpstreamError:
+    """The classified error of a non-2xx answer to a streamed request, from the body as far as
+    it was read (`reads_error_body`, `ERROR_BODY_LIMIT`); `now` is the wall clock (unix time) a
+    Retry-After date is read against."""
+    if not reads_error_body(status):
+        body = b""
+    return classify_http_error(status, headers, body[:ERROR_BODY_LIMIT], now=now)
+
+
+def first_byte_timeout(seconds: float) -> UpstreamError:
+    return UpstreamError(ErrorKind.TIMEOUT, f"upstream did not answer within {seconds:g} s")
+
+
+def idle_timeout(seconds: float) -> UpstreamError:
+    return UpstreamError(
+        ErrorKind.TIMEOUT, f"upstream sent nothing for {seconds:g} s", in_stream=True
+    )
+
+
+class Headers(Mapping[str, str]):
+    """Response headers, looked up case-insensitively; repeated ones joined with ", "."""
+
+    __slots__ = ("_items", "_map")
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+        merged: dict[str, str] = {}
+        for name, value in items:
+            key = name.lower()
+            merged[key] = f"{merged[key]}, {value}" if key in merged else value
+        self._map = merged
+
+    def __getitem__(self, name: str) -> str:
+        return self._map[name.lower()]
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._map.get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._map
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
 
 
 class StreamResponse(Protocol):

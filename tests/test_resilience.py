@@ -1,21 +1,18 @@
-"""Retries, fallback, load balancing and breakers, end to end through svir against a
-fault-injecting upstream on loopback, and the balancer's rules on their own."""
+"""The policy's rules on their own (the decision table, the balancer and breaker with a fake
+clock, backoff, retry budget) and a Retry-After date read by the real upstream client against a
+fault-injecting upstream on loopback. The rules end to end through the whole app run in process
+over a MockTransport: tests/test_policy_inprocess.py."""
 
 from __future__ import annotations
 
 import email.utils
 import random
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from svir.config import Config, RetryConfig, RouteTarget, Timeouts, parse_config
 from svir.edges.upstream import UpstreamClient
-from svir.errors import GatewayError
 from svir.policy.resilience import (
     BREAKER_KINDS,
     FALLBACK_KINDS,
@@ -27,7 +24,6 @@ from svir.policy.routing import Router
 from svir.wire.classify import to_client_error
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.faults import FaultServer
-from tests.support.svir_proc import SvirProcess
 
 
 def provider(name: str, base: str, extra: str = "") -> str:
@@ -39,244 +35,6 @@ base_url = "{base}"
 discover = false
 {extra}
 """
-
-
-@pytest.fixture(scope="module")
-def faults() -> Iterator[FaultServer]:
-    with FaultServer(retry_after="1") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def svir(faults: FaultServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SvirProcess]:
-    fast = "[providers.retry]\nattempts = 3\nbackoff = 0.01\nmax_backoff = 0.05\n[providers.timeouts]\nfirst_byte = 0.5\nidle = 0.5"
-    config = (
-        provider("f", faults.base_url, fast)
-        + provider("g", faults.base_url)
-        + provider("capped", faults.base_url, "[providers.retry]\nretry_after_cap = 0.5")
-        + provider(
-            "b",
-            faults.base_url,
-            "[providers.retry]\nattempts = 1\n[providers.breaker]\nfailures = 2\ncooldown = 1.0",
-        )
-        + """
-[[routes]]
-name = "f/always-503"
-fallbacks = ["g/ok"]
-
-[[routes]]
-name = "f/overflow"
-fallbacks = ["g/flaky-0"]
-context_fallback = "g/ok"
-
-[[routes]]
-name = "f/filtered"
-fallbacks = ["g/ok"]
-
-[[routes]]
-name = "g/missing"
-fallbacks = ["g/ok"]
-
-[[routes]]
-name = "lb"
-targets = [{ model = "f/ok", weight = 3 }, { model = "g/ok", weight = 1 }]
-"""
-    )
-    with SvirProcess(config, tmp_path_factory.mktemp("svir-faults")) as proc:
-        yield proc
-
-
-@pytest.fixture
-def client(svir: SvirProcess) -> openai.OpenAI:
-    return openai.OpenAI(api_key="k", base_url=svir.base_url, max_retries=0, timeout=20)
-
-
-def ask(client: openai.OpenAI, model: str, **kw: Any) -> Any:
-    return client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": "hi"}], **kw
-    )
-
-
-def test_transient_failures_are_retried_before_the_first_byte(
-    client: openai.OpenAI, faults: FaultServer
-) -> None:
-    raw = ask(client, "f/flaky-2", stream=True)
-    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
-    assert text == "hello world"
-    assert faults.hits["flaky-2"] == 3
-    with pytest.raises(openai.InternalServerError):
-        ask(client, "f/flaky-5")
-    assert faults.hits["flaky-5"] == 3  # the provider's attempts, and no more
-
-
-def test_fallback_serves_and_says_which_model(client: openai.OpenAI, faults: FaultServer) -> None:
-    before = faults.hits["ok"]
-    raw = ask(client, "f/always-503")
-    completion = raw.parse()
-    assert completion.choices[0].message.content == "hello world"
-    assert completion.model == "g/ok"
-    assert raw.headers["x-svir-served-model"] == "g/ok"
-    assert faults.hits["ok"] == before + 1
-
-
-def test_retry_after_is_honoured(client: openai.OpenAI, faults: FaultServer) -> None:
-    t = time.monotonic()
-    ask(client, "f/limited")
-    assert time.monotonic() - t >= 0.95
-    assert faults.hits["limited"] == 2
-
-
-def test_retry_after_over_the_cap_is_not_waited_for(
-    client: openai.OpenAI, faults: FaultServer
-) -> None:
-    faults.hits["limited"] = 0
-    t = time.monotonic()
-    with pytest.raises(openai.RateLimitError) as info:
-        ask(client, "capped/limited")
-    assert time.monotonic() - t < 0.9
-    assert info.value.response.headers["retry-after"] == "1"
-
-
-def test_hang_before_headers_is_retried_then_504(
-    client: openai.OpenAI, faults: FaultServer
-) -> None:
-    with pytest.raises(openai.APIStatusError) as info:
-        ask(client, "f/hang-headers", stream=True)
-    assert info.value.status_code == 504
-    assert faults.hits["hang-headers"] == 3
-
-
-def test_reset_before_output_is_retried(client: openai.OpenAI, faults: FaultServer) -> None:
-    with pytest.raises(openai.APIStatusError) as info:
-        ask(client, "f/reset-early", stream=True)
-    assert info.value.status_code == 502
-    assert faults.hits["reset-early"] == 3
-
-
-def test_no_retry_once_output_went_out(svir: SvirProcess, faults: FaultServer) -> None:
-    body = {
-        "model": "f/reset-late",
-        "messages": [{"role": "user", "content": "hi"}],
-        "stream": True,
-    }
-    r = httpx.post(svir.base_url + "/chat/completions", json=body, timeout=10)
-    assert r.status_code == 200
-    assert b"partial" in r.content and r.content.count(b"partial") == 1  # nothing duplicated
-    frames = [f for f in r.content.split(b"\n\n") if f]
-    assert b'"error"' in frames[-1] and b"[DONE]" not in r.content
-    assert faults.hits["reset-late"] == 1
-
-
-def test_context_overflow_goes_to_the_larger_model_only(
-    client: openai.OpenAI, faults: FaultServer
-) -> None:
-    completion = ask(client, "f/overflow").parse()
-    assert completion.model == "g/ok"
-    assert faults.hits["flaky-0"] == 0  # not an ordinary fallback
-
-
-def test_content_filter_never_falls_back_by_default(
-    client: openai.OpenAI, faults: FaultServer
-) -> None:
-    before = faults.hits["ok"]
-    with pytest.raises(openai.BadRequestError) as info:
-        ask(client, "f/filtered")
-    assert info.value.code == "content_filter"
-    assert faults.hits["ok"] == before
-
-
-def test_breaker_opens_rests_and_probes_back(
-    client: openai.OpenAI, svir: SvirProcess, faults: FaultServer
-) -> None:
-    for _ in range(2):
-        with pytest.raises(openai.InternalServerError):
-            ask(client, "b/always-503")
-    hits = faults.hits["always-503"]
-    with pytest.raises(openai.APIStatusError) as info:
-        ask(client, "b/always-503")
-    assert info.value.status_code == 503 and info.value.code == "upstream_unavailable"
-    assert faults.hits["always-503"] == hits  # the resting deployment was not asked
-    state = httpx.get(svir.url + "/healthz?verbose=1").json()["deployments"]["b/always-503"]
-    assert state["state"] == "open" and state["failures"] == 2
-    time.sleep(1.1)
-    with pytest.raises(openai.InternalServerError):
-        ask(client, "b/always-503")  # the one probe
-    assert faults.hits["always-503"] == hits + 1
-    assert (
-        httpx.get(svir.url + "/healthz?verbose=1").json()["deployments"]["b/always-503"]["state"]
-        == "open"
-    )
-
-
-def test_rejected_reasoning_effort_is_mapped_and_remembered(
-    client: openai.OpenAI, svir: SvirProcess, faults: FaultServer
-) -> None:
-    raw = ask(client, "g/effort", reasoning_effort="high")
-    assert raw.parse().choices[0].message.content == "hello world"
-    assert "xhigh" in raw.headers["x-svir-warning"]
-    efforts = [b.get("reasoning_effort") for b in faults.bodies if b["model"] == "effort"]
-    assert efforts == ["high", "xhigh"]
-    ask(client, "g/effort", reasoning_effort="high")
-    efforts = [b.get("reasoning_effort") for b in faults.bodies if b["model"] == "effort"]
-    assert efforts == ["high", "xhigh", "xhigh"]  # learned: the second request pays once
-    quirks = httpx.get(svir.url + "/healthz?verbose=1").json()["quirks"]
-    assert quirks["g"]["reasoning_effort"] == {"high": "xhigh"}
-
-
-def test_rejected_stream_options_is_dropped_and_remembered(
-    client: openai.OpenAI, faults: FaultServer
-) -> None:
-    for _ in range(2):
-        text = "".join(
-            c.choices[0].delta.content or ""
-            for c in ask(client, "g/no-stream-options", stream=True).parse()
-            if c.choices
-        )
-        assert text == "hello world"
-    sent = ["stream_options" in b for b in faults.bodies if b["model"] == "no-stream-options"]
-    assert sent == [True, False, False]
-
-
-def test_an_upstream_404_for_its_model_is_a_404_model_not_found(
-    client: openai.OpenAI, svir: SvirProcess, faults: FaultServer
-) -> None:
-    before = faults.hits["missing"]
-    with pytest.raises(openai.NotFoundError) as info:
-        ask(client, "f/missing")
-    assert info.value.status_code == 404
-    assert info.value.code == "model_not_found"
-    assert info.value.body["type"] == "invalid_request_error"  # type: ignore[index]
-    assert faults.hits["missing"] == before + 1  # not retried (the provider allows 3 attempts)
-    # Ollama's front end answers as Ollama does for a model it does not have.
-    r = httpx.post(
-        svir.url + "/api/chat",
-        json={"model": "f/missing", "messages": [{"role": "user", "content": "hi"}]},
-        timeout=20,
-    )
-    assert r.status_code == 404 and r.json() == {"error": "model 'f/missing' not found"}
-
-
-def test_a_missing_model_falls_back(client: openai.OpenAI, faults: FaultServer) -> None:
-    before = faults.hits["missing"]
-    raw = ask(client, "g/missing")
-    assert raw.parse().model == "g/ok"
-    assert faults.hits["missing"] == before + 1
-
-
-def test_a_missing_model_does_not_rest_the_deployment(
-    client: openai.OpenAI, svir: SvirProcess
-) -> None:
-    for _ in range(3):  # provider b rests a deployment after 2 failures
-        with pytest.raises(openai.NotFoundError):
-            ask(client, "b/missing")
-    state = httpx.get(svir.url + "/healthz?verbose=1").json()["deployments"]["b/missing"]
-    assert state["state"] == "closed" and state["failures"] == 0
-
-
-def test_weighted_load_balancing(client: openai.OpenAI, faults: FaultServer) -> None:
-    served = [ask(client, "lb").parse().model for _ in range(40)]
-    assert set(served) == {"f/ok", "g/ok"}
-    assert served.count("f/ok") > served.count("g/ok")
 
 
 # -- the balancer's rules, with a fake clock --------------------------------------------------
@@ -321,65 +79,6 @@ def test_the_decision_table(kind: ErrorKind) -> None:
     assert err.retryable is retry  # the one retry decision, which the policy uses
     assert (kind in FALLBACK_KINDS) is fallback
     assert (kind in BREAKER_KINDS) is breaker
-
-
-@pytest.fixture
-async def inprocess(faults: FaultServer) -> Any:
-    """A policy in this process, against the fault server (default retries and breaker)."""
-    made: list[UpstreamClient] = []
-
-    def make(extra: str = "", clock: Callable[[], float] = time.time) -> Resilience:
-        config = parse_config(provider("p", faults.base_url) + extra)
-        client = UpstreamClient(clock=clock)
-        made.append(client)
-        router = Router(config, {}, client)
-        return Resilience(config, router, client, rng=random.Random(1))
-
-    yield make
-    for client in made:
-        await client.close()
-
-
-async def serve(res: Resilience, model: str) -> None:
-    """One streamed request through the policy, read to its end or its error."""
-    request = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    try:
-        call = await res.open(request, request_id="t")
-    except GatewayError:
-        return
-    async for _ in call.stream():
-        pass
-
-
-@pytest.mark.parametrize(
-    "model",
-    [
-        "parse-fail-late",  # llama.cpp's parser failing on the model's tool call, mid-stream
-        "overflow",
-        "filtered",
-        "missing",
-        "rejected",
-    ],
-)
-async def test_model_caused_failures_leave_the_breaker_closed(
-    inprocess: Callable[..., Resilience], model: str
-) -> None:
-    res = inprocess()
-    for _ in range(5):
-        await serve(res, f"p/{model}")
-    d = res.deployment(f"p/{model}")
-    assert (d.state(time.monotonic()), d.failures) == ("closed", 0)
-
-
-@pytest.mark.parametrize("model", ["crash-late", "reset-late", "always-503"])
-async def test_five_failures_of_the_deployment_open_its_breaker(
-    inprocess: Callable[..., Resilience], model: str
-) -> None:
-    res = inprocess("[providers.retry]\nattempts = 1\n")
-    for _ in range(5):
-        await serve(res, f"p/{model}")
-    d = res.deployment(f"p/{model}")
-    assert d.state(time.monotonic()) == "open" and d.failures == 5
 
 
 # Retry-After as an HTTP date: read against the wall clock at the edge (the clock injected).

@@ -51,6 +51,7 @@ from svir.gateway import Gateway
 from svir.log import log_request, request_id_var
 from svir.policy.routing import Router
 from svir.providers import validate_chat_request
+from svir.transport import Transport
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
 from svir.wire.classify import ClientError, error_body
 from svir.wire.jsonbody import BadJSON, decode_body
@@ -88,12 +89,15 @@ class App:
     the shape of its error answers, and start-up and shut-down hooks; a handler gets the request
     id and the log fields to fill, and may raise what the module doc lists."""
 
-    def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, config: Config, environ: Mapping[str, str], *, transport: Transport | None = None
+    ) -> None:
         self.config = config
         self.environ = environ
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
-        self.gateway = Gateway(config, environ, UpstreamClient())
+        # The upstream client unless one is injected (svir.testing.MockTransport in tests).
+        self.gateway = Gateway(config, environ, transport or UpstreamClient())
         self.ready = False
         self._routes: dict[tuple[str, str], tuple[Handler, ErrorShape]] = {}
         self._paths: set[str] = set()

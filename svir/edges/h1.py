@@ -20,49 +20,18 @@ import asyncio
 import collections
 import ssl
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
 import httptools
 
 from svir.errors import H1Error
+from svir.transport import Headers
 
 HIGH_WATER: Final = 256 * 1024  # buffered body bytes before the socket stops being read
 MAX_IDLE_PER_HOST: Final = 256
 DRAIN_GRACE: Final = 2.0  # s a finished response's end is awaited before its connection is dropped
-
-
-class Headers(Mapping[str, str]):
-    """Response headers, looked up case-insensitively; repeated ones joined with ", "."""
-
-    __slots__ = ("_items", "_map")
-
-    def __init__(self, items: list[tuple[str, str]]) -> None:
-        self._items = items
-        merged: dict[str, str] = {}
-        for name, value in items:
-            key = name.lower()
-            merged[key] = f"{merged[key]}, {value}" if key in merged else value
-        self._map = merged
-
-    def __getitem__(self, name: str) -> str:
-        return self._map[name.lower()]
-
-    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        return self._map.get(name.lower(), default)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._map
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map)
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
 
 
 Key = tuple[str, str, int]  # scheme, host, port

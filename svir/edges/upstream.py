@@ -16,11 +16,17 @@ from typing import Any
 from svir.config import Timeouts
 from svir.edges.h1 import H1Pool, H1Response
 from svir.errors import H1Error
+from svir.transport import (
+    ERROR_BODY_LIMIT,
+    ERROR_BODY_TIMEOUT,
+    JSON_BODY_LIMIT,
+    error_answer,
+    first_byte_timeout,
+    idle_timeout,
+    reads_error_body,
+)
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
-
-ERROR_BODY_LIMIT = 65536
-ERROR_BODY_TIMEOUT = 5.0
 
 
 async def read_limited(resp: H1Response, limit: int) -> bytes:
@@ -98,9 +104,7 @@ class UpstreamResponse:
         except asyncio.CancelledError:
             if timer.expired:
                 task.uncancel()  # this cancellation was ours, and is answered here
-                raise UpstreamError(
-                    ErrorKind.TIMEOUT, f"upstream sent nothing for {self._idle:g} s", in_stream=True
-                ) from None
+                raise idle_timeout(self._idle) from None
             raise
         except H1Error as exc:
             raise UpstreamError(
@@ -160,9 +164,7 @@ class UpstreamClient:
                     "POST", url, headers=headers, body=body, connect_timeout=timeouts.connect
                 )
         except TimeoutError:
-            raise UpstreamError(
-                ErrorKind.TIMEOUT, f"upstream did not answer within {timeouts.first_byte:g} s"
-            ) from None
+            raise first_byte_timeout(timeouts.first_byte) from None
         except H1Error as exc:
             if exc.connect:
                 raise UpstreamError(
@@ -189,7 +191,7 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(timeout):
                 resp = await self.pool.request("GET", url, headers=headers, connect_timeout=timeout)
-                body = await read_limited(resp, 4 << 20)
+                body = await read_limited(resp, JSON_BODY_LIMIT)
                 if resp.status >= 300:
                     raise classify_http_error(resp.status, resp.headers, body, now=self._clock())
                 return body
@@ -203,12 +205,11 @@ class UpstreamClient:
 
     async def _error(self, resp: H1Response) -> UpstreamError:
         body = b""
-        # Some servers stall an auth error's body: its words would not change the answer anyway.
-        if resp.status not in (401, 403):
+        if reads_error_body(resp.status):
             try:
                 async with asyncio.timeout(ERROR_BODY_TIMEOUT):
                     body = await read_limited(resp, ERROR_BODY_LIMIT)
             except (TimeoutError, H1Error):
                 pass
         resp.close()
-        return classify_http_error(resp.status, resp.headers, body, now=self._clock())
+        return error_answer(resp.status, resp.headers, body, now=self._clock())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,6 +11,7 @@ import httpx
 from svir.config import Config, parse_config
 from svir.edges.app import App
 from svir.keys.service import KeysService, install
+from tests.support.asgi import Lifespan
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -102,25 +102,11 @@ class Harness:
 
             threads_api.install(self.app)
         self.client_host = client_host
-        self._lifespan: asyncio.Task[None] | None = None
-        self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None
 
     async def start(self) -> Harness:
-        async def receive() -> dict[str, Any]:
-            return await self._inbox.get()
-
-        async def send(message: dict[str, Any]) -> None:
-            await self._outbox.put(message)
-
-        self._lifespan = asyncio.ensure_future(
-            self.app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-        )
-        await self._inbox.put({"type": "lifespan.startup"})
-        message = await asyncio.wait_for(self._outbox.get(), 30)
-        if message["type"] != "lifespan.startup.complete":
-            raise RuntimeError(f"svir did not start: {message}")
+        await self._lifespan.start()
         self.http = self.client()
         return self
 
@@ -132,10 +118,7 @@ class Harness:
         if self.http is not None:
             await self.http.aclose()
             self.http = None
-        if self._lifespan is not None:
-            await self._inbox.put({"type": "lifespan.shutdown"})
-            await asyncio.wait_for(self._lifespan, 30)
-            self._lifespan = None
+        await self._lifespan.stop()
 
     # Helpers
 
