@@ -40,6 +40,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
+from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import sniff_image
 
 __all__ = [
@@ -132,26 +133,26 @@ def to_openai_request(body: Any) -> dict[str, Any]:
     loading the model, which the edge does without an upstream call.
     """
     if not isinstance(body, dict):
-        raise OllamaError(f"the request body must be a JSON object, not {_kind(body)}")
+        raise OllamaError(f"the request body must be a JSON object, not {json_type(body)}")
     model = body.get("model")
     if model is None or model == "":
         model = body.get("name")  # the field's name before Ollama 0.1.30; clients still send it
     if model is None or model == "":
         raise OllamaError("model is required")
     if not isinstance(model, str):
-        raise OllamaError(f"model must be a string, not {_kind(model)}")
+        raise OllamaError(f"model must be a string, not {json_type(model)}")
 
     stream = body.get("stream")
     if stream is None:
         stream = True  # Ollama streams unless told not to
     elif not isinstance(stream, bool):
-        raise OllamaError(f"stream must be a boolean, not {_kind(stream)}")
+        raise OllamaError(f"stream must be a boolean, not {json_type(stream)}")
 
     raw_messages = body.get("messages")
     if raw_messages is None:
         raw_messages = []
     elif not isinstance(raw_messages, list):
-        raise OllamaError(f"messages must be an array, not {_kind(raw_messages)}")
+        raise OllamaError(f"messages must be an array, not {json_type(raw_messages)}")
 
     out: dict[str, Any] = {
         "model": model_name(model),
@@ -181,16 +182,16 @@ def _messages(messages: list[Any]) -> list[dict[str, Any]]:
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise OllamaError(f"{where} must be an object, not {_kind(msg)}")
+            raise OllamaError(f"{where} must be an object, not {json_type(msg)}")
         role = msg.get("role")
         if not isinstance(role, str):
-            raise OllamaError(f"{where}.role must be a string, not {_kind(role)}")
+            raise OllamaError(f"{where}.role must be a string, not {json_type(role)}")
         if role not in _ROLES:
-            raise OllamaError(f"{where}.role: unknown role {_show(role)}")
+            raise OllamaError(f"{where}.role: unknown role {shown(role)}")
         content = _string(f"{where}.content", msg.get("content"))
         images = msg.get("images")
         if images is not None and not isinstance(images, list):
-            raise OllamaError(f"{where}.images must be an array, not {_kind(images)}")
+            raise OllamaError(f"{where}.images must be an array, not {json_type(images)}")
         if images and role != "user":
             raise OllamaError(f"{where}.images: only user messages take images, not {role}")
 
@@ -212,10 +213,12 @@ def _messages(messages: list[Any]) -> list[dict[str, Any]]:
         elif role == "tool":
             name = msg.get("tool_name")
             if name is not None and not isinstance(name, str):
-                raise OllamaError(f"{where}.tool_name must be a string, not {_kind(name)}")
+                raise OllamaError(f"{where}.tool_name must be a string, not {json_type(name)}")
             call_id = msg.get("tool_call_id")
             if call_id is not None and not isinstance(call_id, str):
-                raise OllamaError(f"{where}.tool_call_id must be a string, not {_kind(call_id)}")
+                raise OllamaError(
+                    f"{where}.tool_call_id must be a string, not {json_type(call_id)}"
+                )
             built["tool_call_id"] = _answered_call(pending, call_id or None, name, i)
             built["content"] = content
         else:
@@ -261,7 +264,7 @@ def _user_content(where: str, content: str, images: list[Any]) -> str | list[dic
 def _image_url(where: str, image: Any) -> str:
     """A data URL for one Ollama image: base64 without a prefix, its type read from its bytes."""
     if not isinstance(image, str):
-        raise OllamaError(f"{where} must be a base64 string, not {_kind(image)}")
+        raise OllamaError(f"{where} must be a base64 string, not {json_type(image)}")
     if image[:5].lower() == "data:":
         return image  # already a data URL: some clients send one; the body builder checks it
     try:
@@ -280,21 +283,21 @@ def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
     if calls is None:
         return []
     if not isinstance(calls, list):
-        raise OllamaError(f"{where}.tool_calls must be an array, not {_kind(calls)}")
+        raise OllamaError(f"{where}.tool_calls must be an array, not {json_type(calls)}")
     out: list[dict[str, Any]] = []
     for k, call in enumerate(calls):
         here = f"{where}.tool_calls[{k}]"
         if not isinstance(call, dict):
-            raise OllamaError(f"{here} must be an object, not {_kind(call)}")
+            raise OllamaError(f"{here} must be an object, not {json_type(call)}")
         fn = call.get("function")
         if not isinstance(fn, dict):
-            raise OllamaError(f"{here}.function must be an object, not {_kind(fn)}")
+            raise OllamaError(f"{here}.function must be an object, not {json_type(fn)}")
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             raise OllamaError(f"{here}.function.name must be a non-empty string")
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
-            raise OllamaError(f"{here}.id must be a string, not {_kind(call_id)}")
+            raise OllamaError(f"{here}.id must be a string, not {json_type(call_id)}")
         arguments = fn.get("arguments")
         if arguments is None:
             text = "{}"
@@ -304,7 +307,7 @@ def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
             text = arguments  # the OpenAI form; some clients send it back as they got it
         else:
             raise OllamaError(
-                f"{here}.function.arguments must be an object, not {_kind(arguments)}"
+                f"{here}.function.arguments must be an object, not {json_type(arguments)}"
             )
         out.append(
             {
@@ -345,9 +348,7 @@ def _format(value: Any) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if isinstance(value, dict):
         return {"type": "json_schema", "json_schema": {"name": schema_name(value), "schema": value}}
-    if isinstance(value, str):
-        raise OllamaError(f'format must be "json" or a JSON schema, not {_show(value)}')
-    raise OllamaError(f'format must be "json" or a JSON schema, not {_kind(value)}')
+    raise OllamaError(f'format must be "json" or a JSON schema, not {shown(value)}')
 
 
 def schema_name(schema: dict[str, Any]) -> str:
@@ -364,7 +365,7 @@ def _options(options: Any) -> dict[str, Any]:
     if options is None:
         return {}
     if not isinstance(options, dict):
-        raise OllamaError(f"options must be an object, not {_kind(options)}")
+        raise OllamaError(f"options must be an object, not {json_type(options)}")
     out: dict[str, Any] = {}
     for key in _FLOAT_OPTIONS:
         value = options.get(key)
@@ -401,13 +402,12 @@ def _think(value: Any) -> str | None:
         return _THINK_TRUE
     if isinstance(value, str) and value.lower() in _THINK_LEVELS:
         return value.lower()
-    shown = _show(value) if isinstance(value, str) else _kind(value)
-    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown}')
+    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown(value)}')
 
 
 def _number(where: str, value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OllamaError(f"{where} must be a number, not {_kind(value)}")
+        raise OllamaError(f"{where} must be a number, not {json_type(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise OllamaError(f"{where} must be a finite number")
     if isinstance(value, int) and abs(value) >= _INT64:
@@ -419,7 +419,7 @@ def _integer(where: str, value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON has one number type; Ollama reads 128.0 as 128
     if isinstance(value, bool) or not isinstance(value, int):
-        raise OllamaError(f"{where} must be an integer, not {_kind(value)}")
+        raise OllamaError(f"{where} must be an integer, not {json_type(value)}")
     if abs(value) >= _INT64:
         raise OllamaError(f"{where} is out of range")
     return value
@@ -430,7 +430,7 @@ def _string(where: str, value: Any) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise OllamaError(f"{where} must be a string, not {_kind(value)}")
+        raise OllamaError(f"{where} must be a string, not {json_type(value)}")
     return value
 
 
@@ -439,28 +439,6 @@ def _json_text(where: str, value: Any) -> str:
         return _encode(value).decode("utf-8")
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
         raise OllamaError(f"{where} cannot be written as JSON") from None
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:40] + "…")
-    return _kind(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,13 +26,13 @@ import msgspec
 
 from svir.errors import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
+from svir.wire.jsonbody import json_type
 from svir.wire.media import sniff_image
 
 __all__ = [
     "Limits",
     "check_append",
     "check_continue",
-    "json_kind",
     "message_object",
     "parse_messages",
     "parse_multipart",
@@ -73,16 +73,6 @@ def _too_large(where: str, size: int, limits: Limits) -> GatewayError:
         status=413,
         code="attachment_too_large",
     )
-
-
-def json_kind(value: Any) -> str:
-    """A JSON value's type in words, for error messages."""
-    if value is None:
-        return "null"
-    return {
-        bool: "a boolean", int: "a number", float: "a number", str: "a string",
-        list: "an array", dict: "an object",
-    }.get(type(value), type(value).__name__)  # fmt: skip
 
 
 def _blob(data: bytes, media_type: str) -> NewBlob:
@@ -140,7 +130,7 @@ def _image(
     }  # fmt: skip
     if detail is not None:
         if not isinstance(detail, str):
-            raise _bad(f"{where}.detail must be a string, not {json_kind(detail)}", "content")
+            raise _bad(f"{where}.detail must be a string, not {json_type(detail)}", "content")
         part["detail"] = detail
     return part, blob
 
@@ -175,7 +165,7 @@ def _image_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[
     else:
         url = image
     if not isinstance(url, str):
-        raise _bad(f"{where}.image_url.url must be a string, not {json_kind(url)}", "content")
+        raise _bad(f"{where}.image_url.url must be a string, not {json_type(url)}", "content")
     if url[:5].lower() != "data:":
         # Images go upstream inline (§2.2); servers on a laptop cannot fetch a URL.
         raise _bad(
@@ -190,12 +180,12 @@ def _image_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[
 def _file_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[str, Any], NewBlob]:
     file = part.get("file")
     if not isinstance(file, dict):
-        raise _bad(f"{where}.file must be an object, not {json_kind(file)}", "content")
+        raise _bad(f"{where}.file must be an object, not {json_type(file)}", "content")
     name = file.get("filename")
     if name is None:
         name = ""
     if not isinstance(name, str):
-        raise _bad(f"{where}.file.filename must be a string, not {json_kind(name)}", "content")
+        raise _bad(f"{where}.file.filename must be a string, not {json_type(name)}", "content")
     data = file.get("file_data")
     if data is None:
         if file.get("file_id") is not None:
@@ -206,7 +196,7 @@ def _file_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[s
             )
         raise _bad(f"{where}.file.file_data is missing", "content")
     if not isinstance(data, str):
-        raise _bad(f"{where}.file.file_data must be a string, not {json_kind(data)}", "content")
+        raise _bad(f"{where}.file.file_data must be a string, not {json_type(data)}", "content")
     if data[:5].lower() == "data:":
         media_type, raw = _data_url(f"{where}.file.file_data", data, limits)
     else:
@@ -228,12 +218,12 @@ def _user_message(where: str, msg: dict[str, Any], limits: Limits) -> NewMessage
         for j, part in enumerate(content):
             here = f"{where}.content[{j}]"
             if not isinstance(part, dict):
-                raise _bad(f"{here} must be an object, not {json_kind(part)}", "content")
+                raise _bad(f"{here} must be an object, not {json_type(part)}", "content")
             kind = part.get("type")
             if kind in _TEXT_TYPES:
                 text = part.get("text")
                 if not isinstance(text, str):
-                    raise _bad(f"{here}.text must be a string, not {json_kind(text)}", "content")
+                    raise _bad(f"{here}.text must be a string, not {json_type(text)}", "content")
                 if text:
                     parts.append({"type": "text", "text": text})
             elif kind == "image_url":
@@ -253,7 +243,7 @@ def _user_message(where: str, msg: dict[str, Any], limits: Limits) -> NewMessage
         raise _bad(f"{where}.content is missing", "content", "missing_required_parameter")
     else:
         raise _bad(
-            f"{where}.content must be a string or an array of parts, not {json_kind(content)}",
+            f"{where}.content must be a string or an array of parts, not {json_type(content)}",
             "content",
         )
     if not parts:
@@ -265,7 +255,7 @@ def _tool_message(where: str, msg: dict[str, Any]) -> NewMessage:
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise _bad(
-            f"{where}.tool_call_id must be a non-empty string, not {json_kind(call_id)}",
+            f"{where}.tool_call_id must be a non-empty string, not {json_type(call_id)}",
             "tool_call_id",
         )
     content = msg.get("content")
@@ -295,7 +285,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     which (a single message is answered as one object, a list as a list)."""
     if not isinstance(body, dict):
         raise _bad(
-            f"the request body must be a JSON object, not {json_kind(body)}", None, "invalid_type"
+            f"the request body must be a JSON object, not {json_type(body)}", None, "invalid_type"
         )
     if "messages" in body:
         extra = set(body) - {"messages"}
@@ -314,7 +304,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     for i, msg in enumerate(items):
         where = "message" if single else f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object, not {json_kind(msg)}", "messages")
+            raise _bad(f"{where} must be an object, not {json_type(msg)}", "messages")
         unknown = set(msg) - _MESSAGE_KEYS
         if unknown:
             name = sorted(unknown)[0]

@@ -40,7 +40,6 @@ from svir.threads.content import (
     blob_hashes,
     check_append,
     check_continue,
-    json_kind,
     message_object,
     new_id,
     parse_messages,
@@ -59,6 +58,7 @@ from svir.wire.events import (
     StreamError,
     TextDelta,
 )
+from svir.wire.jsonbody import json_type
 
 __all__ = ["Continuation", "ThreadService"]
 
@@ -124,7 +124,7 @@ def _check_model(value: Any, param: str = "model") -> str | None:
         return None
     if not isinstance(value, str):
         raise request_error(
-            f"{param} must be a string, not {json_kind(value)}", param=param, code="invalid_type"
+            f"{param} must be a string, not {json_type(value)}", param=param, code="invalid_type"
         )
     if not value.strip():
         raise request_error(f"{param} must not be empty", param=param)

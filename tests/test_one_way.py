@@ -1,0 +1,74 @@
+"""One mechanism per job across the front ends (issue 14): the same mistake reads the same in
+the OpenAI chat core, the Ollama translation and the threads API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from svir.errors import GatewayError, OllamaError
+from svir.ollama import to_openai_request
+from svir.threads.content import Limits, parse_messages
+from svir.wire.errors import BodyError
+from svir.wire.jsonbody import json_type, shown
+from svir.wire.request import build_messages
+
+LIMITS = Limits(max_attachment_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (None, "null"),
+        (True, "a boolean"),
+        (3, "a number"),
+        (2.5, "a number"),
+        ("x", "a string"),
+        ([1], "an array"),
+        ({"a": 1}, "an object"),
+    ],
+)
+def test_json_type_names_every_json_type(value: Any, words: str) -> None:
+    assert json_type(value) == words
+
+
+def test_shown_quotes_strings_cut_at_forty_and_names_other_types() -> None:
+    assert shown("bot") == "'bot'"
+    assert shown("x" * 50) == repr("x" * 40 + "…")
+    assert shown([]) == "an array"
+
+
+def test_the_chat_core_names_json_types_not_python_types() -> None:
+    # It said "not list" and "not int" where the other front ends said "not an array".
+    with pytest.raises(BodyError) as exc:
+        build_messages([{"role": "user", "content": 5}], reasoning_key=None)
+    assert exc.value.args[0].endswith("not a number")
+    with pytest.raises(BodyError) as exc:
+        build_messages([{"role": "assistant", "tool_calls": {}}], reasoning_key=None)
+    assert exc.value.args[0] == "messages[0].tool_calls must be an array, not an object"
+
+
+def _ollama_error(body: Any) -> str:
+    with pytest.raises(OllamaError) as exc:
+        to_openai_request(body)
+    return exc.value.message
+
+
+def _threads_error(body: Any) -> str:
+    with pytest.raises(GatewayError) as exc:
+        parse_messages(body, LIMITS)
+    return exc.value.error.message
+
+
+def _chat_error(messages: Any) -> str:
+    with pytest.raises(BodyError) as exc:
+        build_messages(messages, reasoning_key=None)
+    return str(exc.value.args[0])
+
+
+def test_a_message_that_is_not_an_object_reads_the_same_everywhere() -> None:
+    words = "messages[0] must be an object, not an array"
+    assert _chat_error([[]]) == words
+    assert _ollama_error({"model": "m", "messages": [[]]}) == words
+    assert _threads_error({"messages": [[]]}) == words
