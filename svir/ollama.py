@@ -12,7 +12,6 @@ nothing else escapes `to_openai_request` for any JSON value.
 
 from __future__ import annotations
 
-import binascii
 import datetime
 import hashlib
 import math
@@ -27,7 +26,7 @@ from svir.errors import OllamaError, RequestError
 from svir.providers import check_tools
 from svir.wire.classify import ClientError
 from svir.wire.encoder import stream_error_fields
-from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
     Done,
     Event,
@@ -41,7 +40,7 @@ from svir.wire.events import (
     Usage,
 )
 from svir.wire.jsonbody import json_type, shown
-from svir.wire.media import sniff_image
+from svir.wire.media import decode_base64, sniff_image
 
 __all__ = [
     "MODIFIED_AT",
@@ -268,9 +267,9 @@ def _image_url(where: str, image: Any) -> str:
     if image[:5].lower() == "data:":
         return image  # already a data URL: some clients send one; the body builder checks it
     try:
-        data = binascii.a2b_base64(image.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError):
-        raise OllamaError(f"{where} is not valid base64") from None
+        data = decode_base64(where, image)
+    except BodyError as exc:
+        raise OllamaError(str(exc)) from None
     if not data:
         raise OllamaError(f"{where} is empty")
     media_type = sniff_image(data)

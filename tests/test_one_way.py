@@ -72,3 +72,24 @@ def test_a_message_that_is_not_an_object_reads_the_same_everywhere() -> None:
     assert _chat_error([[]]) == words
     assert _ollama_error({"model": "m", "messages": [[]]}) == words
     assert _threads_error({"messages": [[]]}) == words
+
+
+def test_one_data_url_rule_set_for_the_chat_core_and_the_threads_api() -> None:
+    # The chat core took any "x/y" as a media type, the threads API only RFC 6838 tokens.
+    url = "data:image/p<n>g;base64,AAAA"
+    chat = _chat_error([{"role": "user", "content": [{"type": "image_url", "image_url": url}]}])
+    threads = _threads_error(
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
+    )
+    assert chat == "messages[0].content[0].image_url.url: 'image/p<n>g' is not a media type"
+    assert threads.endswith(": 'image/p<n>g' is not a media type")
+
+
+def test_bad_base64_reads_the_same_in_ollama_and_the_chat_core() -> None:
+    ollama = _ollama_error(
+        {"model": "m", "messages": [{"role": "user", "content": "", "images": ["@@@@"]}]}
+    )
+    file_part = {"type": "file", "file": {"filename": "a", "file_data": "@@@@"}}
+    chat = _chat_error([{"role": "user", "content": [file_part]}])
+    assert ollama.startswith("messages[0].images[0]: the data is not valid base64 (")
+    assert chat.startswith("messages[0].content[0].file.file_data: the data is not valid base64 (")

@@ -11,9 +11,7 @@ Stored parts:
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,8 +24,9 @@ import msgspec
 
 from svir.errors import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
+from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type
-from svir.wire.media import sniff_image
+from svir.wire.media import decode_base64, is_media_type, sniff_image, split_data_url
 
 __all__ = [
     "Limits",
@@ -43,9 +42,6 @@ __all__ = [
 
 MAX_MESSAGES_PER_POST: Final = 64
 _TEXT_TYPES: Final = frozenset({"text", "input_text"})
-# type/subtype in RFC 6838's characters: what may go into a header and a data URL unescaped.
-_TOKEN: Final = r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}"
-_MEDIA_TYPE: Final = re.compile(f"{_TOKEN}/{_TOKEN}")
 _MESSAGE_KEYS: Final = frozenset({"role", "content", "tool_call_id"})
 
 
@@ -84,24 +80,21 @@ def _decode_base64(where: str, data: str, limits: Limits) -> bytes:
     if len(data) // 4 * 3 > limits.max_attachment_bytes + 3:
         raise _too_large(where, len(data) // 4 * 3, limits)
     try:
-        raw = binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise _bad(f"{where}: the data is not valid base64 ({exc})", "content") from None
+        raw = decode_base64(where, data)
+    except BodyError as exc:
+        raise _bad(str(exc), "content") from None
     if len(raw) > limits.max_attachment_bytes:
         raise _too_large(where, len(raw), limits)
     return raw
 
 
 def _data_url(where: str, url: str, limits: Limits) -> tuple[str, bytes]:
-    """The media type and bytes of `data:<media type>[;base64],<data>`."""
-    header, comma, payload = url[5:].partition(",")
-    if not comma:
-        raise _bad(f"{where}: a data URL needs a comma before its data", "content")
-    params = [p.strip() for p in header.split(";")]
-    media_type = params[0].lower()
-    if media_type and not _MEDIA_TYPE.fullmatch(media_type):
-        raise _bad(f"{where}: {media_type[:60]!r} is not a media type", "content")
-    if params[-1].lower() == "base64":
+    """The media type and bytes of a data URL."""
+    try:
+        media_type, is_base64, payload = split_data_url(where, url)
+    except BodyError as exc:
+        raise _bad(str(exc), "content") from None
+    if is_base64:
         return media_type, _decode_base64(where, payload, limits)
     raw = unquote_to_bytes(payload)
     if len(raw) > limits.max_attachment_bytes:
@@ -361,7 +354,7 @@ def parse_multipart(body: bytes, content_type: str, limits: Limits) -> NewMessag
         if len(data) > limits.max_attachment_bytes:
             raise _too_large(f"file {filename!r}", len(data), limits)
         media_type = item.get_content_type().lower()
-        if not _MEDIA_TYPE.fullmatch(media_type):
+        if not is_media_type(media_type):
             media_type = "application/octet-stream"
         if media_type.startswith("image/") or (
             media_type == "application/octet-stream" and sniff_image(data) is not None

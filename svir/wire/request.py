@@ -14,6 +14,7 @@ import msgspec
 
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
+from svir.wire.media import decode_base64, split_data_url
 
 __all__ = [
     "FileRef",
@@ -203,33 +204,13 @@ def _check_image_url(where: str, url: str) -> None:
     comma = url.find(",", 0, 512)
     if comma < 0:
         raise BodyError(f"{where}: a data URL needs a comma before its data")
-    media_type, is_base64, _ = _split_data_url(where, url[: comma + 1])
+    media_type, is_base64, _ = split_data_url(where, url[: comma + 1])
     if not is_base64:
         raise BodyError(f"{where}: an image data URL must be base64 (data:{media_type};base64,...)")
     if comma + 1 == len(url):
         raise BodyError(f"{where}: the image data is empty")
     if _BASE64.fullmatch(url, comma + 1) is None or (len(url) - comma - 1) % 4:
         raise BodyError(f"{where}: the data is not valid base64")
-
-
-def _split_data_url(where: str, url: str) -> tuple[str, bool, str]:
-    """Split `data:<media type>[;params][;base64],<data>` into its media type, encoding and data."""
-    header, comma, data = url[5:].partition(",")
-    if not comma:
-        raise BodyError(f"{where}: a data URL needs a comma before its data")
-    params = header.split(";")
-    is_base64 = params[-1].strip().lower() == "base64"
-    media_type = params[0].strip()
-    if media_type and "/" not in media_type:
-        raise BodyError(f"{where}: {shown(media_type)} is not a media type")
-    return media_type, is_base64, data
-
-
-def _decode_base64(where: str, data: str) -> bytes:
-    try:
-        return binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise BodyError(f"{where}: the data is not valid base64 ({exc})") from None
 
 
 def _file_text(where: str, file: Any) -> str:
@@ -251,11 +232,11 @@ def _file_text(where: str, file: Any) -> str:
 
     here = f"{where}.file_data"
     if data[:5].lower() == "data:":
-        _, is_base64, payload = _split_data_url(here, data)
-        raw = _decode_base64(here, payload) if is_base64 else unquote_to_bytes(payload)
+        _, is_base64, payload = split_data_url(here, data)
+        raw = decode_base64(here, payload) if is_base64 else unquote_to_bytes(payload)
     else:
         # OpenAI documents file_data as bare base64; clients also send a data URL.
-        raw = _decode_base64(here, data)
+        raw = decode_base64(here, data)
     try:
         # utf-8-sig: a byte-order mark is an encoding artefact, not part of the text.
         contents = raw.decode("utf-8-sig")
