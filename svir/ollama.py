@@ -24,6 +24,7 @@ import msgspec
 
 from svir.errors import OllamaError, RequestError
 from svir.providers import check_tools
+from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError
 from svir.wire.encoder import stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
@@ -41,6 +42,7 @@ from svir.wire.events import (
 )
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, sniff_image
+from svir.wire.toolcalls import ToolCall
 
 __all__ = [
     "MODIFIED_AT",
@@ -481,32 +483,20 @@ class ToolArgumentsError(Exception):
     """A tool call whose arguments are not a JSON object, which Ollama's clients need."""
 
 
-class _ToolCalls:
-    """Streamed tool calls, assembled: Ollama sends each call whole, arguments as an object."""
-
-    __slots__ = ("_calls",)
-
-    def __init__(self) -> None:
-        self._calls: dict[int, tuple[str, str, list[str]]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._calls)
-
-    def add(self, ev: ToolCallStart | ToolCallDelta) -> None:
-        if isinstance(ev, ToolCallStart):
-            self._calls[ev.index] = (ev.id, ev.name, [])
-        else:
-            self._calls[ev.index][2].append(ev.arguments)
-
-    def take(self) -> list[dict[str, Any]]:
-        """The calls in Ollama's form; raises ToolArgumentsError."""
-        out = []
-        for index in sorted(self._calls):
-            call_id, name, pieces = self._calls[index]
-            fn = {"index": index, "name": name, "arguments": _arguments(name, "".join(pieces))}
-            out.append({"id": call_id, "function": fn})
-        self._calls = {}
-        return out
+def _ollama_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """Assembled tool calls in Ollama's form: each call whole, its arguments an object; raises
+    ToolArgumentsError."""
+    return [
+        {
+            "id": c.id,
+            "function": {
+                "index": c.index,
+                "name": c.name,
+                "arguments": _arguments(c.name, c.arguments),
+            },
+        }
+        for c in calls
+    ]
 
 
 def _arguments(name: str, text: str) -> dict[str, Any]:
@@ -557,9 +547,7 @@ class NDJSONEncoder:
         self.sent = False
         self.ended = False
         self.early_error: UpstreamError | None = None
-        self._calls = _ToolCalls()
-        self._finish: str | None = None
-        self._usage: Usage | None = None
+        self._answer = AnswerFold()  # the tool calls, finish and usage, for the last lines
 
     def feed(self, events: Iterable[Event]) -> bytes:
         """The lines for one batch of events (possibly none)."""
@@ -585,20 +573,18 @@ class NDJSONEncoder:
                     run_key = key
                 if ev.text:
                     run.append(ev.text)
-            elif isinstance(ev, ToolCallStart | ToolCallDelta):
-                self._calls.add(ev)
+            elif isinstance(ev, ToolCallStart | ToolCallDelta | Usage):
+                self._answer.add(ev)
             elif isinstance(ev, Finish):
                 flush()
-                self._finish = ev.reason
-                if self._calls:
+                self._answer.add(ev)
+                if self._answer.has_tool_calls:
                     try:
-                        calls = self._calls.take()
+                        calls = _ollama_calls(self._answer.tool_calls())
                     except ToolArgumentsError as exc:
                         self._fail(_tool_error(exc), lines)
                         break
                     lines.append(self._line(now, {"tool_calls": calls}))
-            elif isinstance(ev, Usage):
-                self._usage = ev
             elif isinstance(ev, Done):
                 flush()
                 lines.append(self._final(now))
@@ -635,48 +621,27 @@ class NDJSONEncoder:
             "created_at": now,
             "message": {"role": "assistant", "content": ""},
             "done": True,
-            "done_reason": done_reason(self._finish),
+            "done_reason": done_reason(self._answer.finish_reason),
         }
-        obj.update(self.metrics(self._usage).fields())
+        obj.update(self.metrics(self._answer.usage).fields())
         return _encode(obj) + b"\n"
 
 
-class ChatAggregator:
-    """A non-streamed `/api/chat` answer: events in, one Ollama chat object out."""
+class ChatAggregator(AnswerFold):
+    """A non-streamed `/api/chat` answer: events in, one Ollama chat object out. Ollama has no
+    refusal field: a refusal is content."""
 
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.thinking: list[str] = []
-        self._calls = _ToolCalls()
-        self.finish: str | None = None
-        self.usage: Usage | None = None
-        self.error: UpstreamError | None = None
-        self.done = False
-
-    def add(self, ev: Event) -> None:
-        if isinstance(ev, TextDelta | RefusalDelta):
-            self.content.append(ev.text)
-        elif isinstance(ev, ReasoningDelta):
-            self.thinking.append(ev.text)
-        elif isinstance(ev, ToolCallStart | ToolCallDelta):
-            self._calls.add(ev)
-        elif isinstance(ev, Finish):
-            self.finish = ev.reason
-        elif isinstance(ev, Usage):
-            self.usage = ev
-        elif isinstance(ev, StreamError):
-            self.error = ev.error
-        elif isinstance(ev, Done):
-            self.done = True
+    __slots__ = ()
 
     def response(self, *, model: str, metrics: MetricsFn, now: str | None = None) -> dict[str, Any]:
         """The answer; raises UpstreamError when the model's tool calls cannot be given."""
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
-        if self.thinking:
-            message["thinking"] = "".join(self.thinking)
-        if self._calls:
+        content = "".join(self.text) + "".join(self.refusal)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reasoning:
+            message["thinking"] = "".join(self.reasoning)
+        if self.has_tool_calls:
             try:
-                message["tool_calls"] = self._calls.take()
+                message["tool_calls"] = _ollama_calls(self.tool_calls())
             except ToolArgumentsError as exc:
                 raise _tool_error(exc) from None
         out: dict[str, Any] = {
@@ -684,7 +649,7 @@ class ChatAggregator:
             "created_at": now or created_at(),
             "message": message,
             "done": True,
-            "done_reason": done_reason(self.finish),
+            "done_reason": done_reason(self.finish_reason),
         }
         out.update(metrics(self.usage).fields())
         return out
