@@ -42,6 +42,7 @@ from svir.wire.events import (
 )
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, sniff_image
+from svir.wire.request import message_role
 from svir.wire.toolcalls import ToolCall
 
 __all__ = [
@@ -72,7 +73,6 @@ OLLAMA_API_VERSION: Final = "0.12.0"
 MODIFIED_AT: Final = "2023-11-14T22:13:20Z"  # the `created` of /v1/models, 1700000000
 
 _LATEST: Final = ":latest"
-_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
 _THINK_LEVELS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 # `think: true` asks for reasoning without naming a level; servers that reason only when asked
 # (mlx-vlm, §2.5) need some level, and medium is every server's middle.
@@ -182,13 +182,10 @@ def _messages(messages: list[Any]) -> list[dict[str, Any]]:
     pending: list[tuple[str, str]] = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise OllamaError(f"{where} must be an object, not {json_type(msg)}")
-        role = msg.get("role")
-        if not isinstance(role, str):
-            raise OllamaError(f"{where}.role must be a string, not {json_type(role)}")
-        if role not in _ROLES:
-            raise OllamaError(f"{where}.role: unknown role {shown(role)}")
+        try:
+            role = message_role(where, msg)
+        except BodyError as exc:
+            raise OllamaError(str(exc)) from None
         content = _string(f"{where}.content", msg.get("content"))
         images = msg.get("images")
         if images is not None and not isinstance(images, list):

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from svir.errors import GatewayError, OllamaError
+from svir.errors import GatewayError, OllamaError, RequestError
 from svir.ollama import to_openai_request
+from svir.providers import validate_chat_request, validate_chat_settings
 from svir.threads.content import Limits, parse_messages
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
@@ -93,3 +94,46 @@ def test_bad_base64_reads_the_same_in_ollama_and_the_chat_core() -> None:
     chat = _chat_error([{"role": "user", "content": [file_part]}])
     assert ollama.startswith("messages[0].images[0]: the data is not valid base64 (")
     assert chat.startswith("messages[0].content[0].file.file_data: the data is not valid base64 (")
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ({"content": "hi"}, "messages[0].role is missing"),
+        ({"role": 5, "content": "hi"}, "messages[0].role must be a string, not a number"),
+        ({"role": "bot", "content": "hi"}, "messages[0].role: unknown role 'bot'"),
+    ],
+)
+def test_a_bad_role_reads_the_same_in_the_chat_core_and_ollama(
+    message: dict[str, Any], words: str
+) -> None:
+    # Ollama said "role must be a string, not null" for a missing role; the chat core said
+    # "unknown role a number" for a role that is not a string.
+    assert _chat_error([message]) == words
+    assert _ollama_error({"model": "m", "messages": [message]}) == words
+
+
+def test_the_threads_api_checks_a_role_in_the_same_words() -> None:
+    # A missing role is a user message there; any other mistake reads as everywhere.
+    assert _threads_error({"messages": [{"role": 5, "content": "hi"}]}) == (
+        "messages[0].role must be a string, not a number"
+    )
+    assert _threads_error({"messages": [{"role": "bot", "content": "hi"}]}) == (
+        "messages[0].role: unknown role 'bot'"
+    )
+    messages, single = parse_messages({"content": "hi"}, LIMITS)
+    assert single and messages[0].role == "user"
+
+
+def test_chat_settings_are_checked_without_messages() -> None:
+    # The threads API sends a thread's messages: it checks the rest with no stand-in message.
+    assert validate_chat_settings({"model": "lab/m", "temperature": 1}) == {
+        "model": "lab/m",
+        "temperature": 1,
+    }
+    with pytest.raises(RequestError) as exc:
+        validate_chat_settings({"model": "lab/m", "temperature": "hot"})
+    assert exc.value.message == "temperature must be a number, not a string"
+    with pytest.raises(RequestError) as exc:
+        validate_chat_request({"model": "lab/m", "temperature": 1})
+    assert exc.value.message == "messages is required"

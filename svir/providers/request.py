@@ -21,6 +21,7 @@ __all__ = [
     "check_tools",
     "split_model",
     "validate_chat_request",
+    "validate_chat_settings",
 ]
 
 # Fields rebuilt rather than copied: the rewriting below decides their values.
@@ -54,6 +55,29 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
     checked as `check_chat_fields` says. Messages are checked in depth when the upstream body is
     built. Raises RequestError and nothing else, for any JSON value.
     """
+    checked = _check_model(body)
+    messages = checked.get("messages")
+    if messages is None:
+        raise RequestError("messages is required", "messages", "missing_required_parameter")
+    if not isinstance(messages, list):
+        raise RequestError(
+            f"messages must be an array, not {json_type(messages)}", "messages", "invalid_type"
+        )
+    if not messages:
+        raise RequestError("messages must not be empty", "messages")
+    check_chat_fields(checked)
+    return checked
+
+
+def validate_chat_settings(body: Any) -> dict[str, Any]:
+    """Check a chat request whose messages come from elsewhere (a thread's) and return it: as
+    `validate_chat_request`, with `messages` left out of it."""
+    checked = _check_model(body)
+    check_chat_fields(checked)
+    return checked
+
+
+def _check_model(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError(
             f"the request body must be a JSON object, not {json_type(body)}", None, "invalid_type"
@@ -66,17 +90,6 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
             f"model must be a string, not {json_type(model)}", "model", "invalid_type"
         )
     # Whether the name is a route or `<provider>/<model-id>` is the router's to say (404).
-
-    messages = body.get("messages")
-    if messages is None:
-        raise RequestError("messages is required", "messages", "missing_required_parameter")
-    if not isinstance(messages, list):
-        raise RequestError(
-            f"messages must be an array, not {json_type(messages)}", "messages", "invalid_type"
-        )
-    if not messages:
-        raise RequestError("messages must not be empty", "messages")
-    check_chat_fields(body)
     return body
 
 

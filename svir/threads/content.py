@@ -25,8 +25,9 @@ import msgspec
 from svir.errors import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
 from svir.wire.errors import BodyError
-from svir.wire.jsonbody import json_type
+from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, is_media_type, sniff_image, split_data_url
+from svir.wire.request import message_role
 
 __all__ = [
     "Limits",
@@ -296,13 +297,14 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     out: list[NewMessage] = []
     for i, msg in enumerate(items):
         where = "message" if single else f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object, not {json_type(msg)}", "messages")
+        try:
+            role = message_role(where, msg, default="user")
+        except BodyError as exc:
+            raise _bad(str(exc), "role" if isinstance(msg, dict) else "messages") from None
         unknown = set(msg) - _MESSAGE_KEYS
         if unknown:
             name = sorted(unknown)[0]
             raise _bad(f"{where}: unknown field {name!r} (role, content, tool_call_id)", name)
-        role = msg.get("role", "user")
         if role == "user":
             if "tool_call_id" in msg:
                 raise _bad(f"{where}: a user message takes no tool_call_id", "tool_call_id")
@@ -311,7 +313,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
             out.append(_tool_message(where, msg))
         else:
             raise _bad(
-                f"{where}.role must be 'user' or 'tool', not {role!r}: assistant messages come"
+                f"{where}.role must be 'user' or 'tool', not {shown(role)}: assistant messages come"
                 " from /continue, and the system prompt is the thread's",
                 "role",
             )

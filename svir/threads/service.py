@@ -32,7 +32,7 @@ from svir.errors import (
     request_error,
 )
 from svir.gateway import Gateway
-from svir.providers import check_chat_fields, validate_chat_request
+from svir.providers import check_chat_fields, validate_chat_settings
 from svir.store import NewMessage, Store
 from svir.threads import frames
 from svir.threads.content import (
@@ -497,14 +497,10 @@ class Continuation:
                 param="model",
                 code="missing_required_parameter",
             )
-        request: dict[str, Any] = {
-            **self.params.generation,
-            "model": model,
-            "messages": [{"role": "user", "content": ""}],
-            "stream": True,
-        }
+        # The thread holds the messages: they are read under the lease, below.
+        request: dict[str, Any] = {**self.params.generation, "model": model, "stream": True}
         try:
-            validate_chat_request(request)
+            validate_chat_settings(request)
         except RequestError as exc:
             raise invalid_request(exc) from None
         gateway = self.service.gateway

@@ -24,6 +24,7 @@ __all__ = [
     "build_messages",
     "json_escape",
     "json_escaped_length",
+    "message_role",
 ]
 
 ReasoningKey = Literal["reasoning_content", "reasoning"]
@@ -67,15 +68,26 @@ def build_messages(
     return [_build_message(f"messages[{i}]", m, reasoning_key) for i, m in enumerate(messages)]
 
 
-def _build_message(where: str, msg: Any, reasoning_key: ReasoningKey | None) -> dict[str, Any]:
+def message_role(where: str, msg: Any, *, default: str | None = None) -> str:
+    """The role of one inbound message, checked in the same words for every front end (OpenAI
+    chat, Ollama, threads): the message must be an object and its role one of the five chat
+    roles; a missing role is `default`, or a mistake when there is none. Raises BodyError."""
     if not isinstance(msg, dict):
         raise BodyError(f"{where} must be an object, not {json_type(msg)}")
-    role = msg.get("role", _MISSING)
-    if role is _MISSING or role is None:
-        raise BodyError(f"{where}.role is missing")
-    if not isinstance(role, str) or role not in _ROLES:
+    role = msg.get("role")
+    if role is None:
+        if default is None:
+            raise BodyError(f"{where}.role is missing")
+        return default
+    if not isinstance(role, str):
+        raise BodyError(f"{where}.role must be a string, not {json_type(role)}")
+    if role not in _ROLES:
         raise BodyError(f"{where}.role: unknown role {shown(role)}")
+    return role
 
+
+def _build_message(where: str, msg: Any, reasoning_key: ReasoningKey | None) -> dict[str, Any]:
+    role = message_role(where, msg)
     out: dict[str, Any] = {"role": role}
     content = msg.get("content", _MISSING)
     if role == "user":
