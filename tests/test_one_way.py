@@ -137,3 +137,28 @@ def test_chat_settings_are_checked_without_messages() -> None:
     with pytest.raises(RequestError) as exc:
         validate_chat_request({"model": "lab/m", "temperature": 1})
     assert exc.value.message == "messages is required"
+
+
+def test_a_tool_result_reads_the_same_in_the_chat_core_and_the_threads_api() -> None:
+    # The threads API said "every text part needs a string text"; it now names the part.
+    content = [{"type": "text", "text": 5}]
+    chat = _chat_error([{"role": "tool", "tool_call_id": "c", "content": content}])
+    threads = _threads_error(
+        {"messages": [{"role": "tool", "tool_call_id": "c", "content": content}]}
+    )
+    assert chat == threads == "messages[0].content[0].text must be a string, not a number"
+    parts = [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": ""},
+        {"type": "text", "text": "b"},
+    ]
+    messages, _ = parse_messages({"role": "tool", "tool_call_id": "c", "content": parts}, LIMITS)
+    built = build_messages(
+        [{"role": "tool", "tool_call_id": "c", "content": parts}], reasoning_key=None
+    )
+    assert messages[0].content == [{"type": "text", "text": "a\nb"}]
+    assert built[0]["content"] == "a\nb"
+    structured, _ = parse_messages(
+        {"role": "tool", "tool_call_id": "c", "content": {"x": 1}}, LIMITS
+    )
+    assert structured[0].content == [{"type": "text", "text": '{"x":1}'}]

@@ -20,14 +20,12 @@ from email.policy import HTTP
 from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
-import msgspec
-
 from svir.errors import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, is_media_type, sniff_image, split_data_url
-from svir.wire.request import message_role
+from svir.wire.request import message_role, tool_result_text
 
 __all__ = [
     "Limits",
@@ -253,22 +251,12 @@ def _tool_message(where: str, msg: dict[str, Any]) -> NewMessage:
             "tool_call_id",
         )
     content = msg.get("content")
-    if isinstance(content, str):
-        text = content
-    elif (
-        isinstance(content, list)
-        and content
-        and all(isinstance(p, dict) and p.get("type") in _TEXT_TYPES for p in content)
-    ):
-        texts = [p.get("text") for p in content]
-        if not all(isinstance(t, str) for t in texts):
-            raise _bad(f"{where}.content: every text part needs a string text", "content")
-        text = "\n".join(t for t in texts if t)
-    elif content is None:
+    if content is None:
         raise _bad(f"{where}.content is missing", "content", "missing_required_parameter")
-    else:
-        # Upstreams take a tool result only as a string: a structured result is its JSON (§2.2).
-        text = msgspec.json.encode(content).decode()
+    try:
+        text = tool_result_text(f"{where}.content", content)
+    except BodyError as exc:
+        raise _bad(str(exc), "content") from None
     return NewMessage(
         id=new_id(), role="tool", content=[{"type": "text", "text": text}], tool_call_id=call_id
     )

@@ -25,6 +25,7 @@ __all__ = [
     "json_escape",
     "json_escaped_length",
     "message_role",
+    "tool_result_text",
 ]
 
 ReasoningKey = Literal["reasoning_content", "reasoning"]
@@ -338,13 +339,19 @@ def _tool_result(where: str, msg: dict[str, Any], content: Any, out: dict[str, A
     here = f"{where}.content"
     if content is _MISSING:
         raise BodyError(f"{here} is missing")
+    out["content"] = tool_result_text(here, content)
+
+
+def tool_result_text(where: str, content: Any) -> str:
+    """A tool result's content as the one string upstreams take, for every front end: a string
+    as it is, text parts joined, any other value (a structured result) as its JSON text.
+    Raises BodyError."""
     if isinstance(content, str):
-        out["content"] = content
-    elif _is_parts(content):
-        out["content"] = _text_content(here, content, "tool")
-    else:
-        # Upstreams take a tool result only as a string, so structured results become JSON text.
-        out["content"] = _json_text(here, content)
+        return content
+    if _is_parts(content):
+        return _text_content(where, content, "tool")
+    # Upstreams take a tool result only as a string, so structured results become JSON text.
+    return _json_text(where, content)
 
 
 def _is_parts(value: Any) -> bool:
