@@ -12,7 +12,6 @@ nothing else escapes `to_openai_request` for any JSON value.
 
 from __future__ import annotations
 
-import binascii
 import datetime
 import hashlib
 import math
@@ -25,9 +24,10 @@ import msgspec
 
 from svir.errors import OllamaError, RequestError
 from svir.providers import check_tools
+from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError
 from svir.wire.encoder import stream_error_fields
-from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
     Done,
     Event,
@@ -40,7 +40,10 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
-from svir.wire.media import sniff_image
+from svir.wire.jsonbody import json_type, shown
+from svir.wire.media import decode_base64, sniff_image
+from svir.wire.request import message_role
+from svir.wire.toolcalls import ToolCall
 
 __all__ = [
     "MODIFIED_AT",
@@ -70,7 +73,6 @@ OLLAMA_API_VERSION: Final = "0.12.0"
 MODIFIED_AT: Final = "2023-11-14T22:13:20Z"  # the `created` of /v1/models, 1700000000
 
 _LATEST: Final = ":latest"
-_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
 _THINK_LEVELS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 # `think: true` asks for reasoning without naming a level; servers that reason only when asked
 # (mlx-vlm, §2.5) need some level, and medium is every server's middle.
@@ -132,26 +134,26 @@ def to_openai_request(body: Any) -> dict[str, Any]:
     loading the model, which the edge does without an upstream call.
     """
     if not isinstance(body, dict):
-        raise OllamaError(f"the request body must be a JSON object, not {_kind(body)}")
+        raise OllamaError(f"the request body must be a JSON object, not {json_type(body)}")
     model = body.get("model")
     if model is None or model == "":
         model = body.get("name")  # the field's name before Ollama 0.1.30; clients still send it
     if model is None or model == "":
         raise OllamaError("model is required")
     if not isinstance(model, str):
-        raise OllamaError(f"model must be a string, not {_kind(model)}")
+        raise OllamaError(f"model must be a string, not {json_type(model)}")
 
     stream = body.get("stream")
     if stream is None:
         stream = True  # Ollama streams unless told not to
     elif not isinstance(stream, bool):
-        raise OllamaError(f"stream must be a boolean, not {_kind(stream)}")
+        raise OllamaError(f"stream must be a boolean, not {json_type(stream)}")
 
     raw_messages = body.get("messages")
     if raw_messages is None:
         raw_messages = []
     elif not isinstance(raw_messages, list):
-        raise OllamaError(f"messages must be an array, not {_kind(raw_messages)}")
+        raise OllamaError(f"messages must be an array, not {json_type(raw_messages)}")
 
     out: dict[str, Any] = {
         "model": model_name(model),
@@ -180,17 +182,14 @@ def _messages(messages: list[Any]) -> list[dict[str, Any]]:
     pending: list[tuple[str, str]] = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise OllamaError(f"{where} must be an object, not {_kind(msg)}")
-        role = msg.get("role")
-        if not isinstance(role, str):
-            raise OllamaError(f"{where}.role must be a string, not {_kind(role)}")
-        if role not in _ROLES:
-            raise OllamaError(f"{where}.role: unknown role {_show(role)}")
+        try:
+            role = message_role(where, msg)
+        except BodyError as exc:
+            raise OllamaError(str(exc)) from None
         content = _string(f"{where}.content", msg.get("content"))
         images = msg.get("images")
         if images is not None and not isinstance(images, list):
-            raise OllamaError(f"{where}.images must be an array, not {_kind(images)}")
+            raise OllamaError(f"{where}.images must be an array, not {json_type(images)}")
         if images and role != "user":
             raise OllamaError(f"{where}.images: only user messages take images, not {role}")
 
@@ -212,10 +211,12 @@ def _messages(messages: list[Any]) -> list[dict[str, Any]]:
         elif role == "tool":
             name = msg.get("tool_name")
             if name is not None and not isinstance(name, str):
-                raise OllamaError(f"{where}.tool_name must be a string, not {_kind(name)}")
+                raise OllamaError(f"{where}.tool_name must be a string, not {json_type(name)}")
             call_id = msg.get("tool_call_id")
             if call_id is not None and not isinstance(call_id, str):
-                raise OllamaError(f"{where}.tool_call_id must be a string, not {_kind(call_id)}")
+                raise OllamaError(
+                    f"{where}.tool_call_id must be a string, not {json_type(call_id)}"
+                )
             built["tool_call_id"] = _answered_call(pending, call_id or None, name, i)
             built["content"] = content
         else:
@@ -261,13 +262,13 @@ def _user_content(where: str, content: str, images: list[Any]) -> str | list[dic
 def _image_url(where: str, image: Any) -> str:
     """A data URL for one Ollama image: base64 without a prefix, its type read from its bytes."""
     if not isinstance(image, str):
-        raise OllamaError(f"{where} must be a base64 string, not {_kind(image)}")
+        raise OllamaError(f"{where} must be a base64 string, not {json_type(image)}")
     if image[:5].lower() == "data:":
         return image  # already a data URL: some clients send one; the body builder checks it
     try:
-        data = binascii.a2b_base64(image.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError):
-        raise OllamaError(f"{where} is not valid base64") from None
+        data = decode_base64(where, image)
+    except BodyError as exc:
+        raise OllamaError(str(exc)) from None
     if not data:
         raise OllamaError(f"{where} is empty")
     media_type = sniff_image(data)
@@ -280,21 +281,21 @@ def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
     if calls is None:
         return []
     if not isinstance(calls, list):
-        raise OllamaError(f"{where}.tool_calls must be an array, not {_kind(calls)}")
+        raise OllamaError(f"{where}.tool_calls must be an array, not {json_type(calls)}")
     out: list[dict[str, Any]] = []
     for k, call in enumerate(calls):
         here = f"{where}.tool_calls[{k}]"
         if not isinstance(call, dict):
-            raise OllamaError(f"{here} must be an object, not {_kind(call)}")
+            raise OllamaError(f"{here} must be an object, not {json_type(call)}")
         fn = call.get("function")
         if not isinstance(fn, dict):
-            raise OllamaError(f"{here}.function must be an object, not {_kind(fn)}")
+            raise OllamaError(f"{here}.function must be an object, not {json_type(fn)}")
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             raise OllamaError(f"{here}.function.name must be a non-empty string")
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
-            raise OllamaError(f"{here}.id must be a string, not {_kind(call_id)}")
+            raise OllamaError(f"{here}.id must be a string, not {json_type(call_id)}")
         arguments = fn.get("arguments")
         if arguments is None:
             text = "{}"
@@ -304,7 +305,7 @@ def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
             text = arguments  # the OpenAI form; some clients send it back as they got it
         else:
             raise OllamaError(
-                f"{here}.function.arguments must be an object, not {_kind(arguments)}"
+                f"{here}.function.arguments must be an object, not {json_type(arguments)}"
             )
         out.append(
             {
@@ -345,9 +346,7 @@ def _format(value: Any) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if isinstance(value, dict):
         return {"type": "json_schema", "json_schema": {"name": schema_name(value), "schema": value}}
-    if isinstance(value, str):
-        raise OllamaError(f'format must be "json" or a JSON schema, not {_show(value)}')
-    raise OllamaError(f'format must be "json" or a JSON schema, not {_kind(value)}')
+    raise OllamaError(f'format must be "json" or a JSON schema, not {shown(value)}')
 
 
 def schema_name(schema: dict[str, Any]) -> str:
@@ -364,7 +363,7 @@ def _options(options: Any) -> dict[str, Any]:
     if options is None:
         return {}
     if not isinstance(options, dict):
-        raise OllamaError(f"options must be an object, not {_kind(options)}")
+        raise OllamaError(f"options must be an object, not {json_type(options)}")
     out: dict[str, Any] = {}
     for key in _FLOAT_OPTIONS:
         value = options.get(key)
@@ -401,13 +400,12 @@ def _think(value: Any) -> str | None:
         return _THINK_TRUE
     if isinstance(value, str) and value.lower() in _THINK_LEVELS:
         return value.lower()
-    shown = _show(value) if isinstance(value, str) else _kind(value)
-    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown}')
+    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown(value)}')
 
 
 def _number(where: str, value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OllamaError(f"{where} must be a number, not {_kind(value)}")
+        raise OllamaError(f"{where} must be a number, not {json_type(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise OllamaError(f"{where} must be a finite number")
     if isinstance(value, int) and abs(value) >= _INT64:
@@ -419,7 +417,7 @@ def _integer(where: str, value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON has one number type; Ollama reads 128.0 as 128
     if isinstance(value, bool) or not isinstance(value, int):
-        raise OllamaError(f"{where} must be an integer, not {_kind(value)}")
+        raise OllamaError(f"{where} must be an integer, not {json_type(value)}")
     if abs(value) >= _INT64:
         raise OllamaError(f"{where} is out of range")
     return value
@@ -430,7 +428,7 @@ def _string(where: str, value: Any) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise OllamaError(f"{where} must be a string, not {_kind(value)}")
+        raise OllamaError(f"{where} must be a string, not {json_type(value)}")
     return value
 
 
@@ -439,28 +437,6 @@ def _json_text(where: str, value: Any) -> str:
         return _encode(value).decode("utf-8")
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
         raise OllamaError(f"{where} cannot be written as JSON") from None
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:40] + "…")
-    return _kind(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,32 +480,20 @@ class ToolArgumentsError(Exception):
     """A tool call whose arguments are not a JSON object, which Ollama's clients need."""
 
 
-class _ToolCalls:
-    """Streamed tool calls, assembled: Ollama sends each call whole, arguments as an object."""
-
-    __slots__ = ("_calls",)
-
-    def __init__(self) -> None:
-        self._calls: dict[int, tuple[str, str, list[str]]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._calls)
-
-    def add(self, ev: ToolCallStart | ToolCallDelta) -> None:
-        if isinstance(ev, ToolCallStart):
-            self._calls[ev.index] = (ev.id, ev.name, [])
-        else:
-            self._calls[ev.index][2].append(ev.arguments)
-
-    def take(self) -> list[dict[str, Any]]:
-        """The calls in Ollama's form; raises ToolArgumentsError."""
-        out = []
-        for index in sorted(self._calls):
-            call_id, name, pieces = self._calls[index]
-            fn = {"index": index, "name": name, "arguments": _arguments(name, "".join(pieces))}
-            out.append({"id": call_id, "function": fn})
-        self._calls = {}
-        return out
+def _ollama_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """Assembled tool calls in Ollama's form: each call whole, its arguments an object; raises
+    ToolArgumentsError."""
+    return [
+        {
+            "id": c.id,
+            "function": {
+                "index": c.index,
+                "name": c.name,
+                "arguments": _arguments(c.name, c.arguments),
+            },
+        }
+        for c in calls
+    ]
 
 
 def _arguments(name: str, text: str) -> dict[str, Any]:
@@ -580,9 +544,7 @@ class NDJSONEncoder:
         self.sent = False
         self.ended = False
         self.early_error: UpstreamError | None = None
-        self._calls = _ToolCalls()
-        self._finish: str | None = None
-        self._usage: Usage | None = None
+        self._answer = AnswerFold()  # the tool calls, finish and usage, for the last lines
 
     def feed(self, events: Iterable[Event]) -> bytes:
         """The lines for one batch of events (possibly none)."""
@@ -608,20 +570,18 @@ class NDJSONEncoder:
                     run_key = key
                 if ev.text:
                     run.append(ev.text)
-            elif isinstance(ev, ToolCallStart | ToolCallDelta):
-                self._calls.add(ev)
+            elif isinstance(ev, ToolCallStart | ToolCallDelta | Usage):
+                self._answer.add(ev)
             elif isinstance(ev, Finish):
                 flush()
-                self._finish = ev.reason
-                if self._calls:
+                self._answer.add(ev)
+                if self._answer.has_tool_calls:
                     try:
-                        calls = self._calls.take()
+                        calls = _ollama_calls(self._answer.tool_calls())
                     except ToolArgumentsError as exc:
                         self._fail(_tool_error(exc), lines)
                         break
                     lines.append(self._line(now, {"tool_calls": calls}))
-            elif isinstance(ev, Usage):
-                self._usage = ev
             elif isinstance(ev, Done):
                 flush()
                 lines.append(self._final(now))
@@ -658,48 +618,27 @@ class NDJSONEncoder:
             "created_at": now,
             "message": {"role": "assistant", "content": ""},
             "done": True,
-            "done_reason": done_reason(self._finish),
+            "done_reason": done_reason(self._answer.finish_reason),
         }
-        obj.update(self.metrics(self._usage).fields())
+        obj.update(self.metrics(self._answer.usage).fields())
         return _encode(obj) + b"\n"
 
 
-class ChatAggregator:
-    """A non-streamed `/api/chat` answer: events in, one Ollama chat object out."""
+class ChatAggregator(AnswerFold):
+    """A non-streamed `/api/chat` answer: events in, one Ollama chat object out. Ollama has no
+    refusal field: a refusal is content."""
 
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.thinking: list[str] = []
-        self._calls = _ToolCalls()
-        self.finish: str | None = None
-        self.usage: Usage | None = None
-        self.error: UpstreamError | None = None
-        self.done = False
-
-    def add(self, ev: Event) -> None:
-        if isinstance(ev, TextDelta | RefusalDelta):
-            self.content.append(ev.text)
-        elif isinstance(ev, ReasoningDelta):
-            self.thinking.append(ev.text)
-        elif isinstance(ev, ToolCallStart | ToolCallDelta):
-            self._calls.add(ev)
-        elif isinstance(ev, Finish):
-            self.finish = ev.reason
-        elif isinstance(ev, Usage):
-            self.usage = ev
-        elif isinstance(ev, StreamError):
-            self.error = ev.error
-        elif isinstance(ev, Done):
-            self.done = True
+    __slots__ = ()
 
     def response(self, *, model: str, metrics: MetricsFn, now: str | None = None) -> dict[str, Any]:
         """The answer; raises UpstreamError when the model's tool calls cannot be given."""
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
-        if self.thinking:
-            message["thinking"] = "".join(self.thinking)
-        if self._calls:
+        content = "".join(self.text) + "".join(self.refusal)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reasoning:
+            message["thinking"] = "".join(self.reasoning)
+        if self.has_tool_calls:
             try:
-                message["tool_calls"] = self._calls.take()
+                message["tool_calls"] = _ollama_calls(self.tool_calls())
             except ToolArgumentsError as exc:
                 raise _tool_error(exc) from None
         out: dict[str, Any] = {
@@ -707,7 +646,7 @@ class ChatAggregator:
             "created_at": now or created_at(),
             "message": message,
             "done": True,
-            "done_reason": done_reason(self.finish),
+            "done_reason": done_reason(self.finish_reason),
         }
         out.update(metrics(self.usage).fields())
         return out

@@ -37,16 +37,14 @@ from svir.client.history import (
     TurnOutcome,
     threads_available,
 )
+from svir.wire.answer import AnswerFold
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
-    Finish,
     ReasoningDelta,
     RefusalDelta,
-    StreamError,
     TextDelta,
     ToolCallDelta,
     ToolCallStart,
-    Usage,
 )
 from svir.wire.models import is_chat_model
 from svir.wire.toolcalls import ToolCall
@@ -156,11 +154,8 @@ class Renderer:
         console = self.console
         started = self.clock()
         reasoning_started: float | None = None
-        text: list[str] = []
-        reasoning: list[str] = []
-        refusal: list[str] = []
-        calls: dict[int, list[str]] = {}
-        names: dict[int, tuple[str, str]] = {}
+        fold = AnswerFold()
+        reasoning = fold.reasoning
         phase = "wait"  # wait | reasoning | text | tool
         at_line_start = True
         status: Status | None = None
@@ -200,15 +195,13 @@ class Renderer:
 
         try:
             for ev in answer:
+                fold.add(ev)
                 if isinstance(ev, ReasoningDelta):
                     if phase != "reasoning":
                         if phase != "wait":
                             newline()
                         reasoning_started = self.clock()
                         phase = "reasoning"
-                    reasoning.append(ev.text)
-                    if out.reasoning_key is None and ev.carrier != "think":
-                        out.reasoning_key = ev.carrier
                     if self.show_reasoning:
                         write(ev.text, "dim italic")
                     elif status is not None:
@@ -219,29 +212,15 @@ class Renderer:
                     elif phase == "tool":
                         newline()
                     phase = "text"
-                    if isinstance(ev, TextDelta):
-                        text.append(ev.text)
-                        write(ev.text)
-                    else:
-                        refusal.append(ev.text)
-                        write(ev.text, "yellow")
+                    write(ev.text, None if isinstance(ev, TextDelta) else "yellow")
                 elif isinstance(ev, ToolCallStart):
                     if phase == "reasoning":
                         leave_reasoning()
                     newline()
                     phase = "tool"
-                    names[ev.index] = (ev.id, ev.name)
-                    calls.setdefault(ev.index, [])
                     write(f"→ {ev.name}(", "bold cyan")
                 elif isinstance(ev, ToolCallDelta):
-                    calls.setdefault(ev.index, []).append(ev.arguments)
                     write(ev.arguments, "cyan")
-                elif isinstance(ev, Finish):
-                    out.finish_reason = ev.reason
-                elif isinstance(ev, Usage):
-                    out.usage = ev
-                elif isinstance(ev, StreamError):
-                    out.error = ev.error
         except KeyboardInterrupt:
             out.stopped = True
         finally:
@@ -253,12 +232,15 @@ class Renderer:
             write(")", "bold cyan")
         newline()
         out.seconds = self.clock() - started
-        out.text = "".join(text)
-        out.reasoning = "".join(reasoning)
-        out.refusal = "".join(refusal)
-        out.tool_calls = [
-            ToolCall(i, names[i][0], names[i][1], "".join(calls.get(i, []))) for i in sorted(names)
-        ]
+        out.text = "".join(fold.text)
+        out.reasoning = "".join(fold.reasoning)
+        # The key reasoning goes back under: inline <think> is not sent back (D23).
+        out.reasoning_key = next((c for c in fold.carriers if c != "think"), None)
+        out.refusal = "".join(fold.refusal)
+        out.tool_calls = fold.tool_calls()
+        out.finish_reason = fold.finish_reason
+        out.usage = fold.usage
+        out.error = fold.error
         out.tokens_per_second = answer.tokens_per_second
         self._report(out)
         return out
@@ -528,11 +510,10 @@ def run_piped(
     history.add([{"role": "user", "content": text}], options.model)
     answer = history.answer(options.model, options.request_params(), clock)
     wrote = ""
-    error = None
-    calls: dict[int, list[str]] = {}
-    names: dict[int, str] = {}
+    fold = AnswerFold()
     try:
         for ev in answer:
+            fold.add(ev)
             if isinstance(ev, TextDelta):
                 out.write(ev.text)
                 out.flush()
@@ -540,21 +521,15 @@ def run_piped(
             elif isinstance(ev, RefusalDelta):
                 out.write(ev.text)
                 wrote = ev.text or wrote
-            elif isinstance(ev, ToolCallStart):
-                names[ev.index] = ev.name
-            elif isinstance(ev, ToolCallDelta):
-                calls.setdefault(ev.index, []).append(ev.arguments)
-            elif isinstance(ev, StreamError):
-                error = ev.error
     finally:
         answer.close()
     if wrote and not wrote.endswith("\n"):
         out.write("\n")
     out.flush()
-    for index, name in sorted(names.items()):
-        err.write(f"svir chat: the model called {name}({''.join(calls.get(index, []))})\n")
-    if error is not None:
-        err.write(f"svir chat: error: {error_text(error)}\n")
+    for call in fold.tool_calls():
+        err.write(f"svir chat: the model called {call.name}({call.arguments})\n")
+    if fold.error is not None:
+        err.write(f"svir chat: error: {error_text(fold.error)}\n")
         return 1
     return 0
 

@@ -29,6 +29,7 @@ from svir.providers.request import (
     check_tools,
     split_model,
     validate_chat_request,
+    validate_chat_settings,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "get_kind",
     "split_model",
     "validate_chat_request",
+    "validate_chat_settings",
 ]
 
 KINDS: Mapping[str, ProviderKind] = MappingProxyType(

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from svir.errors import RequestError
 from svir.providers.base import ProviderKind, ProviderSettings
+from svir.wire.jsonbody import json_type, shown
 from svir.wire.request import build_messages
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "check_tools",
     "split_model",
     "validate_chat_request",
+    "validate_chat_settings",
 ]
 
 # Fields rebuilt rather than copied: the rewriting below decides their values.
@@ -35,12 +37,12 @@ def split_model(model: str) -> tuple[str, str]:
     """`"lab/org/model"` → `("lab", "org/model")`: the provider name, then the upstream's id."""
     if not isinstance(model, str):
         raise RequestError(
-            f"model must be a string, not {_json_type(model)}", "model", "invalid_type"
+            f"model must be a string, not {json_type(model)}", "model", "invalid_type"
         )
     prefix, slash, model_id = model.partition("/")
     if not slash or not prefix or not model_id:
         raise RequestError(
-            f"model {_show(model)} must be '<provider>/<model-id>', as listed by /v1/models",
+            f"model {shown(model)} must be '<provider>/<model-id>', as listed by /v1/models",
             "model",
         )
     return prefix, model_id
@@ -53,29 +55,41 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
     checked as `check_chat_fields` says. Messages are checked in depth when the upstream body is
     built. Raises RequestError and nothing else, for any JSON value.
     """
+    checked = _check_model(body)
+    messages = checked.get("messages")
+    if messages is None:
+        raise RequestError("messages is required", "messages", "missing_required_parameter")
+    if not isinstance(messages, list):
+        raise RequestError(
+            f"messages must be an array, not {json_type(messages)}", "messages", "invalid_type"
+        )
+    if not messages:
+        raise RequestError("messages must not be empty", "messages")
+    check_chat_fields(checked)
+    return checked
+
+
+def validate_chat_settings(body: Any) -> dict[str, Any]:
+    """Check a chat request whose messages come from elsewhere (a thread's) and return it: as
+    `validate_chat_request`, with `messages` left out of it."""
+    checked = _check_model(body)
+    check_chat_fields(checked)
+    return checked
+
+
+def _check_model(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError(
-            f"the request body must be a JSON object, not {_json_type(body)}", None, "invalid_type"
+            f"the request body must be a JSON object, not {json_type(body)}", None, "invalid_type"
         )
     model = body.get("model")
     if model is None or model == "":
         raise RequestError("model is required", "model", "missing_required_parameter")
     if not isinstance(model, str):
         raise RequestError(
-            f"model must be a string, not {_json_type(model)}", "model", "invalid_type"
+            f"model must be a string, not {json_type(model)}", "model", "invalid_type"
         )
     # Whether the name is a route or `<provider>/<model-id>` is the router's to say (404).
-
-    messages = body.get("messages")
-    if messages is None:
-        raise RequestError("messages is required", "messages", "missing_required_parameter")
-    if not isinstance(messages, list):
-        raise RequestError(
-            f"messages must be an array, not {_json_type(messages)}", "messages", "invalid_type"
-        )
-    if not messages:
-        raise RequestError("messages must not be empty", "messages")
-    check_chat_fields(body)
     return body
 
 
@@ -100,22 +114,22 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
     """`tools`: an array of function tools, each with a name; raises RequestError."""
     if not isinstance(tools, list):
         raise RequestError(
-            f"tools must be an array, not {_json_type(tools)}", "tools", "invalid_type"
+            f"tools must be an array, not {json_type(tools)}", "tools", "invalid_type"
         )
     for k, tool in enumerate(tools):
         where = f"tools[{k}]"
         if not isinstance(tool, dict):
             raise RequestError(
-                f"{where} must be an object, not {_json_type(tool)}", where, "invalid_type"
+                f"{where} must be an object, not {json_type(tool)}", where, "invalid_type"
             )
         kind = tool.get("type")
         if kind is not None and kind != "function":
             # svir's stream carries function calls only (§3).
-            raise RequestError(f"{where}.type must be 'function', not {_shown(kind)}", where)
+            raise RequestError(f"{where}.type must be 'function', not {shown(kind)}", where)
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise RequestError(
-                f"{where}.function must be an object, not {_json_type(fn)}",
+                f"{where}.function must be an object, not {json_type(fn)}",
                 f"{where}.function",
                 "invalid_type",
             )
@@ -170,9 +184,7 @@ def _typed(what: str, ok: Callable[[Any], bool]) -> _Check:
 
     def check(key: str, value: Any) -> None:
         if not ok(value):
-            raise RequestError(
-                f"{key} must be {what}, not {_json_type(value)}", key, "invalid_type"
-            )
+            raise RequestError(f"{key} must be {what}, not {json_type(value)}", key, "invalid_type")
 
     return check
 
@@ -198,7 +210,7 @@ def _check_stop(key: str, value: Any) -> None:
         return
     if not isinstance(value, list):
         raise RequestError(
-            f"{key} must be a string or an array of strings, not {_json_type(value)}",
+            f"{key} must be a string or an array of strings, not {json_type(value)}",
             key,
             "invalid_type",
         )
@@ -223,7 +235,7 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 def _check_response_format(key: str, rf: Any) -> None:
     if not isinstance(rf, dict):
         raise RequestError(
-            f"response_format must be an object, not {_json_type(rf)}",
+            f"response_format must be an object, not {json_type(rf)}",
             "response_format",
             "invalid_type",
         )
@@ -231,7 +243,7 @@ def _check_response_format(key: str, rf: Any) -> None:
     if kind not in ("text", "json_object", "json_schema"):
         raise RequestError(
             "response_format.type must be 'text', 'json_object' or 'json_schema', "
-            f"not {_shown(kind)}",
+            f"not {shown(kind)}",
             "response_format.type",
             "invalid_value",
         )
@@ -357,28 +369,3 @@ def build_upstream_body(
     for key in dropped:
         body.pop(key, None)
     return kind.adapt_body(body)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _show(value: str) -> str:
-    return repr(value if len(value) <= 60 else value[:60] + "…")
-
-
-def _shown(value: Any) -> str:
-    """A string as it was written (shortened), anything else as its JSON type."""
-    return _show(value) if isinstance(value, str) else _json_type(value)

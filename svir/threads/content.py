@@ -11,9 +11,7 @@ Stored parts:
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,17 +20,17 @@ from email.policy import HTTP
 from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
-import msgspec
-
 from svir.errors import GatewayError, request_error
 from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
-from svir.wire.media import sniff_image
+from svir.wire.errors import BodyError
+from svir.wire.jsonbody import json_type, shown
+from svir.wire.media import decode_base64, is_media_type, sniff_image, split_data_url
+from svir.wire.request import message_role, tool_result_text
 
 __all__ = [
     "Limits",
     "check_append",
     "check_continue",
-    "json_kind",
     "message_object",
     "parse_messages",
     "parse_multipart",
@@ -43,9 +41,6 @@ __all__ = [
 
 MAX_MESSAGES_PER_POST: Final = 64
 _TEXT_TYPES: Final = frozenset({"text", "input_text"})
-# type/subtype in RFC 6838's characters: what may go into a header and a data URL unescaped.
-_TOKEN: Final = r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}"
-_MEDIA_TYPE: Final = re.compile(f"{_TOKEN}/{_TOKEN}")
 _MESSAGE_KEYS: Final = frozenset({"role", "content", "tool_call_id"})
 
 
@@ -75,16 +70,6 @@ def _too_large(where: str, size: int, limits: Limits) -> GatewayError:
     )
 
 
-def json_kind(value: Any) -> str:
-    """A JSON value's type in words, for error messages."""
-    if value is None:
-        return "null"
-    return {
-        bool: "a boolean", int: "a number", float: "a number", str: "a string",
-        list: "an array", dict: "an object",
-    }.get(type(value), type(value).__name__)  # fmt: skip
-
-
 def _blob(data: bytes, media_type: str) -> NewBlob:
     return NewBlob(hashlib.sha256(data).hexdigest(), data, media_type)
 
@@ -94,24 +79,21 @@ def _decode_base64(where: str, data: str, limits: Limits) -> bytes:
     if len(data) // 4 * 3 > limits.max_attachment_bytes + 3:
         raise _too_large(where, len(data) // 4 * 3, limits)
     try:
-        raw = binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise _bad(f"{where}: the data is not valid base64 ({exc})", "content") from None
+        raw = decode_base64(where, data)
+    except BodyError as exc:
+        raise _bad(str(exc), "content") from None
     if len(raw) > limits.max_attachment_bytes:
         raise _too_large(where, len(raw), limits)
     return raw
 
 
 def _data_url(where: str, url: str, limits: Limits) -> tuple[str, bytes]:
-    """The media type and bytes of `data:<media type>[;base64],<data>`."""
-    header, comma, payload = url[5:].partition(",")
-    if not comma:
-        raise _bad(f"{where}: a data URL needs a comma before its data", "content")
-    params = [p.strip() for p in header.split(";")]
-    media_type = params[0].lower()
-    if media_type and not _MEDIA_TYPE.fullmatch(media_type):
-        raise _bad(f"{where}: {media_type[:60]!r} is not a media type", "content")
-    if params[-1].lower() == "base64":
+    """The media type and bytes of a data URL."""
+    try:
+        media_type, is_base64, payload = split_data_url(where, url)
+    except BodyError as exc:
+        raise _bad(str(exc), "content") from None
+    if is_base64:
         return media_type, _decode_base64(where, payload, limits)
     raw = unquote_to_bytes(payload)
     if len(raw) > limits.max_attachment_bytes:
@@ -140,7 +122,7 @@ def _image(
     }  # fmt: skip
     if detail is not None:
         if not isinstance(detail, str):
-            raise _bad(f"{where}.detail must be a string, not {json_kind(detail)}", "content")
+            raise _bad(f"{where}.detail must be a string, not {json_type(detail)}", "content")
         part["detail"] = detail
     return part, blob
 
@@ -175,7 +157,7 @@ def _image_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[
     else:
         url = image
     if not isinstance(url, str):
-        raise _bad(f"{where}.image_url.url must be a string, not {json_kind(url)}", "content")
+        raise _bad(f"{where}.image_url.url must be a string, not {json_type(url)}", "content")
     if url[:5].lower() != "data:":
         # Images go upstream inline (§2.2); servers on a laptop cannot fetch a URL.
         raise _bad(
@@ -190,12 +172,12 @@ def _image_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[
 def _file_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[str, Any], NewBlob]:
     file = part.get("file")
     if not isinstance(file, dict):
-        raise _bad(f"{where}.file must be an object, not {json_kind(file)}", "content")
+        raise _bad(f"{where}.file must be an object, not {json_type(file)}", "content")
     name = file.get("filename")
     if name is None:
         name = ""
     if not isinstance(name, str):
-        raise _bad(f"{where}.file.filename must be a string, not {json_kind(name)}", "content")
+        raise _bad(f"{where}.file.filename must be a string, not {json_type(name)}", "content")
     data = file.get("file_data")
     if data is None:
         if file.get("file_id") is not None:
@@ -206,7 +188,7 @@ def _file_part(where: str, part: dict[str, Any], limits: Limits) -> tuple[dict[s
             )
         raise _bad(f"{where}.file.file_data is missing", "content")
     if not isinstance(data, str):
-        raise _bad(f"{where}.file.file_data must be a string, not {json_kind(data)}", "content")
+        raise _bad(f"{where}.file.file_data must be a string, not {json_type(data)}", "content")
     if data[:5].lower() == "data:":
         media_type, raw = _data_url(f"{where}.file.file_data", data, limits)
     else:
@@ -228,12 +210,12 @@ def _user_message(where: str, msg: dict[str, Any], limits: Limits) -> NewMessage
         for j, part in enumerate(content):
             here = f"{where}.content[{j}]"
             if not isinstance(part, dict):
-                raise _bad(f"{here} must be an object, not {json_kind(part)}", "content")
+                raise _bad(f"{here} must be an object, not {json_type(part)}", "content")
             kind = part.get("type")
             if kind in _TEXT_TYPES:
                 text = part.get("text")
                 if not isinstance(text, str):
-                    raise _bad(f"{here}.text must be a string, not {json_kind(text)}", "content")
+                    raise _bad(f"{here}.text must be a string, not {json_type(text)}", "content")
                 if text:
                     parts.append({"type": "text", "text": text})
             elif kind == "image_url":
@@ -253,7 +235,7 @@ def _user_message(where: str, msg: dict[str, Any], limits: Limits) -> NewMessage
         raise _bad(f"{where}.content is missing", "content", "missing_required_parameter")
     else:
         raise _bad(
-            f"{where}.content must be a string or an array of parts, not {json_kind(content)}",
+            f"{where}.content must be a string or an array of parts, not {json_type(content)}",
             "content",
         )
     if not parts:
@@ -265,26 +247,16 @@ def _tool_message(where: str, msg: dict[str, Any]) -> NewMessage:
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise _bad(
-            f"{where}.tool_call_id must be a non-empty string, not {json_kind(call_id)}",
+            f"{where}.tool_call_id must be a non-empty string, not {json_type(call_id)}",
             "tool_call_id",
         )
     content = msg.get("content")
-    if isinstance(content, str):
-        text = content
-    elif (
-        isinstance(content, list)
-        and content
-        and all(isinstance(p, dict) and p.get("type") in _TEXT_TYPES for p in content)
-    ):
-        texts = [p.get("text") for p in content]
-        if not all(isinstance(t, str) for t in texts):
-            raise _bad(f"{where}.content: every text part needs a string text", "content")
-        text = "\n".join(t for t in texts if t)
-    elif content is None:
+    if content is None:
         raise _bad(f"{where}.content is missing", "content", "missing_required_parameter")
-    else:
-        # Upstreams take a tool result only as a string: a structured result is its JSON (§2.2).
-        text = msgspec.json.encode(content).decode()
+    try:
+        text = tool_result_text(f"{where}.content", content)
+    except BodyError as exc:
+        raise _bad(str(exc), "content") from None
     return NewMessage(
         id=new_id(), role="tool", content=[{"type": "text", "text": text}], tool_call_id=call_id
     )
@@ -295,7 +267,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     which (a single message is answered as one object, a list as a list)."""
     if not isinstance(body, dict):
         raise _bad(
-            f"the request body must be a JSON object, not {json_kind(body)}", None, "invalid_type"
+            f"the request body must be a JSON object, not {json_type(body)}", None, "invalid_type"
         )
     if "messages" in body:
         extra = set(body) - {"messages"}
@@ -313,13 +285,14 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
     out: list[NewMessage] = []
     for i, msg in enumerate(items):
         where = "message" if single else f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object, not {json_kind(msg)}", "messages")
+        try:
+            role = message_role(where, msg, default="user")
+        except BodyError as exc:
+            raise _bad(str(exc), "role" if isinstance(msg, dict) else "messages") from None
         unknown = set(msg) - _MESSAGE_KEYS
         if unknown:
             name = sorted(unknown)[0]
             raise _bad(f"{where}: unknown field {name!r} (role, content, tool_call_id)", name)
-        role = msg.get("role", "user")
         if role == "user":
             if "tool_call_id" in msg:
                 raise _bad(f"{where}: a user message takes no tool_call_id", "tool_call_id")
@@ -328,7 +301,7 @@ def parse_messages(body: Any, limits: Limits) -> tuple[list[NewMessage], bool]:
             out.append(_tool_message(where, msg))
         else:
             raise _bad(
-                f"{where}.role must be 'user' or 'tool', not {role!r}: assistant messages come"
+                f"{where}.role must be 'user' or 'tool', not {shown(role)}: assistant messages come"
                 " from /continue, and the system prompt is the thread's",
                 "role",
             )
@@ -371,7 +344,7 @@ def parse_multipart(body: bytes, content_type: str, limits: Limits) -> NewMessag
         if len(data) > limits.max_attachment_bytes:
             raise _too_large(f"file {filename!r}", len(data), limits)
         media_type = item.get_content_type().lower()
-        if not _MEDIA_TYPE.fullmatch(media_type):
+        if not is_media_type(media_type):
             media_type = "application/octet-stream"
         if media_type.startswith("image/") or (
             media_type == "application/octet-stream" and sniff_image(data) is not None

@@ -32,7 +32,7 @@ from svir.errors import (
     request_error,
 )
 from svir.gateway import Gateway
-from svir.providers import check_chat_fields, validate_chat_request
+from svir.providers import check_chat_fields, validate_chat_settings
 from svir.store import NewMessage, Store
 from svir.threads import frames
 from svir.threads.content import (
@@ -40,7 +40,6 @@ from svir.threads.content import (
     blob_hashes,
     check_append,
     check_continue,
-    json_kind,
     message_object,
     new_id,
     parse_messages,
@@ -49,6 +48,7 @@ from svir.threads.content import (
     upstream_messages,
 )
 from svir.threads.frames import Frame
+from svir.wire.answer import AnswerFold, openai_tool_call
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
@@ -59,6 +59,7 @@ from svir.wire.events import (
     StreamError,
     TextDelta,
 )
+from svir.wire.jsonbody import json_type
 
 __all__ = ["Continuation", "ThreadService"]
 
@@ -124,7 +125,7 @@ def _check_model(value: Any, param: str = "model") -> str | None:
         return None
     if not isinstance(value, str):
         raise request_error(
-            f"{param} must be a string, not {json_kind(value)}", param=param, code="invalid_type"
+            f"{param} must be a string, not {json_type(value)}", param=param, code="invalid_type"
         )
     if not value.strip():
         raise request_error(f"{param} must not be empty", param=param)
@@ -496,14 +497,10 @@ class Continuation:
                 param="model",
                 code="missing_required_parameter",
             )
-        request: dict[str, Any] = {
-            **self.params.generation,
-            "model": model,
-            "messages": [{"role": "user", "content": ""}],
-            "stream": True,
-        }
+        # The thread holds the messages: they are read under the lease, below.
+        request: dict[str, Any] = {**self.params.generation, "model": model, "stream": True}
         try:
-            validate_chat_request(request)
+            validate_chat_settings(request)
         except RequestError as exc:
             raise invalid_request(exc) from None
         gateway = self.service.gateway
@@ -607,9 +604,7 @@ class Continuation:
         keep-alive, given only once a frame went out."""
         call = self.call
         assert call is not None
-        answer: list[str] = []
-        refusal: list[str] = []
-        reasoning: dict[str, list[str]] = {}
+        answer = AnswerFold()
         started = False
         events = call.events()
         aborted = asyncio.ensure_future(self._aborted.wait())
@@ -635,17 +630,15 @@ class Continuation:
                     yield await self._error_frame(self._failed(to_client_error(err), None))
                     return
                 for ev in batch:
+                    answer.add(ev)
                     kind = type(ev)
                     if kind is TextDelta:
-                        answer.append(ev.text)
                         started = True
                         yield frames.delta(ev.text), 200
                     elif kind is ReasoningDelta:
-                        reasoning.setdefault(ev.carrier, []).append(ev.text)
                         started = True
                         yield frames.reasoning(ev.text), 200
                     elif kind is RefusalDelta:
-                        refusal.append(ev.text)
                         started = True
                         yield frames.refusal(ev.text), 200
                     elif kind is Keepalive:
@@ -656,7 +649,7 @@ class Continuation:
                         yield await self._error_frame(self._failed(ce, ev.error.details))
                         return
                     elif kind is Done:
-                        async for item in self._complete(answer, refusal, reasoning):
+                        async for item in self._complete(answer):
                             yield item
                         return
         finally:
@@ -678,15 +671,13 @@ class Continuation:
         await self.release()
         return frames.error(exc.error, **exc.extra), exc.error.status
 
-    async def _complete(
-        self, answer: list[str], refusal: list[str], reasoning: dict[str, list[str]]
-    ) -> AsyncIterator[tuple[Frame | None, int]]:
+    async def _complete(self, answer: AnswerFold) -> AsyncIterator[tuple[Frame | None, int]]:
         call = self.call
         assert call is not None
-        decoder = call.decoder
-        text = "".join(answer)
-        carrier = decoder.reasoning_carrier
-        thought = "".join(reasoning.get(carrier, ())) if carrier else ""
+        text = "".join(answer.text)
+        # The reasoning kept is that of the carrier the server used first (the one it takes back).
+        carrier = call.decoder.reasoning_carrier
+        thought = answer.reasoning_of(carrier)
         key = call.route.kind.reasoning_key
         if thought and carrier != "think" and key is not None and key != carrier:
             # The kind decides the key reasoning goes back under; this server used another.
@@ -697,25 +688,17 @@ class Continuation:
                 call.route.provider.name,
                 key,
             )
-        calls = decoder.tool_calls
-        usage = decoder.usage
-        finish_reason = decoder.finish_reason or "stop"
+        calls = answer.tool_calls()
+        usage = answer.usage
+        finish_reason = answer.finish_reason or "stop"
         message = NewMessage(
             id=new_id(),
             role="assistant",
             content=[{"type": "text", "text": text}] if text else [],
-            tool_calls=[
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
-                }
-                for c in calls
-            ]
-            or None,
+            tool_calls=[openai_tool_call(c) for c in calls] or None,
             reasoning=thought or None,
             reasoning_carrier=carrier if thought else None,
-            refusal="".join(refusal) or None,
+            refusal="".join(answer.refusal) or None,
             finish_reason=finish_reason,
             model=call.model_label,
             usage=msgspec.structs.asdict(usage) if usage is not None else None,

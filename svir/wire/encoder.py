@@ -2,8 +2,9 @@
 
 `ChunkEncoder` writes the `chat.completion.chunk` SSE stream every client gets: one id and model,
 reasoning only as `reasoning_content`, the usage chunk only when asked for, `[DONE]` only after a
-complete answer, and a failure as exactly one error frame. `CompletionAggregator` folds the same
-events into the `chat.completion` object for clients that did not stream.
+complete answer, and a failure as exactly one error frame. `CompletionAggregator` renders the
+shared fold of the same events (`svir.wire.answer`) as the `chat.completion` object for clients
+that did not stream.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from svir.wire.answer import AnswerFold, openai_tool_call
 from svir.wire.classify import to_client_error
 from svir.wire.errors import UpstreamError
 from svir.wire.events import (
@@ -159,59 +161,24 @@ class ChunkEncoder:
         return self._role() + self._delta_prefix + delta + _DELTA_END
 
 
-class CompletionAggregator:
+class CompletionAggregator(AnswerFold):
     """Folds events into one `chat.completion` for a client that did not stream."""
 
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.refusal: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
-        self.error: StreamError | None = None
-        self.done = False
-        self.filters: list[ContentFilter] = []
-
-    def add(self, event: Event) -> None:
-        """Take one event."""
-        if isinstance(event, TextDelta):
-            self.content.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            self.reasoning.append(event.text)
-        elif isinstance(event, ToolCallDelta):
-            self.calls[event.index]["function"]["arguments"] += event.arguments
-        elif isinstance(event, ToolCallStart):
-            self.calls[event.index] = {
-                "id": event.id,
-                "type": "function",
-                "function": {"name": event.name, "arguments": ""},
-            }
-        elif isinstance(event, RefusalDelta):
-            self.refusal.append(event.text)
-        elif isinstance(event, Finish):
-            self.finish_reason = event.reason
-        elif isinstance(event, Usage):
-            self.usage = event
-        elif isinstance(event, StreamError):
-            self.error = event
-        elif isinstance(event, Done):
-            self.done = True
-        elif isinstance(event, ContentFilter):
-            self.filters.append(event)
+    __slots__ = ()
 
     def message(self) -> dict[str, Any]:
         """The assistant message."""
+        calls = self.tool_calls()
         msg: dict[str, Any] = {
             "role": "assistant",
-            "content": "".join(self.content) if self.content or not self.calls else None,
+            "content": "".join(self.text) if self.text or not calls else None,
         }
         if self.reasoning:
             msg["reasoning_content"] = "".join(self.reasoning)
         if self.refusal:
             msg["refusal"] = "".join(self.refusal)
-        if self.calls:
-            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        if calls:
+            msg["tool_calls"] = [openai_tool_call(c) for c in calls]
         return msg
 
     def completion(self, *, id: str, model: str, created: int) -> dict[str, Any]:

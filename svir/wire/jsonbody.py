@@ -8,6 +8,9 @@ again one call deeper) needs several frames per level, so a body far below msgsp
 still exhaust the stack in the middle of a request. Bounding the nesting once, where the body
 comes in, keeps every later walk safe.
 
+`json_type` and `shown` are the words every front end's error messages use for a client's value:
+"must be a string, not an array", "unknown role 'bot'".
+
 The depth is measured by msgspec itself: `msgspec.json.format` with an indent of one re-writes the
 body in C, one space of indentation per level, without building a Python object; a value inside
 more than `MAX_DEPTH` arrays and objects is a line indented more than `MAX_DEPTH` spaces. (JSON
@@ -27,7 +30,7 @@ import msgspec
 
 from svir.wire.errors import WireError
 
-__all__ = ["MAX_DEPTH", "BadJSON", "decode_body"]
+__all__ = ["MAX_DEPTH", "BadJSON", "decode_body", "json_type", "shown"]
 
 # How many arrays and objects a value may sit inside. Real clients stay far below it: a chat
 # request's messages reach 5 levels (body, messages, message, content, part), a tool's parameters
@@ -78,3 +81,29 @@ def _too_deep(limit: int) -> BadJSON:
         f"and objects, and svir takes at most {limit} levels",
         code="json_too_deep",
     )
+
+
+def json_type(value: Any) -> str:
+    """A decoded JSON value's type in words, for an error message: "null", "a boolean", "a number",
+    "a string", "an array", "an object" (a value JSON does not have: its Python type's name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def shown(value: Any) -> str:
+    """A client's value in an error message: a string as written (cut at 40 characters), anything
+    else as its JSON type."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "…")
+    return json_type(value)

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from svir.wire.errors import BaseURLError, ProtocolError
+from svir.wire.jsonbody import json_type
 
 __all__ = [
     "ModelInfo",
@@ -46,7 +47,7 @@ def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
     except (msgspec.DecodeError, RecursionError, ValueError) as exc:
         raise ProtocolError(f"model list is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise ProtocolError(f"model list must be a JSON object, got {_json_type(doc)}")
+        raise ProtocolError(f"model list must be a JSON object, got {json_type(doc)}")
     data, models = doc.get("data"), doc.get("models")
     if not isinstance(data, list) and not isinstance(models, list):
         raise ProtocolError("model list has no `data` array")
@@ -124,18 +125,6 @@ def _positive_int(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return "a number"
 
 
 # The name rule (§6). No field tells a chat model from an embedding, speech or image model, so the

@@ -13,6 +13,8 @@ from urllib.parse import unquote_to_bytes
 import msgspec
 
 from svir.wire.errors import BodyError
+from svir.wire.jsonbody import json_type, shown
+from svir.wire.media import decode_base64, split_data_url
 
 __all__ = [
     "FileRef",
@@ -22,6 +24,8 @@ __all__ = [
     "build_messages",
     "json_escape",
     "json_escaped_length",
+    "message_role",
+    "tool_result_text",
 ]
 
 ReasoningKey = Literal["reasoning_content", "reasoning"]
@@ -61,19 +65,30 @@ def build_messages(
     if reasoning_key is not None and reasoning_key not in _REASONING_KEYS:
         raise ValueError(f"reasoning_key must be one of {_REASONING_KEYS} or None")
     if not isinstance(messages, list):
-        raise BodyError(f"messages must be an array, not {_kind(messages)}")
+        raise BodyError(f"messages must be an array, not {json_type(messages)}")
     return [_build_message(f"messages[{i}]", m, reasoning_key) for i, m in enumerate(messages)]
 
 
-def _build_message(where: str, msg: Any, reasoning_key: ReasoningKey | None) -> dict[str, Any]:
+def message_role(where: str, msg: Any, *, default: str | None = None) -> str:
+    """The role of one inbound message, checked in the same words for every front end (OpenAI
+    chat, Ollama, threads): the message must be an object and its role one of the five chat
+    roles; a missing role is `default`, or a mistake when there is none. Raises BodyError."""
     if not isinstance(msg, dict):
-        raise BodyError(f"{where} must be an object, not {_kind(msg)}")
-    role = msg.get("role", _MISSING)
-    if role is _MISSING or role is None:
-        raise BodyError(f"{where}.role is missing")
-    if not isinstance(role, str) or role not in _ROLES:
-        raise BodyError(f"{where}.role: unknown role {_show(role)}")
+        raise BodyError(f"{where} must be an object, not {json_type(msg)}")
+    role = msg.get("role")
+    if role is None:
+        if default is None:
+            raise BodyError(f"{where}.role is missing")
+        return default
+    if not isinstance(role, str):
+        raise BodyError(f"{where}.role must be a string, not {json_type(role)}")
+    if role not in _ROLES:
+        raise BodyError(f"{where}.role: unknown role {shown(role)}")
+    return role
 
+
+def _build_message(where: str, msg: Any, reasoning_key: ReasoningKey | None) -> dict[str, Any]:
+    role = message_role(where, msg)
     out: dict[str, Any] = {"role": role}
     content = msg.get("content", _MISSING)
     if role == "user":
@@ -88,7 +103,7 @@ def _build_message(where: str, msg: Any, reasoning_key: ReasoningKey | None) -> 
     name = msg.get("name")
     if name is not None:
         if not isinstance(name, str):
-            raise BodyError(f"{where}.name must be a string, not {_kind(name)}")
+            raise BodyError(f"{where}.name must be a string, not {json_type(name)}")
         out["name"] = name
     return out
 
@@ -100,7 +115,7 @@ def _text_content(where: str, content: Any, role: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise BodyError(f"{where} must be a string or an array of parts, not {_kind(content)}")
+        raise BodyError(f"{where} must be a string or an array of parts, not {json_type(content)}")
     texts: list[str] = []
     for j, part in enumerate(content):
         here = f"{where}[{j}]"
@@ -111,7 +126,7 @@ def _text_content(where: str, content: Any, role: str) -> str:
             # A refusal is the model's own words; sent back, it is simply what the model said.
             texts.append(_part_string(here, part, "refusal"))
         else:
-            raise BodyError(f"{here}: a {role} message takes no {_show(kind)} part")
+            raise BodyError(f"{here}: a {role} message takes no {shown(kind)} part")
     return _join(texts)
 
 
@@ -121,7 +136,7 @@ def _user_content(where: str, content: Any) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise BodyError(f"{where} must be a string or an array of parts, not {_kind(content)}")
+        raise BodyError(f"{where} must be a string or an array of parts, not {json_type(content)}")
     texts: list[str] = []
     images: list[dict[str, Any]] = []
     for j, part in enumerate(content):
@@ -132,9 +147,9 @@ def _user_content(where: str, content: Any) -> str | list[dict[str, Any]]:
         elif kind == "file":
             texts.append(_file_text(f"{here}.file", part.get("file")))
         elif kind == "image_url":
-            images.append(_image_part(f"{here}.image_url", part.get("image_url", _MISSING)))
+            images.append(_image_part(f"{here}.image_url", part.get("image_url")))
         else:
-            raise BodyError(f"{here}: unsupported content part type {_show(kind)}")
+            raise BodyError(f"{here}: unsupported content part type {shown(kind)}")
     text = _join(texts)
     if not images:
         # Not every server takes the array form, so text alone is always a plain string.
@@ -146,17 +161,17 @@ def _user_content(where: str, content: Any) -> str | list[dict[str, Any]]:
 
 def _part_type(where: str, part: Any) -> str:
     if not isinstance(part, dict):
-        raise BodyError(f"{where} must be an object, not {_kind(part)}")
+        raise BodyError(f"{where} must be an object, not {json_type(part)}")
     kind = part.get("type")
     if not isinstance(kind, str):
-        raise BodyError(f"{where}.type must be a string, not {_kind(kind)}")
+        raise BodyError(f"{where}.type must be a string, not {json_type(kind)}")
     return kind
 
 
 def _part_string(where: str, part: dict[str, Any], key: str) -> str:
     value = part.get(key)
     if not isinstance(value, str):
-        raise BodyError(f"{where}.{key} must be a string, not {_kind(value)}")
+        raise BodyError(f"{where}.{key} must be a string, not {json_type(value)}")
     return value
 
 
@@ -174,15 +189,15 @@ def _image_part(where: str, image: Any) -> dict[str, Any]:
         url = image.get("url")
         detail = image.get("detail")
     else:
-        raise BodyError(f"{where} must be an object with a url, not {_kind(image)}")
+        raise BodyError(f"{where} must be an object with a url, not {json_type(image)}")
     if isinstance(url, str):
         _check_image_url(f"{where}.url", url)
     elif not isinstance(url, FileRef):
-        raise BodyError(f"{where}.url must be a string, not {_kind(url)}")
+        raise BodyError(f"{where}.url must be a string, not {json_type(url)}")
     body: dict[str, Any] = {"url": url}
     if detail is not None:
         if not isinstance(detail, str):
-            raise BodyError(f"{where}.detail must be a string, not {_kind(detail)}")
+            raise BodyError(f"{where}.detail must be a string, not {json_type(detail)}")
         body["detail"] = detail
     return {"type": "image_url", "image_url": body}
 
@@ -202,7 +217,7 @@ def _check_image_url(where: str, url: str) -> None:
     comma = url.find(",", 0, 512)
     if comma < 0:
         raise BodyError(f"{where}: a data URL needs a comma before its data")
-    media_type, is_base64, _ = _split_data_url(where, url[: comma + 1])
+    media_type, is_base64, _ = split_data_url(where, url[: comma + 1])
     if not is_base64:
         raise BodyError(f"{where}: an image data URL must be base64 (data:{media_type};base64,...)")
     if comma + 1 == len(url):
@@ -211,56 +226,36 @@ def _check_image_url(where: str, url: str) -> None:
         raise BodyError(f"{where}: the data is not valid base64")
 
 
-def _split_data_url(where: str, url: str) -> tuple[str, bool, str]:
-    """Split `data:<media type>[;params][;base64],<data>` into its media type, encoding and data."""
-    header, comma, data = url[5:].partition(",")
-    if not comma:
-        raise BodyError(f"{where}: a data URL needs a comma before its data")
-    params = header.split(";")
-    is_base64 = params[-1].strip().lower() == "base64"
-    media_type = params[0].strip()
-    if media_type and "/" not in media_type:
-        raise BodyError(f"{where}: {_show(media_type)} is not a media type")
-    return media_type, is_base64, data
-
-
-def _decode_base64(where: str, data: str) -> bytes:
-    try:
-        return binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise BodyError(f"{where}: the data is not valid base64 ({exc})") from None
-
-
 def _file_text(where: str, file: Any) -> str:
     """A client's file part as text: local servers take files no other way (§2.2)."""
     if not isinstance(file, dict):
-        raise BodyError(f"{where} must be an object, not {_kind(file)}")
+        raise BodyError(f"{where} must be an object, not {json_type(file)}")
     name = file.get("filename")
     if name is None:
         name = ""
     elif not isinstance(name, str):
-        raise BodyError(f"{where}.filename must be a string, not {_kind(name)}")
+        raise BodyError(f"{where}.filename must be a string, not {json_type(name)}")
     data = file.get("file_data")
     if data is None:
         if file.get("file_id") is not None:
             raise BodyError(f"{where}: uploaded files (file_id) are not supported; send file_data")
         raise BodyError(f"{where}.file_data is missing")
     if not isinstance(data, str):
-        raise BodyError(f"{where}.file_data must be a string, not {_kind(data)}")
+        raise BodyError(f"{where}.file_data must be a string, not {json_type(data)}")
 
     here = f"{where}.file_data"
     if data[:5].lower() == "data:":
-        _, is_base64, payload = _split_data_url(here, data)
-        raw = _decode_base64(here, payload) if is_base64 else unquote_to_bytes(payload)
+        _, is_base64, payload = split_data_url(here, data)
+        raw = decode_base64(here, payload) if is_base64 else unquote_to_bytes(payload)
     else:
         # OpenAI documents file_data as bare base64; clients also send a data URL.
-        raw = _decode_base64(here, data)
+        raw = decode_base64(here, data)
     try:
         # utf-8-sig: a byte-order mark is an encoding artefact, not part of the text.
         contents = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise BodyError(
-            f"{where}: file {_show(name)} is not UTF-8 text; only text files can be sent"
+            f"{where}: file {shown(name)} is not UTF-8 text; only text files can be sent"
         ) from None
     return f'<file name="{_xml_attribute(name)}">\n{contents}\n</file>'
 
@@ -289,7 +284,7 @@ def _assistant(
     calls = msg.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list):
-            raise BodyError(f"{where}.tool_calls must be an array, not {_kind(calls)}")
+            raise BodyError(f"{where}.tool_calls must be an array, not {json_type(calls)}")
         built = [_tool_call(f"{where}.tool_calls[{k}]", c) for k, c in enumerate(calls)]
         if built:  # an empty array is rejected by some servers and says nothing
             out["tool_calls"] = built
@@ -300,7 +295,7 @@ def _assistant(
         if value is None:
             continue
         if not isinstance(value, str):
-            raise BodyError(f"{where}.{key} must be a string, not {_kind(value)}")
+            raise BodyError(f"{where}.{key} must be a string, not {json_type(value)}")
         if value:
             found[key] = value
     if reasoning_key is not None and found:
@@ -310,19 +305,19 @@ def _assistant(
 
 def _tool_call(where: str, call: Any) -> dict[str, Any]:
     if not isinstance(call, dict):
-        raise BodyError(f"{where} must be an object, not {_kind(call)}")
+        raise BodyError(f"{where} must be an object, not {json_type(call)}")
     call_id = call.get("id")
     if not isinstance(call_id, str):
-        raise BodyError(f"{where}.id must be a string, not {_kind(call_id)}")
+        raise BodyError(f"{where}.id must be a string, not {json_type(call_id)}")
     kind = call.get("type")
     if kind is not None and kind != "function":
-        raise BodyError(f"{where}.type must be 'function', not {_show(kind)}")
+        raise BodyError(f"{where}.type must be 'function', not {shown(kind)}")
     function = call.get("function")
     if not isinstance(function, dict):
-        raise BodyError(f"{where}.function must be an object, not {_kind(function)}")
+        raise BodyError(f"{where}.function must be an object, not {json_type(function)}")
     name = function.get("name")
     if not isinstance(name, str):
-        raise BodyError(f"{where}.function.name must be a string, not {_kind(name)}")
+        raise BodyError(f"{where}.function.name must be a string, not {json_type(name)}")
     arguments = function.get("arguments")
     if arguments is None:
         arguments = "{}"
@@ -339,18 +334,24 @@ def _tool_call(where: str, call: Any) -> dict[str, Any]:
 def _tool_result(where: str, msg: dict[str, Any], content: Any, out: dict[str, Any]) -> None:
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str):
-        raise BodyError(f"{where}.tool_call_id must be a string, not {_kind(call_id)}")
+        raise BodyError(f"{where}.tool_call_id must be a string, not {json_type(call_id)}")
     out["tool_call_id"] = call_id
     here = f"{where}.content"
     if content is _MISSING:
         raise BodyError(f"{here} is missing")
+    out["content"] = tool_result_text(here, content)
+
+
+def tool_result_text(where: str, content: Any) -> str:
+    """A tool result's content as the one string upstreams take, for every front end: a string
+    as it is, text parts joined, any other value (a structured result) as its JSON text.
+    Raises BodyError."""
     if isinstance(content, str):
-        out["content"] = content
-    elif _is_parts(content):
-        out["content"] = _text_content(here, content, "tool")
-    else:
-        # Upstreams take a tool result only as a string, so structured results become JSON text.
-        out["content"] = _json_text(here, content)
+        return content
+    if _is_parts(content):
+        return _text_content(where, content, "tool")
+    # Upstreams take a tool result only as a string, so structured results become JSON text.
+    return _json_text(where, content)
 
 
 def _is_parts(value: Any) -> bool:
@@ -367,19 +368,6 @@ def _json_text(where: str, value: Any) -> str:
         return msgspec.json.encode(value).decode("utf-8")
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise BodyError(f"{where} cannot be serialized as JSON ({exc})") from None
-
-
-def _kind(value: Any) -> str:
-    if value is None or value is _MISSING:
-        return "null"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """A short, safe rendering of a client's value for an error message."""
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:40] + "…")
-    return _kind(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,7 +440,7 @@ class StreamingBody:
 
     def __init__(self, payload: dict[str, Any]) -> None:
         if not isinstance(payload, dict):
-            raise BodyError(f"a request payload must be an object, not {_kind(payload)}")
+            raise BodyError(f"a request payload must be an object, not {json_type(payload)}")
         pieces: list[bytes | FileRef] = []
         _encode_into(payload, pieces)
         segments: list[bytes | FileRef] = []

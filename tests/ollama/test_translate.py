@@ -91,7 +91,7 @@ def test_empty_messages_are_kept_for_the_load_answer() -> None:
         ({"model": "lab/m", "stream": "yes"}, "stream must be a boolean"),
         ({"model": "lab/m", "messages": {}}, "messages must be an array"),
         ({"model": "lab/m", "messages": ["hi"]}, "messages[0] must be an object"),
-        ({"model": "lab/m", "messages": [{"content": "hi"}]}, "messages[0].role must be a string"),
+        ({"model": "lab/m", "messages": [{"content": "hi"}]}, "messages[0].role is missing"),
         ({"model": "lab/m", "messages": [{"role": "bot"}]}, "unknown role 'bot'"),
         (
             {"model": "lab/m", "messages": [{"role": "user", "content": 1}]},

@@ -1,0 +1,119 @@
+"""The one fold of normalized events into an answer, for every front end that does not stream it
+event by event: the OpenAI `chat.completion` (`encoder.CompletionAggregator`), Ollama's
+non-streamed answer and its tool-call line (`svir.ollama`), the assistant message the threads API
+stores, and the terminal client's transcript.
+
+`AnswerFold` only collects; each front end renders the result in its own shape, and decides there
+what it keeps (OpenAI keeps reasoning and refusal apart, Ollama joins refusal to content, the
+threads API keeps the reasoning of one carrier).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from svir.wire.errors import UpstreamError
+from svir.wire.events import (
+    ContentFilter,
+    Done,
+    Event,
+    Finish,
+    ReasoningCarrier,
+    ReasoningDelta,
+    RefusalDelta,
+    StreamError,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+)
+from svir.wire.toolcalls import ToolCall
+
+__all__ = ["AnswerFold", "openai_tool_call"]
+
+
+class AnswerFold:
+    """Events in (`add`), the answer's parts out: the pieces of text, reasoning and refusal as
+    they came, the tool calls, the finish reason, usage, content-filter verdicts, and whether the
+    stream ended complete (`done`) or failed (`error`)."""
+
+    __slots__ = (
+        "_args",
+        "_by_carrier",
+        "_starts",
+        "done",
+        "error",
+        "filters",
+        "finish_reason",
+        "reasoning",
+        "refusal",
+        "text",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.refusal: list[str] = []
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.error: UpstreamError | None = None
+        self.done = False
+        self.filters: list[ContentFilter] = []
+        self._by_carrier: dict[ReasoningCarrier, list[str]] = {}
+        self._starts: dict[int, ToolCallStart] = {}
+        self._args: dict[int, list[str]] = {}
+
+    def add(self, event: Event) -> None:
+        """Take one event (Role and Keepalive carry nothing for the answer)."""
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+            self._by_carrier.setdefault(event.carrier, []).append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            self._args.setdefault(event.index, []).append(event.arguments)
+        elif isinstance(event, ToolCallStart):
+            self._starts[event.index] = event
+            self._args.setdefault(event.index, [])
+        elif isinstance(event, RefusalDelta):
+            self.refusal.append(event.text)
+        elif isinstance(event, Finish):
+            self.finish_reason = event.reason
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, StreamError):
+            self.error = event.error
+        elif isinstance(event, Done):
+            self.done = True
+        elif isinstance(event, ContentFilter):
+            self.filters.append(event)
+
+    @property
+    def carriers(self) -> tuple[ReasoningCarrier, ...]:
+        """The reasoning carriers the answer used, in the order they first came."""
+        return tuple(self._by_carrier)
+
+    def reasoning_of(self, carrier: ReasoningCarrier | None) -> str:
+        """The reasoning that came under one carrier ("" for None)."""
+        return "".join(self._by_carrier.get(carrier, ())) if carrier is not None else ""
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self._starts)
+
+    def tool_calls(self) -> list[ToolCall]:
+        """The started calls by index, each with its argument pieces joined."""
+        return [
+            ToolCall(i, s.id, s.name, "".join(self._args[i]))
+            for i, s in sorted(self._starts.items())
+        ]
+
+
+def openai_tool_call(call: ToolCall) -> dict[str, Any]:
+    """A call as an OpenAI assistant message's `tool_calls` holds it."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
