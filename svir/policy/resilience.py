@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from svir.chat import ChatCall
+from svir.chat import ChatCall, Route
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.errors import GatewayError
 from svir.policy.bounded import BoundedMap
@@ -169,10 +169,15 @@ class Resilience:
         # Called with each attempt's call before it is opened (svir.keys: metrics, tracing).
         self.on_attempt: list[Callable[[ChatCall], None]] = []
 
-    def route_for(self, model: str) -> RouteConfig:
+    def route_for(self, model: str, resolved: dict[str, Route] | None = None) -> RouteConfig:
+        """The configured route of `model`, or a route of its own. A model without one is
+        resolved here, so that an unknown provider is a 404 before any state is made for it;
+        the Route found is kept in `resolved`, for the attempt not to resolve it again."""
         route = self.routes.get(model)
         if route is None:
-            self.router.resolve(model)  # a 404 for an unknown provider, before any state for it
+            found = self.router.resolve(model)
+            if resolved is not None:
+                resolved[model] = found
             route = RouteConfig(name=model, targets=(RouteTarget(model),))
         return route
 
@@ -287,10 +292,11 @@ class Resilience:
     ) -> ChatCall:
         """Open and prime a call for the request; raise the last GatewayError if all fail."""
         asked = request["model"]
-        route = self.route_for(asked)
+        resolved: dict[str, Route] = {}
+        route = self.route_for(asked, resolved)
         tiers: list[tuple[RouteTarget, ...]] = [route.targets]
         for f in route.fallbacks:
-            tiers.append(self.route_for(f).targets)
+            tiers.append(self.route_for(f, resolved).targets)
         last: GatewayError | None = None
         tried: list[str] = []
         tier = 0
@@ -306,7 +312,7 @@ class Resilience:
                         _cooling_error(targets), UpstreamError(ErrorKind.TRANSIENT, "cooling down")
                     )
                     break
-                target_route = self.router.resolve(d.model)
+                target_route = resolved.get(d.model) or self.router.resolve(d.model)
                 provider = target_route.provider
                 budget = self.budgets.get(provider.name)
                 if budget is None:
@@ -361,7 +367,9 @@ class Resilience:
                     if err.kind is ErrorKind.CONTEXT_OVERFLOW:
                         if route.context_fallback and not context_fallback_used:
                             context_fallback_used = True
-                            tiers[tier + 1 :] = [self.route_for(route.context_fallback).targets]
+                            tiers[tier + 1 :] = [
+                                self.route_for(route.context_fallback, resolved).targets
+                            ]
                             break
                         raise
                     if (
