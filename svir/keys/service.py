@@ -23,7 +23,6 @@ from svir.edges.asgi import Receive, Scope, Send, read_body, send_json
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
 from svir.errors import (
     BodyTooLarge,
-    ClientGone,
     GatewayError,
     LimitsUnavailable,
     auth_error,
@@ -38,7 +37,7 @@ from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
 from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
 from svir.store import default_url, make_store
 from svir.store.base import SqlStore
-from svir.wire.classify import ClientError, error_body
+from svir.wire.classify import ClientError
 from svir.wire.jsonbody import decode_body
 
 __all__ = ["KeysService", "install", "parse_since"]
@@ -258,12 +257,7 @@ class KeysService:
     async def serve_metrics(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        headers = {"x-request-id": rid}
-        try:
-            await self._check_metrics(scope)
-        except GatewayError as exc:
-            fields["error"] = exc.error.code or exc.error.type
-            return await _send_error(send, exc, headers)
+        await self._check_metrics(scope)  # a refusal is answered by the app's one error mapper
         assert self.metrics is not None
         body = self.metrics.render()
         await send(
@@ -332,13 +326,9 @@ class KeysService:
         try:
             since = parse_since(query.get("since"), now, start_of_day(now))
         except ValueError:
-            return await _send_error(
-                send,
-                request_error(
-                    "since must be like 24h, 7d, 2026-01-31 or Unix seconds", param="since"
-                ),
-                headers,
-            )
+            raise request_error(
+                "since must be like 24h, 7d, 2026-01-31 or Unix seconds", param="since"
+            ) from None
         body: dict[str, Any] = {
             "object": "usage",
             "key": _key_view(key),
@@ -385,68 +375,62 @@ class KeysService:
         headers = {"x-request-id": rid}
         method: str = scope["method"]
         parts = [p for p in scope["path"].split("/") if p][1:]
-        try:
-            self._check_admin(scope)
-            keys = self.keys
-            if keys is None or self.store is None:
-                raise GatewayError(
-                    ClientError(503, "server_error", "starting", "svir is starting.")
-                )
-            if parts == ["keys"] and method == "POST":
-                body = await self._read_json(scope, receive)
-                try:
-                    spec = spec_from_json(body)
-                except ValueError as exc:
-                    raise request_error(str(exc)) from None
-                record, secret = await keys.create(spec)
-                self.auth.forget()
-                fields["created_key"] = record.id
-                log.info("key created", extra={"fields": {"key_id": record.id, "name": spec.name}})
-                await send_json(send, 201, {**record.public(), "key": secret}, headers)
-                return 201
-            if parts == ["keys"] and method == "GET":
-                query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-                every = query.get("all") in ("1", "true")
-                records = await keys.list(include_revoked=every)
-                data = [r.public() for r in records]
-                await send_json(send, 200, {"object": "list", "data": data}, headers)
-                return 200
-            if len(parts) in (2, 3) and parts[0] == "keys":
-                key_id = parts[1]
-                if not is_key_id(key_id):
-                    raise _no_key(key_id)
-                revoke = (len(parts) == 2 and method == "DELETE") or (
-                    parts[2:] == ["revoke"] and method == "POST"
-                )
-                if revoke:
-                    revoked = await keys.revoke(key_id)
-                    if revoked is None:
-                        raise _no_key(key_id)
-                    self.auth.forget()
-                    log.info("key revoked", extra={"fields": {"key_id": key_id}})
-                    await send_json(send, 200, revoked.public(), headers)
-                    return 200
-                if len(parts) == 2 and method == "GET":
-                    found = await keys.get(key_id)
-                    if found is None:
-                        raise _no_key(key_id)
-                    try:
-                        figures = await self.backend.figures(found.id, found.limits)
-                    except LimitsUnavailable:
-                        figures = Figures()
-                    view = {**found.public(), "usage": limits_view(found.limits, figures)}
-                    await send_json(send, 200, view, headers)
-                    return 200
-            if parts == ["usage"] and method == "GET":
-                return await self._admin_usage(scope, send, headers)
-            raise request_error(
-                f"No admin route {method} {scope['path']}", status=404, code="not_found"
+        self._check_admin(scope)
+        keys = self.keys
+        if keys is None or self.store is None:
+            raise GatewayError(
+                ClientError(503, "server_error", "starting", "svir is starting.")
             )
-        except GatewayError as exc:
-            fields["error"] = exc.error.code or exc.error.type
-            return await _send_error(send, exc, headers)
-        except ClientGone:
-            return 499
+        if parts == ["keys"] and method == "POST":
+            body = await self._read_json(scope, receive)
+            try:
+                spec = spec_from_json(body)
+            except ValueError as exc:
+                raise request_error(str(exc)) from None
+            record, secret = await keys.create(spec)
+            self.auth.forget()
+            fields["created_key"] = record.id
+            log.info("key created", extra={"fields": {"key_id": record.id, "name": spec.name}})
+            await send_json(send, 201, {**record.public(), "key": secret}, headers)
+            return 201
+        if parts == ["keys"] and method == "GET":
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            every = query.get("all") in ("1", "true")
+            records = await keys.list(include_revoked=every)
+            data = [r.public() for r in records]
+            await send_json(send, 200, {"object": "list", "data": data}, headers)
+            return 200
+        if len(parts) in (2, 3) and parts[0] == "keys":
+            key_id = parts[1]
+            if not is_key_id(key_id):
+                raise _no_key(key_id)
+            revoke = (len(parts) == 2 and method == "DELETE") or (
+                parts[2:] == ["revoke"] and method == "POST"
+            )
+            if revoke:
+                revoked = await keys.revoke(key_id)
+                if revoked is None:
+                    raise _no_key(key_id)
+                self.auth.forget()
+                log.info("key revoked", extra={"fields": {"key_id": key_id}})
+                await send_json(send, 200, revoked.public(), headers)
+                return 200
+            if len(parts) == 2 and method == "GET":
+                found = await keys.get(key_id)
+                if found is None:
+                    raise _no_key(key_id)
+                try:
+                    figures = await self.backend.figures(found.id, found.limits)
+                except LimitsUnavailable:
+                    figures = Figures()
+                view = {**found.public(), "usage": limits_view(found.limits, figures)}
+                await send_json(send, 200, view, headers)
+                return 200
+        if parts == ["usage"] and method == "GET":
+            return await self._admin_usage(scope, send, headers)
+        raise request_error(
+            f"No admin route {method} {scope['path']}", status=404, code="not_found"
+        )
 
     async def _admin_usage(self, scope: Scope, send: Send, headers: dict[str, str]) -> int:
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
@@ -488,12 +472,6 @@ def _key_view(key: KeyRecord | None) -> dict[str, Any] | None:
 
 def _no_key(key_id: str) -> GatewayError:
     return request_error(f"No key {key_id!r}", status=404, code="key_not_found")
-
-
-async def _send_error(send: Send, error: GatewayError, headers: dict[str, str]) -> int:
-    ce = error.error
-    await send_json(send, ce.status, error_body(ce), {**headers, **ce.headers})
-    return ce.status
 
 
 def _listed_for_key(model: str) -> bool:
