@@ -24,9 +24,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from svir import __version__
-from svir.chat import ChatCall, unique_id
+from svir.call import CallContext
+from svir.chat import unique_id
 from svir.config import Config
 from svir.edges.asgi import (
+    CALL_CONTEXT,
     SSE_HEADERS,
     Message,
     Receive,
@@ -48,7 +50,9 @@ from svir.errors import (
     request_error,
 )
 from svir.gateway import Gateway
+from svir.keys.context import current_key
 from svir.log import log_request, request_id_var
+from svir.policy.resilience import Timing
 from svir.policy.routing import Router
 from svir.providers import validate_chat_request
 from svir.transport import Transport
@@ -90,14 +94,20 @@ class App:
     id and the log fields to fill, and may raise what the module doc lists."""
 
     def __init__(
-        self, config: Config, environ: Mapping[str, str], *, transport: Transport | None = None
+        self,
+        config: Config,
+        environ: Mapping[str, str],
+        *,
+        transport: Transport | None = None,
+        timing: Timing | None = None,
     ) -> None:
         self.config = config
         self.environ = environ
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
-        # The upstream client unless one is injected (svir.testing.MockTransport in tests).
-        self.gateway = Gateway(config, environ, transport or UpstreamClient())
+        # The upstream client unless one is injected (svir.testing.MockTransport in tests), and
+        # the policy's sleep, randomness and clock unless given (a test's own).
+        self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
         self.ready = False
         self._routes: dict[tuple[str, str], tuple[Handler, ErrorShape]] = {}
         self._paths: set[str] = set()
@@ -135,6 +145,16 @@ class App:
         """Send every request whose path starts with `prefix` to `handler` (errors as in
         `add_route`)."""
         self._mounts.append((prefix, handler, errors))
+
+    def call_context(
+        self, scope: Scope, rid: str, api: str, blobs: Blobs | None = None
+    ) -> CallContext:
+        """The context of the chat call a handler makes for this request (one per request), from
+        the front end `api` ("openai", "ollama", "threads", ...); the request's log fields
+        about the call are written from it when the request ends."""
+        ctx = CallContext(rid, api, current_key(), blobs)
+        scope[CALL_CONTEXT] = ctx
+        return ctx
 
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
@@ -236,6 +256,9 @@ class App:
                 status = await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
             fields["status"] = status
         finally:
+            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            if ctx is not None:
+                ctx.log_into(fields)
             fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
             for after in reversed(afters):
                 try:
@@ -287,18 +310,12 @@ class App:
         request = validate_chat_request(decode_body(skeleton))
         del skeleton
         fields["stream"] = bool(request.get("stream"))
-        return await until_disconnect(receive, self._serve_chat(request, send, rid, fields, blobs))
+        ctx = self.call_context(scope, rid, "openai", blobs)
+        return await until_disconnect(receive, self._serve_chat(request, send, ctx))
 
-    async def _serve_chat(
-        self,
-        request: dict[str, Any],
-        send: Send,
-        rid: str,
-        fields: dict[str, Any],
-        blobs: Blobs | None = None,
-    ) -> int:
-        headers = {"x-request-id": rid}
-        call = await self.gateway.open_chat(request, request_id=rid, fields=fields, blobs=blobs)
+    async def _serve_chat(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
+        headers = {"x-request-id": ctx.request_id}
+        call = await self.gateway.open_chat(ctx, request)
         headers.update(call.headers)
         try:
             if not request.get("stream"):
@@ -310,7 +327,6 @@ class App:
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
-            call_fields(call, fields)
 
 
 _DONE_FRAME = b"data: [DONE]\n\n"
@@ -419,19 +435,3 @@ async def _answer(
         return response.status
     await send_json(response, error.status, shape(error), {"x-request-id": rid, **error.headers})
     return error.status
-
-
-def call_fields(call: ChatCall, fields: dict[str, Any]) -> None:
-    s = call.stats
-    fields["upstream_request_id"] = s.upstream_request_id
-    fields["upstream_id"] = s.upstream_id
-    fields["finish_reason"] = s.finish_reason
-    if s.error_kind:
-        fields["error_kind"] = s.error_kind
-    if s.first_token_ms is not None:
-        fields["ttft_ms"] = s.first_token_ms
-    if s.tokens_per_second is not None:
-        fields["tokens_per_second"] = round(s.tokens_per_second, 2)
-    if s.usage is not None:
-        fields["prompt_tokens"] = s.usage.prompt_tokens
-        fields["completion_tokens"] = s.usage.completion_tokens

@@ -1,13 +1,16 @@
-"""Small ASGI helpers: read a bounded body, send JSON, start a stream."""
+"""Small ASGI helpers: read a bounded body, send JSON, start a stream, find a request's call."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from svir.errors import BodyTooLarge, ClientGone
+
+if TYPE_CHECKING:
+    from svir.call import CallContext
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -21,6 +24,16 @@ SSE_HEADERS = (
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 )
+
+
+# Where a request's scope keeps the context of the chat call its handler made (App.call_context).
+CALL_CONTEXT: Final = "svir.call"
+
+
+def call_context(scope: Scope) -> CallContext | None:
+    """The context of the chat call this request made, if it made one."""
+    ctx: CallContext | None = scope.get(CALL_CONTEXT)
+    return ctx
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
 from svir.config import ServerConfig
+from svir.edges.asgi import call_context
 from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
-    from svir.chat import ChatCall
+    from svir.call import CallContext
+    from svir.chat import ChatCall, CloseHook, Route
     from svir.policy.resilience import Resilience
     from svir.policy.routing import Router
 
@@ -109,12 +111,14 @@ def closed(value: object, allowed: frozenset[str]) -> str:
     return value if isinstance(value, str) and value in allowed else OTHER
 
 
-def error_class(fields: dict[str, Any]) -> str | None:
-    """The class of a finished request's failure, from its log fields: svir's error code or the
-    upstream failure's kind (closed: see `ERROR_CLASSES`), `http_<status>` for an error status
-    with neither, None when it did not fail."""
+def error_class(fields: dict[str, Any], call: CallContext | None) -> str | None:
+    """The class of a finished request's failure: svir's error code from its log fields, or the
+    failure's kind of the chat call it made (closed: see `ERROR_CLASSES`), `http_<status>` for an
+    error status with neither, None when it did not fail."""
     status = int(fields.get("status") or 500)
-    error = fields.get("error") or fields.get("error_kind")
+    error = fields.get("error")
+    if not error and call is not None and call.outcome.stats is not None:
+        error = call.outcome.stats.error_kind
     if error:
         return closed(error, ERROR_CLASSES)
     return f"http_{status}" if status >= 400 else None
@@ -353,7 +357,7 @@ class Metrics:
                 status = int(done.get("status") or 500)
                 self.http_requests.inc((endpoint, method, str(status)))
                 self.http_duration.observe((endpoint,), float(done.get("duration_ms", 0)) / 1000)
-                error = error_class(done)
+                error = error_class(done, call_context(scope))
                 if error is not None:
                     self.errors.inc((error,))
 
@@ -383,8 +387,8 @@ class Metrics:
         """Count every upstream attempt, and read the policy's state at scrape time."""
         self.router = policy.router
 
-        def attempt(call: ChatCall) -> None:
-            call.on_close.append(self._attempt_closed)
+        def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+            return self._attempt_closed
 
         policy.on_attempt.append(attempt)
         self.registry.collectors.append(lambda: self._policy_metrics(policy))

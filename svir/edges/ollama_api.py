@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from svir import __version__
+from svir.call import CallContext
 from svir.chat import ChatCall, Route
-from svir.edges.app import App, Handler, call_fields, until_disconnect
+from svir.edges.app import App, Handler, until_disconnect
 from svir.edges.asgi import (
     Receive,
     Scope,
@@ -110,7 +111,8 @@ class OllamaAPI:
             if not request["messages"]:
                 return await self._load(request, label, body, send, headers)
             validate_chat_request(request)
-            work = self._serve_chat(request, label, send, rid, fields)
+            ctx = self.app.call_context(scope, rid, "ollama")
+            work = self._serve_chat(request, label, send, ctx)
             return await until_disconnect(receive, work)
         except OllamaError as exc:
             fields["error"] = "invalid_request"
@@ -154,10 +156,10 @@ class OllamaAPI:
         return 200
 
     async def _serve_chat(
-        self, request: dict[str, Any], label: str, send: Send, rid: str, fields: dict[str, Any]
+        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext
     ) -> int:
-        headers = {"x-request-id": rid}
-        call = await self.app.gateway.open_chat(request, request_id=rid, fields=fields)
+        headers = {"x-request-id": ctx.request_id}
+        call = await self.app.gateway.open_chat(ctx, request)
         headers.update(call.headers)
         self.recent[request["model"]] = self.clock()
         metrics = functools.partial(_metrics, call)
@@ -180,7 +182,6 @@ class OllamaAPI:
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
-            call_fields(call, fields)
 
     # Models
 
@@ -314,7 +315,7 @@ def _metrics(call: ChatCall, usage: Usage | None) -> Metrics:
     """Counts from the upstream's usage; durations as svir saw them, in nanoseconds."""
     now = time.perf_counter()
     started = call.stats.started
-    first = call.decoder.rate.first
+    first = call.first_token_at
     if first is None or first < started:
         first = now
     return Metrics(

@@ -17,6 +17,7 @@ from typing import Any
 
 from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
+from svir.policy.resilience import Timing
 from svir.transport import Transport
 
 log = logging.getLogger("svir.server")
@@ -27,17 +28,23 @@ ENV_LOG_LEVEL = "SVIR_LOG_LEVEL"
 
 
 def build_app(
-    config: Config, environ: Mapping[str, str], *, transport: Transport | None = None
+    config: Config,
+    environ: Mapping[str, str],
+    *,
+    transport: Transport | None = None,
+    timing: Timing | None = None,
 ) -> App:
     """svir's app with every front end: keys and limits, Ollama's API, threads, managed models.
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
+    `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
+    make backoff and breakers run without waiting).
     """
     from svir.edges import managed, ollama_api, threads_api
     from svir.keys import service as keys_service
 
-    app = App(config, environ, transport=transport)
+    app = App(config, environ, transport=transport, timing=timing)
     keys_service.install(app)
     ollama_api.install(app)
     threads_api.install(app)

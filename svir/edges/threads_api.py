@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-from svir.edges.app import App, call_fields, send_stream, until_disconnect
+from svir.edges.app import App, send_stream, until_disconnect
 from svir.edges.asgi import (
     Receive,
     Scope,
@@ -270,9 +270,8 @@ class ThreadsAPI:
     async def _continue(self, r: Request) -> int:
         params = parse_continue(await self._json(r.scope, r.receive, empty={}))
         r.fields["stream"] = params.stream
-        run = r.service.continuation(
-            r.owner, r.parts[0], params, r.headers["x-request-id"], r.fields
-        )
+        ctx = self.app.call_context(r.scope, r.headers["x-request-id"], "threads")
+        run = r.service.continuation(r.owner, r.parts[0], params, ctx, r.fields)
 
         async def work() -> int:
             try:
@@ -291,8 +290,6 @@ class ThreadsAPI:
                 return await _stream(r.send, run.frames(), r.headers)
             finally:
                 await run.close()
-                if run.call is not None:
-                    call_fields(run.call, r.fields)
 
         try:
             return await until_disconnect(r.receive, work())

@@ -22,12 +22,12 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Final
 
+from svir.call import CallContext
 from svir.chat import ChatCall, Cut, visible_count
 from svir.config import LimitsConfig, PriceConfig
 from svir.edges.metrics import OUTCOMES, Metrics, closed
 from svir.errors import GatewayError, LimitsUnavailable
 from svir.gateway import OpenChat
-from svir.keys.auth import current_key
 from svir.keys.model import KeyRecord, model_allowed
 from svir.ledger import Ledger, LedgerRow
 from svir.policy.limits import (
@@ -39,7 +39,6 @@ from svir.policy.limits import (
     limit_description,
     windows_at,
 )
-from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event
@@ -180,15 +179,6 @@ def limit_error(key: KeyRecord, d: Denied) -> GatewayError:
     return GatewayError(limit_client_error(key, d))
 
 
-def _api_of(fields: dict[str, Any] | None) -> str:
-    path = (fields or {}).get("path") or ""
-    if path.startswith("/api/"):
-        return "ollama"
-    if path.startswith("/v1/threads"):
-        return "threads"
-    return "openai" if path else "internal"
-
-
 class Gate:
     """The interceptor (see the module doc). Any of backend, ledger and metrics may be None."""
 
@@ -236,22 +226,14 @@ class Gate:
             )
 
     async def __call__(
-        self,
-        request: dict[str, Any],
-        request_id: str,
-        fields: dict[str, Any] | None,
-        blobs: Blobs | None,
-        proceed: OpenChat,
+        self, ctx: CallContext, request: dict[str, Any], proceed: OpenChat
     ) -> ChatCall:
         started = time.perf_counter()
-        key = current_key()
+        key = ctx.key
         model = str(request.get("model"))
         if key is not None and not key.allows(model):
-            if fields is not None:
-                fields["limit"] = "models"
-            self._refused(
-                key, model, request_id, fields, status="model_not_allowed", started=started
-            )
+            ctx.outcome.limit = "models"
+            self._refused(ctx, model, status="model_not_allowed", started=started)
             raise GatewayError(
                 ClientError(
                     403,
@@ -280,13 +262,11 @@ class Gate:
                 ask = Ask(tokens=1, floor=1)  # only requests are counted
             try:
                 outcome = await backend.admit(
-                    key.id, limits, ask, f"{request_id}:{os.urandom(4).hex()}"
+                    key.id, limits, ask, f"{ctx.request_id}:{os.urandom(4).hex()}"
                 )
             except LimitsUnavailable as exc:
                 log.error("limits unavailable", extra={"fields": {"error": str(exc)}})
-                self._refused(
-                    key, model, request_id, fields, status="limits_unavailable", started=started
-                )
+                self._refused(ctx, model, status="limits_unavailable", started=started)
                 raise GatewayError(
                     ClientError(
                         503,
@@ -298,22 +278,14 @@ class Gate:
                     )
                 ) from None
             if isinstance(outcome, Denied):
-                if fields is not None:
-                    fields["limit"] = outcome.limit
+                ctx.outcome.limit = outcome.limit
                 if self.metrics is not None:
                     self.metrics.limit_rejections.inc((outcome.limit,))
-                self._refused(
-                    key,
-                    model,
-                    request_id,
-                    fields,
-                    status=f"{outcome.limit}_exceeded",
-                    started=started,
-                )
+                self._refused(ctx, model, status=f"{outcome.limit}_exceeded", started=started)
                 raise limit_error(key, outcome)
             grant = outcome
         try:
-            call = await proceed(request, request_id=request_id, fields=fields, blobs=blobs)
+            call = await proceed(ctx, request)
         except BaseException as exc:
             if grant is not None:
                 self.spawn(self.settle(grant, 0, 0))
@@ -323,57 +295,52 @@ class Gate:
                 status = (
                     exc.upstream.kind.value if exc.upstream is not None else (ce.code or ce.type)
                 )
-            self._refused(
-                key, model, request_id, fields, status=status, started=started, failed=True
-            )
+            self._refused(ctx, model, status=status, started=started, failed=True)
             raise
         meter = Meter(
             self,
             call,
-            key=key,
+            ctx,
             model=model,
             grant=grant,
             prompt_estimate=prompt_estimate,
             started=started,
-            fields=fields,
         )
-        if (
+        guarded = (
             grant is not None
             and limits is not None
             and (limits.token_budgets or limits.cost_budgets or limits.concurrent is not None)
-        ):
-            call.guard = meter
-        call.on_close.append(meter.closed)
+        )
+        call.attach(guard=meter if guarded else None, on_close=meter.closed)
         if self.metrics is not None:
             self.metrics.in_flight.inc((call.route.provider.name,))
         return call
 
     def _refused(
         self,
-        key: KeyRecord | None,
+        ctx: CallContext,
         model: str,
-        request_id: str,
-        fields: dict[str, Any] | None,
         *,
         status: str,
         started: float,
         failed: bool = False,
     ) -> None:
         """A call that never streamed: refused by svir, or failed at every upstream tried."""
-        f = fields or {}
+        o = ctx.outcome
         if self.metrics is not None:
-            labels = self.metrics.chat_labels(model, f.get("provider"))
+            labels = self.metrics.chat_labels(model, o.provider)
             self.metrics.chat_requests.inc((*labels, closed(status, OUTCOMES)))
         if self.ledger is not None:
+            key = ctx.key
             self.ledger.record(
                 LedgerRow(
                     ts=time.time(),
-                    request_id=request_id,
+                    request_id=ctx.request_id,
                     key_id=key.id if key is not None else None,
-                    api=_api_of(fields),
+                    api=ctx.api,
                     model=model,
-                    served_model=f.get("served_model"),
-                    provider=f.get("provider"),
+                    served_model=o.served_model,
+                    provider=o.provider,
                     status=status,
                     prompt_tokens=0,
                     completion_tokens=0,
@@ -398,22 +365,20 @@ class Meter:
         self,
         gate: Gate,
         call: ChatCall,
+        ctx: CallContext,
         *,
-        key: KeyRecord | None,
         model: str,
         grant: Grant | None,
         prompt_estimate: int | None,
         started: float,
-        fields: dict[str, Any] | None,
     ) -> None:
         self.gate = gate
-        self.call = call
-        self.key = key
+        self.ctx = ctx
+        self.key = ctx.key
         self.model = model
         self.grant = grant
         self.prompt_estimate = prompt_estimate
         self.started = started
-        self.fields = fields
         self.price = gate.price(call.model_label) or gate.price(model)
         self.delivered = 0
         self.seen = 0
@@ -512,8 +477,7 @@ class Meter:
         value = limits.value(name) or 0
         denial = budget_denial(name, value, used.get(name, value), w)
         self.cut = name
-        if self.fields is not None:
-            self.fields["limit"] = name
+        self.ctx.outcome.limit = name
         metrics = self.gate.metrics
         if metrics is not None:
             metrics.streams_cut.inc((name,))
@@ -547,7 +511,7 @@ class Meter:
             if self.prompt_estimate is None:
                 self.prompt_estimate = estimate_prompt_tokens(call.request)
             prompt = self.prompt_estimate
-            completion = self.delivered if cut else call.decoder.rate.count
+            completion = self.delivered if cut else call.visible_tokens
             reasoning = cached = None
             source = "counted"
         price = self.price
@@ -583,15 +547,15 @@ class Meter:
                 metrics.ttft.observe((provider,), ttft_ms / 1000)
             if s.tokens_per_second is not None:
                 metrics.tps.observe((provider,), s.tokens_per_second)
-        if self.fields is not None and source == "counted":
-            self.fields["usage_source"] = "counted"
+        if source == "counted":
+            self.ctx.outcome.usage_source = "counted"
         if gate.ledger is not None:
             gate.ledger.record(
                 LedgerRow(
                     ts=time.time(),
-                    request_id=call.request_id,
+                    request_id=self.ctx.request_id,
                     key_id=self.key.id if self.key is not None else None,
-                    api=_api_of(self.fields),
+                    api=self.ctx.api,
                     model=self.model,
                     served_model=call.model_label,
                     provider=provider,
