@@ -1,6 +1,7 @@
 """The typed context of one chat request: who asked and through which front end, and what became
 of the call. Every front end makes one and hands it to `Gateway.open_chat`; the policy and the key
-gate fill its outcome; the ledger, the metrics, the traces and the access log read it.
+gate fill its outcome; the ledger, the metrics, the traces and the access log read it. When the
+call is over the key gate settles it into a `CallRecord`, the ledger's row.
 
 The request's log fields about the call are written from it in one place (`CallContext.log_into`,
 when the request ends), so a log key is a name in a log line and nothing reads it back.
@@ -11,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 if TYPE_CHECKING:
     from svir.chat import CallStats
     from svir.keys.model import KeyRecord
     from svir.wire.blobs import Blobs
 
-__all__ = ["INTERNAL", "CallContext", "CallOutcome"]
+__all__ = ["INTERNAL", "CallContext", "CallOutcome", "CallRecord"]
 
 # The front end of a call that no client protocol made (tests, tools in process).
 INTERNAL = "internal"
@@ -84,3 +87,31 @@ class CallContext:
         if s.usage is not None:
             fields["prompt_tokens"] = s.usage.prompt_tokens
             fields["completion_tokens"] = s.usage.completion_tokens
+
+
+# Not tracked by the garbage collector (gc=False: every field is a str, a number or None, so a
+# record is never part of a cycle): up to a second of them waits in the ledger for its next write,
+# and tracked ones made every full collection under load walk thousands of them.
+class CallRecord(msgspec.Struct, gc=False):
+    """What one chat call came to, refused, failed or served: the usage ledger's row (a column a
+    field, svir.ledger) and what the metrics count."""
+
+    ts: float
+    request_id: str
+    key_id: str | None
+    api: str
+    model: str
+    served_model: str | None
+    provider: str | None
+    status: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None
+    cached_tokens: int | None
+    usage_source: str
+    cost_micros: int | None
+    latency_ms: float | None
+    ttft_ms: float | None
+    tokens_per_second: float | None
+    upstream_request_id: str | None
+    upstream_id: str | None

@@ -6,6 +6,7 @@ path."""
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ from svir.config import parse_config
 from svir.edges.server import build_app
 from svir.errors import GatewayError
 from svir.gateway import Gateway
+from svir.keys.gate import estimate_prompt_tokens
 from svir.policy.resilience import Timing
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event, Usage
+from tests.keys.test_telemetry import samples, value
 from tests.support.asgi import Lifespan
 
 CONFIG = """
@@ -169,32 +172,59 @@ def test_the_access_log_names_are_written_from_the_context() -> None:
     }
 
 
-async def test_each_front_end_names_itself_in_the_ledger(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+ADMIN = {"Authorization": "Bearer admin-key-1"}
+
+
+@pytest.fixture
+async def http(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """The whole app (every front end, keys, the ledger, metrics) over the mock upstream."""
     text = CONFIG + f'\n[store]\nurl = "sqlite:///{tmp_path / "svir.db"}"\n'
-    app = build_app(
-        parse_config(text), {"SVIR_ADMIN_KEY": "admin-key-1"}, transport=MockTransport(upstream)
-    )
+    environ = {"SVIR_ADMIN_KEY": "admin-key-1"}
+    app = build_app(parse_config(text), environ, transport=MockTransport(upstream))
     lifespan = Lifespan(app)
     await lifespan.start()
     try:
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://svir"
-        ) as http:
-            body = {"model": "g/ok", "messages": HI, "stream": False}
-            assert (await http.post("/v1/chat/completions", json=body)).status_code == 200
-            assert (await http.post("/api/chat", json=body)).status_code == 200
-            thread = (await http.post("/v1/threads", json={"model": "g/ok"})).json()["id"]
-            posted = await http.post(f"/v1/threads/{thread}/messages", json=HI[0])
-            assert posted.status_code == 200, posted.text
-            done = await http.post(f"/v1/threads/{thread}/continue", json={})
-            assert done.status_code == 200, done.text
-            usage = await http.get(
-                "/admin/usage?by=api,status",
-                headers={"Authorization": "Bearer admin-key-1"},
-            )
+        ) as client:
+            yield client
     finally:
         await lifespan.stop()
-    rows = {(r["api"], r["status"]): r for r in usage.json()["data"]}
-    assert set(rows) == {("openai", "ok"), ("ollama", "ok"), ("threads", "ok")}
+
+
+async def test_each_front_end_names_itself_in_the_ledger(http: httpx.AsyncClient) -> None:
+    body = {"model": "g/ok", "messages": HI, "stream": False}
+    assert (await http.post("/v1/chat/completions", json=body)).status_code == 200
+    assert (await http.post("/api/chat", json=body)).status_code == 200
+    thread = (await http.post("/v1/threads", json={"model": "g/ok"})).json()["id"]
+    posted = await http.post(f"/v1/threads/{thread}/messages", json=HI[0])
+    assert posted.status_code == 200, posted.text
+    done = await http.post(f"/v1/threads/{thread}/continue", json={})
+    assert done.status_code == 200, done.text
+    usage = await http.get("/admin/usage?by=api,status", headers=ADMIN)
+    rows = {(r["api"], r["status"]) for r in usage.json()["data"]}
+    assert rows == {("openai", "ok"), ("ollama", "ok"), ("threads", "ok")}
+
+
+async def test_the_metrics_count_a_cut_and_a_refusal_from_the_outcome(
+    http: httpx.AsyncClient,
+) -> None:
+    # The budget holds the prompt's estimate and one answer token of the two the upstream sends.
+    budget = estimate_prompt_tokens({"messages": HI}) + 1
+    created = await http.post(
+        "/admin/keys", json={"name": "tight", "tokens_per_day": budget}, headers=ADMIN
+    )
+    key = {"Authorization": f"Bearer {created.json()['key']}"}
+    body = {"model": "g/ok", "messages": HI, "stream": True}
+    cut = await http.post("/v1/chat/completions", json=body, headers=key)
+    assert cut.status_code == 200 and b"tokens_per_day_exceeded" in cut.content
+    refused = await http.post("/v1/chat/completions", json=body, headers=key)
+    assert refused.status_code == 429
+    found = samples((await http.get("/metrics", headers=ADMIN)).text)
+    assert value(found, "svir_streams_cut_total", limit="tokens_per_day") == 1
+    assert value(found, "svir_limit_rejections_total", limit="tokens_per_day") == 1
+    outcome = {"model": "g/ok", "provider": "g", "outcome": "tokens_per_day_exceeded"}
+    assert value(found, "svir_chat_requests_total", **outcome) == 1
+    refusal = {"model": "g/ok", "provider": "none", "outcome": "tokens_per_day_exceeded"}
+    assert value(found, "svir_chat_requests_total", **refusal) == 1
+    assert value(found, "svir_streams_in_flight", provider="g") == 0

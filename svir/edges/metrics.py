@@ -37,7 +37,7 @@ from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
-    from svir.call import CallContext
+    from svir.call import CallContext, CallRecord
     from svir.chat import ChatCall, CloseHook, Route
     from svir.policy.resilience import Resilience
     from svir.policy.routing import Router
@@ -256,7 +256,8 @@ class Registry:
 
 
 class Metrics:
-    """svir's metrics; the gateway's interceptor and the App's guard feed them."""
+    """svir's metrics; the App's guard, the policy's attempts and the key gate's calls (opened,
+    then settled) feed them."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
@@ -382,6 +383,38 @@ class Metrics:
                 return OTHER_MODEL, provider
             self._unlisted.add(model)
         return model, provider
+
+    def call_opened(self, ctx: CallContext, call: ChatCall) -> None:
+        """A chat call the key gate let through is streaming."""
+        self.in_flight.inc((call.route.provider.name,))
+
+    def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
+        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed."""
+        o = ctx.outcome
+        status = record.status
+        label, provider = self.chat_labels(record.model, record.provider)
+        self.chat_requests.inc((label, provider, closed(status, OUTCOMES)))
+        # The key's limit that refused the call, or cut its answer.
+        limit = o.limit if o.limit is not None and status == f"{o.limit}_exceeded" else None
+        if o.served_model is None:
+            if limit is not None:
+                self.limit_rejections.inc((limit,))
+            return
+        if limit is not None:
+            self.streams_cut.inc((limit,))
+        self.in_flight.inc((provider,), -1)
+        tokens = self.tokens
+        tokens.inc((label, provider, "prompt"), record.prompt_tokens)
+        tokens.inc((label, provider, "completion"), record.completion_tokens)
+        if record.reasoning_tokens:
+            tokens.inc((label, provider, "reasoning"), record.reasoning_tokens)
+        if record.cached_tokens:
+            tokens.inc((label, provider, "cached"), record.cached_tokens)
+        if record.ttft_ms is not None:
+            self.ttft.observe((provider,), record.ttft_ms / 1000)
+        tps = o.stats.tokens_per_second if o.stats is not None else None
+        if tps is not None:  # unrounded, unlike the record's
+            self.tps.observe((provider,), tps)
 
     def watch_attempts(self, policy: Resilience) -> None:
         """Count every upstream attempt, and read the policy's state at scrape time."""
