@@ -4,7 +4,8 @@ Routes: the admin API under `/admin/` (guarded by the admin key, `[auth] admin_k
 `GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
 metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
 tracing (when on), metrics, authentication. The gateway gets the gate (svir.keys.gate) around
-every chat call.
+every chat call; what each call came to (its `svir.call.CallRecord`) goes from the gate to the
+ledger and the metrics.
 """
 
 from __future__ import annotations
