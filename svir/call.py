@@ -9,7 +9,6 @@ when the request ends), so a log key is a name in a log line and nothing reads i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -25,8 +24,9 @@ __all__ = ["INTERNAL", "CallContext", "CallOutcome", "CallRecord"]
 INTERNAL = "internal"
 
 
-@dataclass(slots=True)
-class CallOutcome:
+# msgspec Structs rather than dataclasses: one of each is made per request, and a Struct is made
+# in a fraction of the time a frozen dataclass takes.
+class CallOutcome(msgspec.Struct):
     """What became of the call, filled as it goes: by the policy (who was tried, who served, what
     the serving call measured) and by the key gate (the limit that refused or cut it)."""
 
@@ -45,8 +45,7 @@ class CallOutcome:
     usage_source: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
+class CallContext(msgspec.Struct, frozen=True):
     """One chat request as the gateway sees it: its id, the front end it came in on ("openai",
     "ollama", "threads", ... or INTERNAL), the caller's key (None without keys), the large image
     data kept out of its body, and the outcome (the only part that changes)."""
@@ -55,7 +54,7 @@ class CallContext:
     api: str
     key: KeyRecord | None = None
     blobs: Blobs | None = None
-    outcome: CallOutcome = field(default_factory=CallOutcome)
+    outcome: CallOutcome = msgspec.field(default_factory=CallOutcome)
 
     def log_into(self, fields: dict[str, Any]) -> None:
         """Write the call's outcome into the request's log fields (the access log's names)."""

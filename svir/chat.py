@@ -178,7 +178,10 @@ class CallState(enum.Enum):
     CLOSED = "closed"  # the upstream let go, the stats settled, the close hooks run
 
 
+_NEW: Final = CallState.NEW
+_OPENING: Final = CallState.OPENING
 _PRIMED: Final = CallState.PRIMED
+_STREAMING: Final = CallState.STREAMING
 _CUT: Final = CallState.CUT
 _CLOSED: Final = CallState.CLOSED
 _NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
@@ -222,7 +225,7 @@ class ChatCall:
         self.headers = headers
         # Fields this upstream is known to reject, taken out of the body it is sent.
         self.drop_fields = drop_fields
-        self.state = CallState.NEW
+        self.state = _NEW
         self.stats = CallStats()
         self._decoder = StreamDecoder(
             think_tags=route.think_tags,
@@ -330,15 +333,15 @@ class ChatCall:
 
     async def open(self) -> None:
         """Send the request and read until the first visible output (see the class doc)."""
-        assert self.state is CallState.NEW, f"open() a call {self.state.value}"
-        self.state = CallState.OPENING
+        assert self.state is _NEW, f"open() a call {self.state.value}"
+        self.state = _OPENING
         try:
             await self._open()
         except BaseException:
             # Also when cancelled (the client went away): what the call holds is given back.
             self.close()
             raise
-        if self.state is CallState.OPENING:  # a call closed meanwhile stays closed
+        if self.state is _OPENING:  # a call closed meanwhile stays closed
             self.state = _PRIMED
 
     async def _open(self) -> None:
@@ -382,7 +385,7 @@ class ChatCall:
     async def _pairs(self) -> AsyncIterator[Batch]:
         assert self.state is _PRIMED, f"the output of a call {self.state.value}"
         assert self._source is not None
-        self.state = CallState.STREAMING
+        self.state = _STREAMING
         try:
             while self._primed:
                 batch = self._primed.pop(0)
