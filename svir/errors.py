@@ -139,7 +139,11 @@ class RequestError(Exception):
 
 
 class BodyTooLarge(Exception):
-    """The request body is over the configured limit."""
+    """The request body is over `limit` bytes (the route's limit); answered as body_too_large."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is over {limit} bytes")
+        self.limit = limit
 
 
 class ClientGone(Exception):

@@ -28,8 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svir.config import parse_config
-from svir.edges import managed, ollama_api, threads_api
+from svir.edges import managed
 from svir.edges.app import App
+from svir.edges.server import thread_service
+from svir.frontends import ollama, openai_chat, threads
 from svir.log import JSONFormatter
 from svir.providers.adapt import AnswerValidator
 from svir.threads.service import ThreadService
@@ -312,7 +314,7 @@ async def test_a_failure_after_the_response_started_is_logged_once_and_not_answe
         await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
         raise RuntimeError("broke mid-stream")
 
-    app.add_route("GET", "/half", half)
+    app.routes.add("GET", "/half", half)
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
@@ -440,7 +442,8 @@ async def managed_app(
     )
     app = App(config, {})
     managed.install(app)
-    ollama_api.install(app)
+    openai_chat.install(app)
+    ollama.install(app)
     async with running(app):
         yield app, tmp_path
 
@@ -515,7 +518,7 @@ async def test_an_unknown_model_of_a_managed_provider_is_a_404_for_threads(
         f'[providers.managed.models]\nx = "{Path(__file__)}"\n'
     )
     app = App(config, {})
-    threads_api.install(app)
+    threads.install(app, thread_service(app))
     async with running(app):
         r = await call(app, "/v1/threads", {"model": "m/nope"})
         error = assert_openai_error(r, 404)

@@ -1,16 +1,22 @@
-"""The HTTP edge of /v1/threads (see docs/threads.md).
+"""svir's threads API, /v1/threads (see docs/threads.md): a conversation kept by svir, continued
+by a model. This is its HTTP edge; what a thread is and does lives in svir.threads.
 
-    POST   /v1/threads                                  create
-    GET    /v1/threads                                  the caller's threads, paginated
-    GET    /v1/threads/{id}                             a thread with its messages
-    POST   /v1/threads/{id}                             change model, system or metadata
-    DELETE /v1/threads/{id}                             delete
-    POST   /v1/threads/{id}/messages                    append (JSON, or a multipart upload)
-    GET    /v1/threads/{id}/messages                    messages, paginated
-    GET    /v1/threads/{id}/messages/{message_id}       one message
-    GET    /v1/threads/{id}/attachments/{attachment_id} an attachment's bytes
-    POST   /v1/threads/{id}/continue                    the model's next turn, as frames
-    POST   /v1/threads/{id}/cancel                      cancel the running continuation
+    POST   /v1/threads                                         create
+    GET    /v1/threads                                         the caller's threads, paginated
+    GET    /v1/threads/{thread_id}                             a thread with its messages
+    POST   /v1/threads/{thread_id}                             change model, system or metadata
+    DELETE /v1/threads/{thread_id}                             delete
+    POST   /v1/threads/{thread_id}/messages                    append (JSON, or a multipart upload)
+    GET    /v1/threads/{thread_id}/messages                    messages, paginated
+    GET    /v1/threads/{thread_id}/messages/{message_id}       one message
+    GET    /v1/threads/{thread_id}/attachments/{attachment_id} an attachment's bytes
+    POST   /v1/threads/{thread_id}/continue                    the model's next turn, as frames
+    POST   /v1/threads/{thread_id}/cancel                      cancel the running continuation
+
+The request is a thread's messages, which svir.threads.service turns into the canonical chat
+request; the canonical events become the threads API's frames (svir.threads.frames, sent as SSE)
+or the last frame alone. Errors are OpenAI's shape, with more fields when a ThreadError carries
+them; a continue request answers every error with the error frame's object (seed 002).
 
 A thread belongs to the bearer token that created it (its SHA-256; no token is one fixed
 anonymous owner); any other token gets 404 for it.
@@ -25,22 +31,21 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-from svir.edges.app import App, call_fields, send_stream, until_disconnect
-from svir.edges.asgi import (
-    Receive,
-    Scope,
-    Send,
-    header,
+from svir.asgi import Receive, Scope, Send, header
+from svir.errors import GatewayError, ThreadError, request_error
+from svir.frontends.http import (
+    call_fields,
     headers_with,
     read_body,
+    read_json,
     send_json,
+    send_stream,
+    until_disconnect,
 )
-from svir.errors import GatewayError, ThreadError, request_error
-from svir.store import Store, default_url, make_store
+from svir.frontends.routes import Handler, Host
 from svir.threads import frames
 from svir.threads.service import ThreadService, parse_continue
 from svir.wire.classify import ClientError, error_body
-from svir.wire.jsonbody import decode_body
 
 __all__ = ["ANONYMOUS", "ThreadsAPI", "install", "owner_of"]
 
@@ -48,15 +53,36 @@ log = logging.getLogger("svir.threads")
 
 PREFIX: Final = "/v1/threads"
 ANONYMOUS: Final = "anonymous"
+_STORE_CLOSED: Final = GatewayError(
+    ClientError(503, "server_error", "store_unavailable", "The thread store is not open.")
+)
 
 
-def install(app: App) -> None:
-    """Serve /v1/threads on `app`: the routes, and the store opened at start-up and closed at
-    shut-down."""
-    api = ThreadsAPI(app)
-    app.mount(PREFIX, api.handle)
+def install(app: Host, service: ThreadService) -> ThreadsAPI:
+    """Serve /v1/threads on `app` with `service`: the routes, and the service's store opened at
+    start-up and closed at shut-down (the composition root builds the service and its store:
+    svir.edges.server.thread_service)."""
+    api = ThreadsAPI(app, service)
+    for method, template, handler in api.routes():
+        shape = continue_error if template.endswith("/continue") else thread_error
+        app.routes.add(method, PREFIX + template, api.handler(handler), shape)
     app.on_startup(api.startup)
     app.on_shutdown(api.shutdown)
+    return api
+
+
+def thread_error(exc: GatewayError) -> dict[str, Any]:
+    """OpenAI's error shape, with the fields a ThreadError adds to the error object."""
+    body = error_body(exc.error)
+    if isinstance(exc, ThreadError):
+        body["error"].update(exc.extra)
+    return body
+
+
+def continue_error(exc: GatewayError) -> frames.Frame:
+    """A continue request's error answer: the error frame's object (seed 002), which is an OpenAI
+    error body with two more fields."""
+    return frames.error(exc.error, **(exc.extra if isinstance(exc, ThreadError) else {}))
 
 
 def owner_of(scope: Scope) -> str:
@@ -83,120 +109,84 @@ class Request:
     send: Send
     service: ThreadService
     owner: str
-    parts: list[str]
+    thread_id: str
     headers: dict[str, str]
     fields: dict[str, Any]
 
+    def param(self, name: str) -> str:
+        """A parameter of the route's path (`message_id`, `attachment_id`)."""
+        value: str = self.scope["path_params"][name]
+        return value
+
+
+# What serves one thread route.
+Serve = Callable[[Request], Awaitable[int]]
+
 
 class ThreadsAPI:
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self.store: Store | None = None
+    def __init__(self, app: Host, service: ThreadService) -> None:
+        self.max_body_bytes = app.config.server.max_body_bytes
+        self._service = service
+        # The service while its store is open (None: a 503).
         self.service: ThreadService | None = None
 
     async def startup(self) -> None:
-        config = self.app.config.store
-        store = make_store(config.url or default_url(self.app.environ))
+        store = self._service.store
         await store.open()
-        self.store = store
-        self.service = ThreadService(store, self.app.gateway, config)
+        self.service = self._service
         log.info("thread store open", extra={"fields": {"store": store.dialect}})
 
     async def shutdown(self) -> None:
-        if self.service is not None:
-            await self.service.shutdown()
-        if self.store is not None:
-            store, self.store, self.service = self.store, None, None
-            await store.close()
+        service, self.service = self.service, None
+        if service is not None:
+            await service.shutdown()
+            await service.store.close()
 
-    # Routing
+    def routes(self) -> list[tuple[str, str, Serve]]:
+        """(method, template under PREFIX, handler of a Request)."""
+        return [
+            ("POST", "", self._create),
+            ("GET", "", self._list),
+            ("GET", "/{thread_id}", self._get),
+            ("POST", "/{thread_id}", self._update),
+            ("DELETE", "/{thread_id}", self._delete),
+            ("POST", "/{thread_id}/messages", self._post_messages),
+            ("GET", "/{thread_id}/messages", self._list_messages),
+            ("GET", "/{thread_id}/messages/{message_id}", self._get_message),
+            ("GET", "/{thread_id}/attachments/{attachment_id}", self._attachment),
+            ("POST", "/{thread_id}/continue", self._continue),
+            ("POST", "/{thread_id}/cancel", self._cancel),
+        ]
 
-    async def handle(
-        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
-    ) -> int:
-        headers = {"x-request-id": rid}
-        path: str = scope["path"]
-        rest = path[len(PREFIX) :]
-        if rest and not rest.startswith("/"):
-            return await _error(send, _no_route(path), headers)
-        parts = [p for p in rest.split("/") if p]
-        method: str = scope["method"]
-        service = self.service
-        if service is None:
-            error = GatewayError(
-                ClientError(
-                    503, "server_error", "store_unavailable", "The thread store is not open."
-                )
+    def handler(self, serve: Serve) -> Handler:
+        """The app's handler for a thread route: `serve` gets the Request once the store is open
+        (a 503 before)."""
+
+        async def handle(
+            scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+        ) -> int:
+            service = self.service
+            if service is None:
+                raise _STORE_CLOSED
+            params: dict[str, str] = scope.get("path_params") or {}
+            thread_id = params.get("thread_id", "")
+            if thread_id:
+                fields["thread_id"] = thread_id
+            owner = owner_of(scope)
+            request = Request(
+                scope, receive, send, service, owner, thread_id, {"x-request-id": rid}, fields
             )
-            return await _error(send, error, headers)
-        owner = owner_of(scope)
-        if parts:
-            fields["thread_id"] = parts[0]
-        try:
-            route = self._route(method, parts)
-            if route is None:
-                allowed = self._route_exists(parts)
-                if allowed:
-                    error = request_error(
-                        "Method not allowed", status=405, code="method_not_allowed"
-                    )
-                    return await _error(send, error, headers)
-                return await _error(send, _no_route(path), headers)
-            return await route(
-                Request(scope, receive, send, service, owner, parts, headers, fields)
-            )
-        except ThreadError as exc:
-            # The other errors, and svir's own failures, are answered by the app (svir.edges.app).
-            fields["error"] = exc.error.code or exc.error.type
-            return await _error(send, exc, headers, exc.extra)
+            return await serve(request)
 
-    _Route = Callable[[Request], Awaitable[int]]
-
-    def _route(self, method: str, parts: list[str]) -> _Route | None:
-        n = len(parts)
-        table: dict[tuple[str, int, str | None], ThreadsAPI._Route] = {
-            ("POST", 0, None): self._create,
-            ("GET", 0, None): self._list,
-            ("GET", 1, None): self._get,
-            ("POST", 1, None): self._update,
-            ("DELETE", 1, None): self._delete,
-            ("POST", 2, "messages"): self._post_messages,
-            ("GET", 2, "messages"): self._list_messages,
-            ("GET", 3, "messages"): self._get_message,
-            ("GET", 3, "attachments"): self._attachment,
-            ("POST", 2, "continue"): self._continue,
-            ("POST", 2, "cancel"): self._cancel,
-        }
-        return table.get((method, n, parts[1] if n >= 2 else None))
-
-    @staticmethod
-    def _route_exists(parts: list[str]) -> bool:
-        n = len(parts)
-        if n <= 1:
-            return True
-        return (n, parts[1]) in {
-            (2, "messages"),
-            (3, "messages"),
-            (3, "attachments"),
-            (2, "continue"),
-            (2, "cancel"),
-        }
+        return handle
 
     # Handlers
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | bytearray:
-        return await read_body(
-            receive, self.app.config.server.max_body_bytes, header(scope, b"content-length")
-        )
-
-    async def _json(self, scope: Scope, receive: Receive, *, empty: Any = None) -> Any:
-        raw = await self._body(scope, receive)
-        if not raw.strip():
-            return empty
-        return decode_body(raw)
+    async def _json(self, r: Request, *, empty: Any = None) -> Any:
+        return await read_json(r.scope, r.receive, self.max_body_bytes, empty=empty)
 
     async def _create(self, r: Request) -> int:
-        body = await self._json(r.scope, r.receive, empty={})
+        body = await self._json(r, empty={})
         thread = await r.service.create(r.owner, body)
         r.fields["thread_id"] = thread["id"]
         await send_json(r.send, 200, thread, r.headers)
@@ -209,44 +199,49 @@ class ThreadsAPI:
         return 200
 
     async def _get(self, r: Request) -> int:
-        await send_json(r.send, 200, await r.service.get(r.owner, r.parts[0]), r.headers)
+        await send_json(r.send, 200, await r.service.get(r.owner, r.thread_id), r.headers)
         return 200
 
     async def _update(self, r: Request) -> int:
-        body = await self._json(r.scope, r.receive, empty={})
-        await send_json(r.send, 200, await r.service.update(r.owner, r.parts[0], body), r.headers)
+        body = await self._json(r, empty={})
+        await send_json(r.send, 200, await r.service.update(r.owner, r.thread_id, body), r.headers)
         return 200
 
     async def _delete(self, r: Request) -> int:
-        await send_json(r.send, 200, await r.service.delete(r.owner, r.parts[0]), r.headers)
+        await send_json(r.send, 200, await r.service.delete(r.owner, r.thread_id), r.headers)
         return 200
 
     async def _post_messages(self, r: Request) -> int:
         content_type = (header(r.scope, b"content-type") or b"").decode("latin-1")
         if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
-            raw = bytes(await self._body(r.scope, r.receive))
-            result = await r.service.post_multipart_message(r.owner, r.parts[0], raw, content_type)
+            raw = bytes(await read_body(r.scope, r.receive, self.max_body_bytes))
+            result = await r.service.post_multipart_message(r.owner, r.thread_id, raw, content_type)
         else:
-            body = await self._json(r.scope, r.receive)
+            body = await self._json(r)
             if body is None:
                 raise request_error("The request body is empty: send a message")
-            result = await r.service.post_json_messages(r.owner, r.parts[0], body)
+            result = await r.service.post_json_messages(r.owner, r.thread_id, body)
         await send_json(r.send, 200, result, r.headers)
         return 200
 
     async def _list_messages(self, r: Request) -> int:
-        result = await r.service.list_messages(r.owner, r.parts[0], _query(r.scope))
+        result = await r.service.list_messages(r.owner, r.thread_id, _query(r.scope))
         await send_json(r.send, 200, result, r.headers)
         return 200
 
     async def _get_message(self, r: Request) -> int:
         await send_json(
-            r.send, 200, await r.service.get_message(r.owner, r.parts[0], r.parts[2]), r.headers
+            r.send,
+            200,
+            await r.service.get_message(r.owner, r.thread_id, r.param("message_id")),
+            r.headers,
         )
         return 200
 
     async def _attachment(self, r: Request) -> int:
-        media_type, data = await r.service.attachment(r.owner, r.parts[0], r.parts[2])
+        media_type, data = await r.service.attachment(
+            r.owner, r.thread_id, r.param("attachment_id")
+        )
         extra = {
             **r.headers,
             "content-type": media_type,
@@ -264,14 +259,14 @@ class ThreadsAPI:
         return 200
 
     async def _cancel(self, r: Request) -> int:
-        await send_json(r.send, 200, await r.service.cancel(r.owner, r.parts[0]), r.headers)
+        await send_json(r.send, 200, await r.service.cancel(r.owner, r.thread_id), r.headers)
         return 200
 
     async def _continue(self, r: Request) -> int:
-        params = parse_continue(await self._json(r.scope, r.receive, empty={}))
+        params = parse_continue(await self._json(r, empty={}))
         r.fields["stream"] = params.stream
         run = r.service.continuation(
-            r.owner, r.parts[0], params, r.headers["x-request-id"], r.fields
+            r.owner, r.thread_id, params, r.headers["x-request-id"], r.fields
         )
 
         async def work() -> int:
@@ -294,14 +289,7 @@ class ThreadsAPI:
                 if run.call is not None:
                     call_fields(run.call, r.fields)
 
-        try:
-            return await until_disconnect(r.receive, work())
-        except ThreadError as exc:
-            r.fields["error"] = exc.error.code or exc.error.type
-            return await _error(r.send, exc, r.headers, exc.extra, frame=True)
-        except GatewayError as exc:
-            r.fields["error"] = exc.error.code or exc.error.type
-            return await _error(r.send, exc, r.headers, frame=True)
+        return await until_disconnect(r.receive, work())
 
 
 async def _stream(
@@ -334,27 +322,3 @@ async def _stream(
 def _query(scope: Scope) -> dict[str, str]:
     raw: bytes = scope.get("query_string") or b""
     return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
-
-
-def _no_route(path: str) -> GatewayError:
-    return request_error(f"No route {path}", status=404, code="not_found")
-
-
-async def _error(
-    send: Send,
-    error: GatewayError,
-    headers: dict[str, str],
-    extra: dict[str, Any] | None = None,
-    *,
-    frame: bool = False,
-) -> int:
-    ce = error.error
-    if frame:
-        # A continue request answers every error with the error frame's object (seed 002), which
-        # is an OpenAI error body with two more fields.
-        body: dict[str, Any] = frames.error(ce, **(extra or {}))
-    else:
-        body = error_body(ce)
-        body["error"].update(extra or {})
-    await send_json(send, ce.status, body, {**headers, **ce.headers})
-    return ce.status
