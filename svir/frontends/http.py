@@ -13,6 +13,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any, Final
+from urllib.parse import parse_qsl
 
 import msgspec
 
@@ -27,6 +28,7 @@ __all__ = [
     "SSE_HEADERS",
     "call_fields",
     "headers_with",
+    "query_params",
     "read_body",
     "read_json",
     "request_id_of",
@@ -93,6 +95,12 @@ async def read_json(scope: Scope, receive: Receive, limit: int, *, empty: Any = 
     if empty is not _REQUIRED and not raw.strip():
         return empty
     return decode_body(raw)
+
+
+def query_params(scope: Scope) -> dict[str, str]:
+    """The request's query parameters (the last of a repeated name; a blank value kept as "")."""
+    raw: bytes = scope.get("query_string") or b""
+    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
 def headers_with(

@@ -29,13 +29,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import parse_qsl
 
 from svir.asgi import Receive, Scope, Send, header
 from svir.errors import GatewayError, ThreadError, request_error
 from svir.frontends.http import (
     call_fields,
     headers_with,
+    query_params,
     read_body,
     read_json,
     send_json,
@@ -194,7 +194,7 @@ class ThreadsAPI:
 
     async def _list(self, r: Request) -> int:
         await send_json(
-            r.send, 200, await r.service.list_threads(r.owner, _query(r.scope)), r.headers
+            r.send, 200, await r.service.list_threads(r.owner, query_params(r.scope)), r.headers
         )
         return 200
 
@@ -225,7 +225,7 @@ class ThreadsAPI:
         return 200
 
     async def _list_messages(self, r: Request) -> int:
-        result = await r.service.list_messages(r.owner, r.thread_id, _query(r.scope))
+        result = await r.service.list_messages(r.owner, r.thread_id, query_params(r.scope))
         await send_json(r.send, 200, result, r.headers)
         return 200
 
@@ -317,8 +317,3 @@ async def _stream(
 
     await send_stream(send, body(), headers)
     return 200
-
-
-def _query(scope: Scope) -> dict[str, str]:
-    raw: bytes = scope.get("query_string") or b""
-    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))

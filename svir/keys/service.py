@@ -16,7 +16,6 @@ import math
 import time
 from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import parse_qsl
 
 from svir.asgi import Receive, Scope, Send
 from svir.edges.app import VERBOSE, App
@@ -27,7 +26,7 @@ from svir.errors import (
     auth_error,
     request_error,
 )
-from svir.frontends.http import read_json, send_json
+from svir.frontends.http import query_params, read_json, send_json
 from svir.frontends.routes import Handler
 from svir.keys.auth import Authenticator, bearer_token, current_key
 from svir.keys.gate import Gate
@@ -321,7 +320,7 @@ class KeysService:
     ) -> int:
         headers = {"x-request-id": rid}
         key = current_key()
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        query = query_params(scope)
         now = time.time()
         try:
             since = parse_since(query.get("since"), now, start_of_day(now))
@@ -407,7 +406,7 @@ class KeysService:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         keys = self._admin_keys(scope)
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        query = query_params(scope)
         every = query.get("all") in ("1", "true")
         records = await keys.list(include_revoked=every)
         data = [r.public() for r in records]
@@ -447,7 +446,7 @@ class KeysService:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         self._admin_keys(scope)
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        query = query_params(scope)
         now = time.time()
         try:
             since = parse_since(query.get("since"), now, now - 86400)
