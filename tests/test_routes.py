@@ -45,6 +45,10 @@ def test_an_exact_path_is_one_lookup_and_a_template_keeps_its_parameters() -> No
     # A parameter is one whole segment: not empty, never two.
     for path in ("/v1/things//parts/p2", "/v1/things/t1/x/parts/p2", "/v1/things/t1/parts/p2/"):
         assert routes.match(scope_of("GET", path)).template is None, path
+    # A template is not a path: a client sending one gets a parameter named by its braces.
+    scope = scope_of("GET", "/v1/things/{thing_id}/parts/{part_id}")
+    assert routes.match(scope).template == "/v1/things/{thing_id}/parts/{part_id}"
+    assert scope["path_params"] == {"thing_id": "{thing_id}", "part_id": "{part_id}"}
 
 
 def test_a_route_is_added_once() -> None:

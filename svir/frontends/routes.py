@@ -55,7 +55,9 @@ class Route:
 class Routes:
     def __init__(self) -> None:
         self._exact: dict[tuple[str, str], Route] = {}
+        # Each template's routes by method; a template without parameters is also its path.
         self._by_template: dict[str, dict[str, Route]] = {}
+        self._by_path: dict[str, dict[str, Route]] = {}
         self._templates: list[tuple[re.Pattern[str], dict[str, Route]]] = []
         self._prefixes: list[tuple[str, ErrorShape]] = []
 
@@ -69,6 +71,8 @@ class Routes:
             methods = self._by_template[template] = {}
             if "{" in template:
                 self._templates.append((_pattern(template), methods))
+            else:
+                self._by_path[template] = methods
         if method in methods:
             raise ValueError(f"{method} {template} has a route already")
         route = Route(template, handler, errors)
@@ -87,7 +91,7 @@ class Routes:
         route = self._exact.get((method, path))
         if route is not None:
             return route
-        methods = self._by_template.get(path)
+        methods = self._by_path.get(path)
         params: dict[str, str] | None = None
         if methods is None:
             for pattern, candidates in self._templates:
