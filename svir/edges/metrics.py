@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
+from svir.asgi import call_context
 from svir.config import ServerConfig
-from svir.edges.asgi import call_context
 from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
