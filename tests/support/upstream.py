@@ -55,7 +55,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from pathlib import Path
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse, MockServer
+from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread
 from svir.wire.errors import ErrorKind, UpstreamError
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "PARSE_FAILURE",
     "PROMPT_TOKENS",
     "VLLM_MODELS",
+    "ScriptedServer",
     "ScriptedUpstream",
     "chunk",
     "corpus_names",
@@ -661,6 +662,10 @@ class ScriptedUpstream:
                 for i in ids
             ],
         }
+
+
+# The script over loopback HTTP on a thread of its own: what the fixtures yield.
+ScriptedServer = MockServerThread[ScriptedUpstream]
 
 
 def main(argv: list[str] | None = None) -> int:
