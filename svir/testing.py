@@ -26,17 +26,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import http
 import inspect
 import json
 import re
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
+
+import msgspec
 
 from svir.config import Timeouts
 from svir.transport import (
@@ -67,7 +78,7 @@ __all__ = [
 Body = bytes | Iterable[bytes] | AsyncIterable[bytes]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class MockRequest:
     """One request as the upstream would get it."""
 
@@ -77,28 +88,43 @@ class MockRequest:
     body: bytes
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        """The body's JSON (parsed once: a script may ask for it more than once)."""
+        cache = self.__dict__  # frozen, but a cache is not the request's state
+        if "_json" not in cache:
+            cache["_json"] = _decode_json(self.body)
+        return cache["_json"]
 
     @property
     def path(self) -> str:
-        return urlsplit(self.url).path
+        return _path(self.url)
 
     @property
     def query(self) -> dict[str, str]:
-        return dict(parse_qsl(urlsplit(self.url).query))
+        return dict(parse_qsl(self.url.partition("?")[2]))
 
     @property
     def model(self) -> str | None:
         """The model asked for: the deployment an Azure URL names, else the JSON body's `model`."""
-        deployment = _DEPLOYMENT.search(self.url)
-        if deployment is not None:
-            return deployment[1]
+        if "/openai/deployments/" in self.url:
+            deployment = _DEPLOYMENT.search(self.url)
+            if deployment is not None:
+                return deployment[1]
         try:
-            body = json.loads(self.body)
-        except ValueError:
+            body = self.json()
+        except msgspec.DecodeError:
             return None
         name = body.get("model") if isinstance(body, dict) else None
         return name if isinstance(name, str) else None
+
+
+_decode_json = msgspec.json.Decoder().decode
+
+
+def _path(url: str) -> str:
+    """A URL's path, without urlsplit's cost (a mock server reads one per request)."""
+    rest = url.partition("://")[2]
+    at = rest.find("/")
+    return rest[at:].partition("?")[0] if at >= 0 else "/"
 
 
 _DEPLOYMENT = re.compile(r"/openai/deployments/([^/?]+)/")
@@ -305,6 +331,55 @@ class RequestRecord:
         return self.ended.wait(timeout)
 
 
+class _RequestHeaders(Mapping[str, str]):
+    """A request's header fields, parsed on first use into `Headers`."""
+
+    __slots__ = ("_fields", "_parsed")
+
+    def __init__(self, fields: bytes) -> None:
+        self._fields = fields
+        self._parsed: Headers | None = None
+
+    @property
+    def _headers(self) -> Headers:
+        if self._parsed is None:
+            lines = self._fields.decode("latin-1").split("\r\n")
+            pairs = [line.partition(":") for line in lines if line]
+            self._parsed = Headers([(name, value.strip()) for name, _, value in pairs])
+        return self._parsed
+
+    def __getitem__(self, name: str) -> str:
+        return self._headers[name]
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._headers.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._headers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._headers)
+
+    def __len__(self) -> int:
+        return len(self._headers)
+
+
+def _field(lower_head: bytes, key: bytes) -> bytes | None:
+    """A field's value, found by its `key` (CRLF, lowercase name, colon) in a lowercased head
+    that starts with CRLF."""
+    at = lower_head.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = lower_head.find(b"\r\n", start)
+    return lower_head[start : end if end >= 0 else len(lower_head)].strip()
+
+
+_WHOLE_BODIES = (bytes, tuple, list)
+_MEMO_BODY = 64 * 1024  # a larger request is answered anew: its key would cost more than that
+_MEMO_ENTRIES = 4096
+
+
 class _Cut(Exception):
     """The handler's body broke the stream (an `UpstreamError`): the connection is aborted."""
 
@@ -318,7 +393,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] | None = None
         self.buf = bytearray()
-        self.head: tuple[str, str, bool, list[tuple[str, str]]] | None = None
+        self.head: tuple[str, str, bool, _RequestHeaders] | None = None
         self.need = 0  # body bytes of the request whose head was read
         self.task: asyncio.Task[None] | None = None
 
@@ -349,47 +424,47 @@ class _Connection(asyncio.Protocol):
                     if len(buf) > _MAX_HEAD:
                         self._refuse(431)
                     return
-                head = bytes(buf[:end]).decode("latin-1")
+                head = bytes(buf[:end])
                 del buf[: end + 4]
                 if not self._parse_head(head):
                     return
             if len(buf) < self.need:
                 return
-            body = bytes(memoryview(buf)[: self.need])
-            del buf[: self.need]
+            if len(buf) == self.need:
+                body = bytes(buf)
+                buf.clear()
+            else:
+                body = bytes(memoryview(buf)[: self.need])
+                del buf[: self.need]
             assert self.head is not None
             method, target, close, headers = self.head
             self.head = None
             self._answer(method, target, close, headers, body)
 
-    def _parse_head(self, head: str) -> bool:
-        line, *lines = head.split("\r\n")
-        parts = line.split(" ")
+    def _parse_head(self, head: bytes) -> bool:
+        line, _, fields = head.partition(b"\r\n")
+        parts = line.split(b" ")
         if len(parts) != 3:
             self._refuse(400)
             return False
-        method, target, version = parts
-        headers: list[tuple[str, str]] = []
-        length = 0
-        connection = ""
-        for field_line in lines:
-            name, _, value = field_line.partition(":")
-            value = value.strip()
-            headers.append((name, value))
-            key = name.lower()
-            if key == "content-length":
-                if not value.isdigit():
-                    self._refuse(400)
-                    return False
-                length = int(value)
-            elif key == "transfer-encoding":
-                self._refuse(411)  # no client svir's tests use sends a chunked request body
-                return False
-            elif key == "connection":
-                connection = value.lower()
-        close = connection != "keep-alive" if version == "HTTP/1.0" else connection == "close"
-        self.head = (method, target, close, headers)
-        self.need = length
+        method, target, version = (part.decode("latin-1") for part in parts)
+        # The few fields the server reads itself are found in the head as it is; the request's
+        # `headers` are parsed only if the handler looks at them (a benchmark's does not).
+        lower = b"\r\n" + fields.lower()
+        length = _field(lower, b"\r\ncontent-length:") or b"0"
+        if not length.isdigit():
+            self._refuse(400)
+            return False
+        if b"\r\ntransfer-encoding:" in lower:
+            self._refuse(411)  # no client svir's tests use sends a chunked request body
+            return False
+        if _field(lower, b"\r\nexpect:") == b"100-continue":
+            assert self.transport is not None
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        connection = _field(lower, b"\r\nconnection:")
+        close = connection != b"keep-alive" if version == "HTTP/1.0" else connection == b"close"
+        self.head = (method, target, close, _RequestHeaders(fields))
+        self.need = int(length)
         return True
 
     def _refuse(self, status: int) -> None:
@@ -404,17 +479,28 @@ class _Connection(asyncio.Protocol):
     # Answering
 
     def _answer(
-        self, method: str, target: str, close: bool, headers: list[tuple[str, str]], body: bytes
+        self, method: str, target: str, close: bool, headers: _RequestHeaders, body: bytes
     ) -> None:
         server = self.server
-        request = MockRequest(method, server.root_url + target, Headers(headers), body)
+        memo = server._memo
+        key = (method, target, close, body)
+        if memo is not None and len(body) <= _MEMO_BODY and self.transport is not None:
+            wire = memo.get(key)
+            if wire is not None:
+                self.transport.write(wire)
+                if close:
+                    self.transport.close()
+                return
+        request = MockRequest(method, server._root_url + target, headers, body)
         record = server._record(request, target, self.peer) if server.record else None
         try:
             answer = server.handler(request)
         except Exception as exc:
             answer = _raise(exc)
-        if isinstance(answer, MockResponse) and not isinstance(answer.body, AsyncIterable):
-            self._write_whole(answer, record, close)
+        if isinstance(answer, MockResponse) and type(answer.body) in _WHOLE_BODIES:
+            wire = self._write_whole(answer, record, close)
+            if memo is not None and len(body) <= _MEMO_BODY and len(memo) < _MEMO_ENTRIES:
+                memo[key] = wire
             server._finish(record, "completed")
             if close and self.transport is not None:
                 self.transport.close()
@@ -433,7 +519,7 @@ class _Connection(asyncio.Protocol):
             assert isinstance(response, MockResponse), (
                 f"a handler returns a MockResponse: {response!r}"
             )
-            if not isinstance(response.body, AsyncIterable):
+            if type(response.body) in _WHOLE_BODIES or not isinstance(response.body, AsyncIterable):
                 self._write_whole(response, record, close)
             else:
                 started = True
@@ -468,51 +554,31 @@ class _Connection(asyncio.Protocol):
     def _head(
         self, response: MockResponse, record: RequestRecord | None, close: bool, length: int | None
     ) -> tuple[bytes, bool]:
-        """The status line and headers; whether the body goes in chunked frames. A
-        Content-Length the handler set is kept (the body then goes as it is, short or not)."""
-        lines = [_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} Status\r\n"]
-        framed = True
-        for name, value in response.headers.items():
-            if name.lower() == "content-length":
-                framed = False
-            lines.append(f"{name}: {value}\r\n")
-        if framed:
-            if length is None:
-                lines.append("Transfer-Encoding: chunked\r\n")
-            else:
-                lines.append(f"Content-Length: {length}\r\n")
-        if close:
-            lines.append("Connection: close\r\n")
-        lines.append("\r\n")
         if record is not None:
             record.status = response.status
-        return "".join(lines).encode("latin-1"), framed and length is None
+        return _head(response.status, tuple(response.headers.items()), length, close)
 
     def _write_whole(
         self, response: MockResponse, record: RequestRecord | None, close: bool
-    ) -> None:
-        """A bytes body or a chunk list: the whole answer in one write."""
-        transport = self.transport
-        if transport is None:
-            return
+    ) -> bytes:
+        """A bytes body or a chunk list: the whole answer in one write (and its bytes)."""
         body = response.body
         if isinstance(body, bytes):
             head, _ = self._head(response, record, close, len(body))
-            transport.write(head + body)
-            chunks = [body] if body else []
+            wire = head + body
+            chunks: tuple[bytes, ...] = (body,) if body else ()
         else:
-            chunks = [bytes(c) for c in body if c]  # type: ignore[union-attr]
+            chunks = body if isinstance(body, tuple) else tuple(body)  # type: ignore[arg-type]
             length = sum(map(len, chunks)) if self.server.framing == "length" else None
             head, chunked = self._head(response, record, close, length)
-            if chunked:
-                frames = [b"%x\r\n%s\r\n" % (len(c), c) for c in chunks]
-                transport.write(head + b"".join(frames) + _LAST_CHUNK)
-            else:
-                transport.write(head + b"".join(chunks))
+            wire = head + (_chunked(chunks) if chunked else b"".join(chunks))
+        if self.transport is not None:
+            self.transport.write(wire)
         if record is not None:
-            record.writes += len(chunks)
+            record.writes += sum(1 for c in chunks if c)
             record.bytes_sent += sum(map(len, chunks))
             record.sent_all = True
+        return wire
 
     async def _stream(
         self,
@@ -545,6 +611,37 @@ class _Connection(asyncio.Protocol):
             record.sent_all = True
 
 
+@functools.lru_cache(maxsize=1024)
+def _head(
+    status: int, headers: tuple[tuple[str, str], ...], length: int | None, close: bool
+) -> tuple[bytes, bool]:
+    """The status line and headers, and whether the body goes in chunked frames. A
+    Content-Length the handler set is kept (the body then goes as it is, short or not). Cached:
+    a benchmark's answers repeat."""
+    lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Status\r\n"]
+    framed = True
+    for name, value in headers:
+        if name.lower() == "content-length":
+            framed = False
+        lines.append(f"{name}: {value}\r\n")
+    if framed:
+        if length is None:
+            lines.append("Transfer-Encoding: chunked\r\n")
+        else:
+            lines.append(f"Content-Length: {length}\r\n")
+    if close:
+        lines.append("Connection: close\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1"), framed and length is None
+
+
+@functools.lru_cache(maxsize=256)
+def _chunked(chunks: tuple[bytes, ...]) -> bytes:
+    """`chunks` in chunked frames, with the last chunk. Cached: a prebuilt answer is a tuple
+    (a list is hashed as the tuple it is made into), framed once."""
+    return b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c) + _LAST_CHUNK
+
+
 async def _raise(exc: Exception) -> MockResponse:
     raise exc
 
@@ -553,7 +650,11 @@ class _ServerCore(Generic[H]):
     """What `MockServer` and `MockServerThread` share: the listener, the records, the URLs.
 
     `framing` is how a chunk list is sent ("chunked" frames, or "length": joined, with a
-    Content-Length); `record=False` keeps no records (a benchmark's upstream).
+    Content-Length). A benchmark's upstream passes `record=False` (no records) and `memo=True`:
+    a request the server has seen (the same method, target, body and keep-alive; bodies up to
+    64 KiB) gets the bytes it was answered with, without the handler, whose whole answers must
+    then depend on nothing else (streamed ones are asked for each time). That keeps the server
+    out of a gateway benchmark's way: see the BENCHMARKS entry of issue 14.
     """
 
     def __init__(
@@ -564,18 +665,21 @@ class _ServerCore(Generic[H]):
         port: int = 0,
         framing: Literal["chunked", "length"] = "chunked",
         record: bool = True,
+        memo: bool = False,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.framing = framing
         self.record = record
+        self._memo: dict[tuple[str, str, bool, bytes], bytes] | None = {} if memo else None
         self.requests: list[RequestRecord] = []
         self.disconnects: list[RequestRecord] = []
         self.disconnected = threading.Event()
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._closing = False
+        self._root_url = self.root_url
 
     @property
     def root_url(self) -> str:
@@ -607,8 +711,8 @@ class _ServerCore(Generic[H]):
     ) -> RequestRecord:
         path, _, query = target.partition("?")
         try:
-            body = json.loads(request.body) if request.body else None
-        except ValueError:
+            body = request.json() if request.body else None
+        except msgspec.DecodeError:
             body = None
         record = RequestRecord(
             request.method,
@@ -642,6 +746,7 @@ class _ServerCore(Generic[H]):
             lambda: _Connection(self), self.host, self.port, backlog=2048, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        self._root_url = self.root_url
 
     async def _stop(self) -> None:
         self._closing = True

@@ -6,17 +6,22 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from svir.testing import MockServer, MockServerThread
+from svir.config import Timeouts
+from svir.edges.upstream import UpstreamClient
+from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread, MockTransport
+from svir.transport import Transport
+from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.upstream import (
     BODIES_DIR,
     CORPUS_DIR,
     LLAMA_CPP_MODELS,
+    OK_TEXTS,
     VLLM_MODELS,
     ScriptedUpstream,
     corpus_names,
@@ -25,6 +30,7 @@ from tests.support.upstream import (
     split_lines,
     split_pieces,
     status_model,
+    token_stream,
 )
 
 BODY_NAMES = sorted(p.stem for p in BODIES_DIR.glob("*.json"))
@@ -200,7 +206,9 @@ async def test_options_can_change_between_requests(client: httpx.AsyncClient) ->
 # Azure routes
 
 
-async def test_azure_deployment_route(server: MockServer[ScriptedUpstream], client: httpx.AsyncClient) -> None:
+async def test_azure_deployment_route(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     url = f"{server.root_url}/openai/deployments/azure-block/chat/completions"
     async with client.stream(
         "POST",
@@ -219,7 +227,9 @@ async def test_azure_deployment_route(server: MockServer[ScriptedUpstream], clie
     assert rec.headers["API-Key"] == "azure-key"
 
 
-async def test_azure_v1_route(server: MockServer[ScriptedUpstream], client: httpx.AsyncClient) -> None:
+async def test_azure_v1_route(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     url = f"{server.root_url}/openai/v1/chat/completions"
     _, data = await read_raw(client, url, chat("azure-async"))
     assert data == corpus("azure-async")
@@ -370,7 +380,9 @@ async def test_stall_401_sends_headers_and_never_the_body(
     assert rec.bytes_sent == 0
 
 
-async def test_not_a_stream(server: MockServer[ScriptedUpstream], client: httpx.AsyncClient) -> None:
+async def test_not_a_stream(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     resp = await client.post(f"{server.base_url}/chat/completions", json=chat("not-a-stream"))
     assert resp.status_code == 200
     assert resp.headers["content-type"] == "application/json"
@@ -468,7 +480,9 @@ async def test_stall_first_byte_sends_nothing(
     assert rec.body == chat("stall-first-byte")
 
 
-async def test_stall_mid_sends_one_chunk(server: MockServer[ScriptedUpstream], client: httpx.AsyncClient) -> None:
+async def test_stall_mid_sends_one_chunk(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     async with client.stream(
         "POST",
         f"{server.base_url}/chat/completions",
@@ -687,3 +701,129 @@ def test_sync_openai_sdk_streams_through_the_thread_server() -> None:
             )
         assert srv.chat_requests[0].body["stream_options"] == {"include_usage": True}
         assert srv.chat_requests[0].headers["Authorization"] == "Bearer sk-test"
+
+
+# The same script in process (MockTransport) and over HTTP (MockServer and svir's own client)
+
+LOCAL = "http://upstream.test/v1"
+TIMEOUTS = Timeouts()
+
+
+@pytest.fixture(params=["in process", "over http"])
+async def transport(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Transport, str]]:
+    """A transport to the scripted upstream, and the upstream's base URL."""
+    script = ScriptedUpstream(retry_after="1")
+    if request.param == "in process":
+        yield MockTransport(script), LOCAL
+        return
+    client = UpstreamClient()
+    async with MockServer(script) as srv:
+        try:
+            yield client, srv.base_url
+        finally:
+            await client.close()
+
+
+async def play(
+    transport: tuple[Transport, str], model: str, timeouts: Timeouts = TIMEOUTS
+) -> bytes:
+    """What a chat request for `model` streams back, read to its end."""
+    client, base = transport
+    body = json.dumps(chat(model)).encode()
+    stream = await client.open_stream(
+        f"{base}/chat/completions",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-t"},
+        body=body,
+        timeouts=timeouts,
+    )
+    data = b""
+    try:
+        async for piece in stream.iter_bytes():
+            data += piece
+    finally:
+        stream.close()
+    return data
+
+
+async def refused(
+    transport: tuple[Transport, str], model: str, timeouts: Timeouts = TIMEOUTS
+) -> UpstreamError:
+    with pytest.raises(UpstreamError) as info:
+        await play(transport, model, timeouts)
+    return info.value
+
+
+async def test_a_stream_is_the_same_both_ways(transport: tuple[Transport, str]) -> None:
+    assert await play(transport, "ok") == b"".join(token_stream("ok", OK_TEXTS))
+    assert await play(transport, "mlx-lm") == corpus("mlx-lm")
+    tokens = await play(transport, "tok-3")
+    assert tokens.count(b'"content":"w') == 3 and tokens.endswith(b"data: [DONE]\n\n")
+
+
+async def test_errors_are_classified_the_same_both_ways(transport: tuple[Transport, str]) -> None:
+    assert (await refused(transport, "flaky-1")).kind is ErrorKind.TRANSIENT
+    assert b"hello" in await play(transport, "flaky-1")  # the second request is served
+    limited = await refused(transport, "limited")
+    assert limited.kind is ErrorKind.RATE_LIMITED and limited.retry_after == 1.0
+    overflow = await refused(transport, status_model("vllm-overflow-400"))
+    assert overflow.kind is ErrorKind.CONTEXT_OVERFLOW
+    assert (await refused(transport, "echo-401")).kind is ErrorKind.AUTH
+    assert (await refused(transport, "not-a-stream")).kind is ErrorKind.NOT_A_STREAM
+
+
+async def test_breaks_and_stalls_are_the_same_both_ways(transport: tuple[Transport, str]) -> None:
+    cut = await refused(transport, "reset-late")
+    assert cut.kind is ErrorKind.INCOMPLETE and cut.in_stream
+    quick = Timeouts(first_byte=0.2, idle=0.2)
+    assert (await refused(transport, "stall-first-byte", quick)).kind is ErrorKind.TIMEOUT
+    stalled = await refused(transport, "stall-mid", quick)
+    assert stalled.kind is ErrorKind.TIMEOUT and stalled.in_stream
+
+
+async def test_a_handler_that_raises_is_recorded_as_an_error(client: httpx.AsyncClient) -> None:
+    def handler(request: MockRequest) -> MockResponse:
+        raise RuntimeError("the script is wrong")
+
+    async with MockServer(handler) as srv:
+        resp = await client.post(f"{srv.base_url}/chat/completions", json=chat("x"))
+        assert resp.status_code == 500
+        rec = await srv.wait_ended(srv.last)
+    assert rec.outcome == "error" and isinstance(rec.error, RuntimeError)
+
+
+async def test_keep_alive_and_framing(client: httpx.AsyncClient) -> None:
+    script = ScriptedUpstream()
+    async with MockServer(script, framing="length") as srv:
+        for _ in range(3):
+            resp = await client.post(f"{srv.base_url}/chat/completions", json=chat("ok"))
+            assert resp.content == b"".join(token_stream("ok", OK_TEXTS))
+            assert "transfer-encoding" not in resp.headers
+        assert len({r.peer for r in srv.requests}) == 1  # one connection, kept alive
+        assert [r.writes for r in srv.requests] == [len(token_stream("ok", OK_TEXTS))] * 3
+    async with MockServer(script) as srv:
+        resp = await client.post(f"{srv.base_url}/chat/completions", json=chat("ok"))
+        assert resp.headers["transfer-encoding"] == "chunked"
+        assert resp.content == b"".join(token_stream("ok", OK_TEXTS))
+
+
+async def test_a_memo_answers_a_repeated_request_without_the_handler(
+    client: httpx.AsyncClient,
+) -> None:
+    script = ScriptedUpstream()
+    calls: list[MockRequest] = []
+
+    def handler(request: MockRequest) -> MockResponse | Awaitable[MockResponse]:
+        calls.append(request)
+        return script(request)
+
+    async with MockServer(handler, record=False, memo=True) as srv:
+        url = f"{srv.base_url}/chat/completions"
+        first = [await client.post(url, json=chat("stream-3")) for _ in range(3)]
+        other = await client.post(url, json=chat("json"))
+        drips = [await client.post(url, json=chat("drip-2")) for _ in range(2)]
+    assert [r.content for r in first] == [first[0].content] * 3
+    assert first[0].content.count(b'"content"') == 3 and b'"model":"json"' in other.content
+    assert drips[0].content == drips[1].content
+    # One call per distinct whole answer; a streamed answer (drip) is asked for each time.
+    assert [r.model for r in calls] == ["stream-3", "json", "drip-2", "drip-2"]
+    assert srv.requests == []

@@ -65,6 +65,7 @@ __all__ = [
     "CRASH",
     "FOREIGN_TOKEN",
     "LLAMA_CPP_MODELS",
+    "OK_TEXTS",
     "PARSE_FAILURE",
     "PROMPT_TOKENS",
     "VLLM_MODELS",
@@ -105,6 +106,8 @@ DONE = b"data: [DONE]\n\n"
 NOT_FOUND_BODY = b'{"error":{"message":"model not found"}}'
 JSON = {"Content-Type": "application/json"}
 SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+BENCH_SSE = {**SSE, "x-request-id": "fake-upstream"}
+BENCH_JSON = {**JSON, "x-request-id": "fake-upstream"}
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _STATUS_RE = re.compile(r"status-(\d{3})-([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -360,7 +363,6 @@ def error(status: int, body: Any, headers: Mapping[str, str] | None = None) -> M
     return MockResponse.json(body, status, headers)
 
 
-@functools.lru_cache(maxsize=64)
 def _bench_completion(model: str) -> bytes:
     return json.dumps(
         {
@@ -385,9 +387,8 @@ def _bench_completion(model: str) -> bytes:
     ).encode()
 
 
-@functools.lru_cache(maxsize=64)
 def _bench_stream(model: str, count: int | None) -> tuple[bytes, ...]:
-    """`json`'s stream (count None), or `stream-N`'s frames; built once per model."""
+    """`json`'s stream (count None), or `stream-N`'s frames."""
     if count is None:
         texts, tokens = [BENCH_ANSWER], BENCH_ANSWER_TOKENS
     else:
@@ -396,6 +397,18 @@ def _bench_stream(model: str, count: int | None) -> tuple[bytes, ...]:
     return tuple(token_stream(model, texts, usage=usage, role_alone=False))
 
 
+@functools.lru_cache(maxsize=64)
+def _bench_answer(name: str) -> MockResponse | None:
+    """`stream-N`'s answer, or `drip-N`'s frames (its headers say which); None for another name."""
+    match = _BENCH_RE.fullmatch(name)
+    if match is None:
+        return None
+    frames = _bench_stream(name, int(match[2]) if match[2] is not None else DRIP_DEFAULT)
+    return MockResponse(body=frames, headers=BENCH_SSE if match[1] == "stream" else SSE)
+
+
+BENCH_COMPLETION = MockResponse(body=_bench_completion("json"), headers=BENCH_JSON)
+BENCH_JSON_STREAM = MockResponse(body=_bench_stream("json", None), headers=BENCH_SSE)
 NOT_FOUND = MockResponse(404, NOT_FOUND_BODY, JSON)
 OK_TEXTS = ("hello", " world")
 
@@ -460,20 +473,16 @@ class ScriptedUpstream:
         self, request: MockRequest, name: str, n: int
     ) -> MockResponse | Awaitable[MockResponse] | None:
         """What `name` answers to its `n`-th request; None for a name with no behaviour."""
-        ok = MockResponse(body=token_stream(name, OK_TEXTS), headers=SSE)
-        # The bench's first: they must cost the least.
+        # The bench's first: they must cost the least (answers built once, no per-request JSON).
         if name == "json":
-            if request.json().get("stream") is True:
-                return MockResponse(body=_bench_stream(name, None), headers=SSE)
-            return MockResponse(body=_bench_completion(name), headers=JSON)
-        bench = _BENCH_RE.fullmatch(name)
+            return BENCH_JSON_STREAM if request.json().get("stream") is True else BENCH_COMPLETION
+        bench = _bench_answer(name)
         if bench is not None:
-            count = int(bench[2]) if bench[2] is not None else DRIP_DEFAULT
-            frames = _bench_stream(name, count)
-            if bench[1] == "stream":
-                return MockResponse(body=frames, headers=SSE)
-            return MockResponse(body=paced(frames, self.drip), headers=SSE)
+            if bench.headers is BENCH_SSE:
+                return bench
+            return MockResponse(body=paced(bench.body, self.drip), headers=BENCH_SSE)  # type: ignore[arg-type]
         # The faults of the policy tests.
+        ok = MockResponse(body=token_stream(name, OK_TEXTS), headers=SSE)
         if name == "ok":
             return ok
         if name == "slow":
@@ -686,7 +695,9 @@ def main(argv: list[str] | None = None) -> int:
     script = ScriptedUpstream(
         drip=args.drip_interval, models=["json", "stream-20", "drip"], fallback="json"
     )
-    server = MockServer(script, host=args.host, port=args.port, framing=args.framing, record=False)
+    server = MockServer(
+        script, host=args.host, port=args.port, framing=args.framing, record=False, memo=True
+    )
     print(f"scripted upstream on {server.base_url} ({args.framing})", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(server.serve_forever())
