@@ -1,5 +1,6 @@
-"""`MockTransport`: a `svir.transport.Transport` whose upstream is a function, for tests (svir's own
-policy tests in tests/test_policy_inprocess.py, and its users'), as httpx's `MockTransport` is.
+"""An upstream that is a function, for tests (svir's own and its users'): in process through
+`MockTransport`, a `svir.transport.Transport` as httpx's `MockTransport` is, and over loopback
+HTTP through `MockServer`. svir's own script of upstream behaviours is tests/support/upstream.py.
 
 The handler gets each request (`MockRequest`: method, url, headers, body bytes) and returns a
 `MockResponse` (status, headers, body: bytes, chunks, or an async iterator of chunks to script
@@ -154,8 +155,12 @@ class MockResponse:
 
 
 def sse(*events: Any) -> list[bytes]:
-    """SSE chunks, one `data:` frame per event (a JSON value, or a str such as "[DONE]")."""
-    return [f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events]
+    """SSE chunks, one `data:` frame per event (a JSON value, compact, or a str such as
+    "[DONE]")."""
+    return [
+        f"data: {e if isinstance(e, str) else json.dumps(e, separators=(',', ':'))}\n\n".encode()
+        for e in events
+    ]
 
 
 Handler = Callable[[MockRequest], MockResponse | Awaitable[MockResponse]]
@@ -654,7 +659,7 @@ class _ServerCore(Generic[H]):
     a request the server has seen (the same method, target, body and keep-alive; bodies up to
     64 KiB) gets the bytes it was answered with, without the handler, whose whole answers must
     then depend on nothing else (streamed ones are asked for each time). That keeps the server
-    out of a gateway benchmark's way: see the BENCHMARKS entry of issue 14.
+    out of a gateway benchmark's way: a repeated request costs what parsing its head does.
     """
 
     def __init__(

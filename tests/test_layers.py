@@ -193,7 +193,9 @@ def test_imports_point_down_the_layers() -> None:
         for t in targets
         if layer_of(t) > layer_of(m) and (m, t) not in ALLOWED
     )
-    named = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})" for m, t in upward]
+    named = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})" for m, t in upward
+    ]
     assert named == []
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the keys tests: the scripted upstream over HTTP, PostgreSQL and Redis (both run on every dev
+"""Fixtures for the keys tests: the scripted upstream, PostgreSQL and Redis (both run on every dev
 and CI machine: when one is down these tests fail and say so; they are not skipped), and an
 in-process svir (the App with its lifespan, driven over ASGI)."""
 
@@ -93,3 +93,4 @@ async def harness_factory(
     yield Made
     for h in made:
         await h.stop()
+

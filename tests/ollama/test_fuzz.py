@@ -163,7 +163,6 @@ def test_translation_is_a_request_or_a_clean_400(body: Any) -> None:
 
 # The whole handler, in process.
 
-
 @pytest.fixture(scope="module")
 def app() -> App:
     app = down_upstream_app()

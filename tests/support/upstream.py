@@ -55,7 +55,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from pathlib import Path
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread
+from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread, sse
 from svir.wire.errors import ErrorKind, UpstreamError
 
 __all__ = [
@@ -73,7 +73,6 @@ __all__ = [
     "ScriptedUpstream",
     "chunk",
     "corpus_names",
-    "event",
     "plan_chunks",
     "split_events",
     "split_lines",
@@ -270,14 +269,9 @@ def status_model(body_name: str) -> str:
 # Streams
 
 
-def event(obj: Any) -> bytes:
-    """One SSE `data:` frame of compact JSON."""
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
 def chunk(model: str, delta: Mapping[str, Any], finish: str | None = None) -> bytes:
     """A `chat.completion.chunk` frame with one choice."""
-    return event(
+    return sse(
         {
             "id": CHUNK_ID,
             "object": "chat.completion.chunk",
@@ -285,11 +279,11 @@ def chunk(model: str, delta: Mapping[str, Any], finish: str | None = None) -> by
             "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
-    )
+    )[0]
 
 
 def usage_chunk(model: str, prompt: int, completion: int) -> bytes:
-    return event(
+    return sse(
         {
             "id": CHUNK_ID,
             "object": "chat.completion.chunk",
@@ -302,7 +296,7 @@ def usage_chunk(model: str, prompt: int, completion: int) -> bytes:
                 "total_tokens": prompt + completion,
             },
         }
-    )
+    )[0]
 
 
 def token_stream(
@@ -622,7 +616,7 @@ class ScriptedUpstream:
             failure = {"error": {"message": "generation died", **fields}}
         else:
             return None
-        frames = [*token_stream(name, ["partial"])[:2], event(failure)]
+        frames = [*token_stream(name, ["partial"])[:2], *sse(failure)]
         return MockResponse(body=frames, headers=SSE)
 
     def _ticks(self, name: str) -> Iterable[bytes]:
