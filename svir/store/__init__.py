@@ -1,4 +1,5 @@
-"""Where svir keeps threads: one interface (`Store`), on SQLite by default or on PostgreSQL."""
+"""Where svir keeps threads: the one interface (`svir.threads.records.Store`), on SQLite by default
+or on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,27 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from svir.errors import StoreError
-from svir.store.base import (
-    LeaseState,
-    MessageRecord,
-    NewBlob,
-    NewMessage,
-    Page,
-    Store,
-    ThreadRecord,
-)
+from svir.threads.records import Store
 
-__all__ = [
-    "LeaseState",
-    "MessageRecord",
-    "NewBlob",
-    "NewMessage",
-    "Page",
-    "Store",
-    "ThreadRecord",
-    "default_url",
-    "open_store",
-]
+__all__ = ["default_url", "make_store", "open_store"]
 
 
 def default_url(environ: Mapping[str, str] | None = None) -> str:

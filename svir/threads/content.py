@@ -21,7 +21,7 @@ from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
 from svir.errors import GatewayError, request_error
-from svir.store import MessageRecord, NewBlob, NewMessage, ThreadRecord
+from svir.threads.records import MessageRecord, NewBlob, NewMessage, ThreadRecord
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, is_media_type, sniff_image, split_data_url

@@ -34,7 +34,6 @@ from svir.errors import (
 )
 from svir.gateway import Gateway
 from svir.providers import check_chat_fields, validate_chat_settings
-from svir.store import NewMessage, Store
 from svir.threads import frames
 from svir.threads.content import (
     Limits,
@@ -49,6 +48,7 @@ from svir.threads.content import (
     upstream_messages,
 )
 from svir.threads.frames import Frame
+from svir.threads.records import NewMessage, Store
 from svir.wire.answer import AnswerFold, openai_tool_call
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.errors import ErrorKind, UpstreamError

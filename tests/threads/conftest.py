@@ -16,7 +16,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from svir.store import Store, make_store
+from svir.store import make_store
+from svir.threads.records import Store
 
 PG_HOST = "127.0.0.1"
 PG_PORT = 5432

@@ -13,7 +13,7 @@ from svir.config import StoreConfig, parse_config
 from svir.errors import ConfigError, GatewayError
 from svir.frontends.threads import ANONYMOUS, owner_of
 from svir.providers import KINDS, build_upstream_body
-from svir.store import MessageRecord, ThreadRecord, default_url
+from svir.store import default_url
 from svir.threads import frames
 from svir.threads.content import (
     Limits,
@@ -24,6 +24,7 @@ from svir.threads.content import (
     pending_tool_calls,
     upstream_messages,
 )
+from svir.threads.records import MessageRecord, ThreadRecord
 from svir.threads.service import overflow_sizes, parse_continue
 from svir.wire.classify import ClientError
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from svir.errors import BadCursor, Busy, LimitExceeded, NotFound
-from svir.store import MessageRecord, NewBlob, NewMessage, Store, ThreadRecord, make_store
+from svir.store import make_store
 from svir.store.migrations import MIGRATIONS, latest
+from svir.threads.records import MessageRecord, NewBlob, NewMessage, Store, ThreadRecord
 
 OWNER = "sha256:owner"
 OTHER = "sha256:other"
