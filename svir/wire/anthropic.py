@@ -115,15 +115,16 @@ OVERFLOW_START: Final = "prompt is too long"
 
 
 def stop_reason(finish: str | None, *, tool_use: bool) -> str:
-    """Anthropic's stop_reason for a canonical finish. `tool_use` whenever a tool_use block went
-    out, whatever the finish said: a client runs the tools only on that reason, and servers end
-    a turn with tool calls as `stop` as often as not. An unknown or missing finish is `end_turn`.
-    """
+    """Anthropic's stop_reason for a canonical finish. `tool_use` exactly when a tool_use block
+    went out, whatever the finish said: a client runs the tools only on that reason and looks
+    for the blocks on it, and servers end a turn with tool calls as `stop` as often as not. An
+    unknown or missing finish is `end_turn`."""
     if tool_use:
         return "tool_use"
     if finish is None:
         return "end_turn"
-    return STOP_REASONS.get(finish, "end_turn")
+    reason = STOP_REASONS.get(finish, "end_turn")
+    return "end_turn" if reason == "tool_use" else reason
 
 
 def finish_reason(reason: str | None) -> str | None:
