@@ -261,9 +261,9 @@ class MessageStreamEncoder:
     failure, one `error` event and nothing after it. Blocks come one at a time, each
     `content_block_start`, its deltas, `content_block_stop`:
 
-    - reasoning is a `thinking` block (with `signature: ""`: svir has no signature to give, and
-      no `signature_delta` is sent, as a gateway's thinking cannot be verified; clients send
-      the empty signature back, and the request side takes it);
+    - reasoning is a `thinking` block, with `signature: ""` at its start (svir signs nothing: a
+      signature of its own would verify nowhere; clients send the empty one back, and the
+      request side takes it);
     - text, and a refusal (the model's own words declining; Anthropic has no refusal block, and
       its `refusal` stop_reason is a safety classifier stopping the stream, which is what a
       content-filter finish is, so a refusal is shown as the text it is), is a `text` block,
