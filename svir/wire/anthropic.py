@@ -47,6 +47,7 @@ __all__ = [
     "error_type",
     "finish_reason",
     "message_id",
+    "model_list",
     "stop_reason",
     "tool_input",
 ]
@@ -201,6 +202,20 @@ def anthropic_error(ce: ClientError) -> tuple[int, dict[str, Any]]:
 def message_id(request_id: str) -> str:
     """An Anthropic message id (`msg_…`) for svir's request id."""
     return request_id if request_id.startswith("msg_") else "msg_" + request_id
+
+
+def model_list(models: list[str], created_at: str) -> dict[str, Any]:
+    """Anthropic's model list (`GET /v1/models` with `anthropic-version`): one page, all of it.
+    `created_at` (RFC 3339) is given: svir does not know when a model was made."""
+    data = [
+        {"type": "model", "id": m, "display_name": m, "created_at": created_at} for m in models
+    ]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": models[0] if models else None,
+        "last_id": models[-1] if models else None,
+    }
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
