@@ -12,12 +12,19 @@ answered in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`
 status; a stream that fails after `message_start` ends with one `error` event. A `claude-*` model
 no route maps is a 404 that shows the `[[routes]]` entry to add.
 
+A streamed answer whose upstream is silent for `PING_AFTER` seconds before its first output (a
+local server reading a long prompt, a model being loaded) starts at once: `message_start`, then a
+`ping` every `PING_EVERY` seconds until the output comes, as Anthropic's API streams, because
+Claude Code gives up on a stream with no bytes for a few minutes. A failure after that start is
+the stream's one `error` event; one sooner (the common case) is still an HTTP error.
+
 count_tokens is exact when the model's server is llama.cpp's (it tokenizes the prompt its chat
 template makes: `x-svir-token-count: exact`), svir's estimate otherwise (`estimate`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 import msgspec
@@ -26,6 +33,7 @@ from svir.asgi import Receive, Scope, Send
 from svir.chat import ChatCall
 from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
+    SSE_HEADERS,
     call_fields,
     headers_with,
     read_json,
@@ -39,19 +47,25 @@ from svir.wire.anthropic import MessageAggregator, MessageStreamEncoder, anthrop
 from svir.wire.anthropic_request import MessagesRequest, MessagesRequestError, translate_request
 from svir.wire.classify import to_client_error
 from svir.wire.errors import UpstreamError
+from svir.wire.events import Keepalive
 from svir.wire.tokens import estimate_prompt_tokens
 
 __all__ = ["AnthropicMessages", "error_shape", "install"]
 
 WARNING_HEADER: Final = "x-svir-warning"
+PING_AFTER: Final = 5.0
+PING_EVERY: Final = 10.0
+_WAITING: Final = Keepalive("svir: the upstream has not answered yet")
 COUNT_HEADER: Final = "x-svir-token-count"
 # Kinds whose server is llama.cpp's, which tokenizes on request (`/apply-template`, `/tokenize`).
 TOKENIZING_KINDS: Final = frozenset({"llamacpp", "llamacpp-managed"})
 
 
-def install(app: Host) -> AnthropicMessages:
+def install(
+    app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
+) -> AnthropicMessages:
     """Serve Anthropic's Messages API from `app`, its errors in Anthropic's shape."""
-    api = AnthropicMessages(app)
+    api = AnthropicMessages(app, ping_after=ping_after, ping_every=ping_every)
     app.routes.add("POST", "/v1/messages", api.messages, error_shape)
     app.routes.add("POST", "/v1/messages/count_tokens", api.count_tokens, error_shape)
     app.routes.errors_under("/v1/messages", error_shape)
@@ -90,10 +104,14 @@ def _warning_header(warnings: tuple[str, ...]) -> str:
 
 
 class AnthropicMessages:
-    def __init__(self, app: Host) -> None:
+    def __init__(
+        self, app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
+    ) -> None:
         self.app = app
         self.gateway = app.gateway
         self.max_body_bytes = app.config.server.max_body_bytes
+        self.ping_after = ping_after
+        self.ping_every = ping_every
 
     async def root(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -126,25 +144,36 @@ class AnthropicMessages:
         headers = {"x-request-id": rid}
         if translated.warnings:
             headers[WARNING_HEADER] = _warning_header(translated.warnings)
-        work = self._serve(request, model, send, rid, fields, headers)
+        work = self._serve(request, model=model, send=send, rid=rid, fields=fields, headers=headers)
         return await until_disconnect(receive, work)
 
     async def _serve(
         self,
         request: dict[str, Any],
+        *,
         model: str,
         send: Send,
         rid: str,
         fields: dict[str, Any],
         headers: dict[str, str],
     ) -> int:
+        stream = bool(request.get("stream"))
+        encoder = MessageStreamEncoder(id=rid, model=model)
+        early = _EarlyStart(send, encoder, headers, self.ping_after, self.ping_every, stream=stream)
         try:
             call = await self.gateway.open_chat(request, request_id=rid, fields=fields)
         except GatewayError as exc:
-            raise _unmapped(exc, model) from None
+            if not await early.stop():
+                raise _unmapped(exc, model) from None
+            await early.fail(_unmapped(exc, model))
+            return 200
+        except BaseException:
+            await early.stop()
+            raise
+        started = await early.stop()
         headers.update(call.headers)
         try:
-            if not request.get("stream"):
+            if not stream:
                 fold = MessageAggregator()
                 async for events in call.events():
                     for event in events:
@@ -153,8 +182,12 @@ class AnthropicMessages:
                     raise GatewayError(to_client_error(fold.error), fold.error)
                 await send_json(send, 200, fold.message(id=rid, model=model), headers)
                 return 200
-            encoder = MessageStreamEncoder(id=rid, model=model)
-            await send_stream(send, _frames(call, encoder), headers)
+            if started:
+                async for data in _frames(call, encoder):
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send_stream(send, _frames(call, encoder), headers)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -225,3 +258,81 @@ async def _frames(call: ChatCall, encoder: MessageStreamEncoder) -> Any:
         data = b"".join([encode(event) for event in events])
         if data:
             yield data
+
+
+class _EarlyStart:
+    """The start of a stream sent while its upstream is still silent: after `after` seconds, the
+    response's headers and `message_start`, then a `ping` every `every` seconds, from a task
+    made only then (until then a timer: nothing more for an answer that comes in time). A
+    request that is not streamed gets none of it: its answer is one JSON body."""
+
+    __slots__ = (
+        "_encoder",
+        "_every",
+        "_headers",
+        "_send",
+        "_sleeping",
+        "_stopping",
+        "_task",
+        "_timer",
+        "started",
+    )
+
+    def __init__(
+        self,
+        send: Send,
+        encoder: MessageStreamEncoder,
+        headers: dict[str, str],
+        after: float,
+        every: float,
+        *,
+        stream: bool,
+    ) -> None:
+        self._send = send
+        self._encoder = encoder
+        self._headers = headers
+        self._every = every
+        self._task: asyncio.Task[None] | None = None
+        self._sleeping = False
+        self._stopping = False
+        self.started = False
+        self._timer = asyncio.get_running_loop().call_later(after, self._start) if stream else None
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._pings())
+
+    async def _pings(self) -> None:
+        # Never cancelled inside a send (see `stop`): the client gets whole frames.
+        self.started = True
+        start = headers_with(SSE_HEADERS, self._headers)
+        await self._send({"type": "http.response.start", "status": 200, "headers": start})
+        first = self._encoder.start()
+        await self._send({"type": "http.response.body", "body": first, "more_body": True})
+        while not self._stopping:
+            self._sleeping = True
+            try:
+                await asyncio.sleep(self._every)
+            finally:
+                self._sleeping = False
+            ping = self._encoder.encode(_WAITING)
+            await self._send({"type": "http.response.body", "body": ping, "more_body": True})
+
+    async def stop(self) -> bool:
+        """Stop pinging; whether the response has started."""
+        if self._timer is not None:
+            self._timer.cancel()
+        task = self._task
+        if task is None:
+            return False
+        self._stopping = True
+        if self._sleeping or not self.started:
+            task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        return self.started
+
+    async def fail(self, exc: GatewayError) -> None:
+        """End the started stream with `exc` as its one error event."""
+        data = self._encoder.error(exc.error)
+        await self._send({"type": "http.response.body", "body": data, "more_body": False})

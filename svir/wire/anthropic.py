@@ -207,9 +207,7 @@ def message_id(request_id: str) -> str:
 def model_list(models: list[str], created_at: str) -> dict[str, Any]:
     """Anthropic's model list (`GET /v1/models` with `anthropic-version`): one page, all of it.
     `created_at` (RFC 3339) is given: svir does not know when a model was made."""
-    data = [
-        {"type": "model", "id": m, "display_name": m, "created_at": created_at} for m in models
-    ]
+    data = [{"type": "model", "id": m, "display_name": m, "created_at": created_at} for m in models]
     return {
         "data": data,
         "has_more": False,

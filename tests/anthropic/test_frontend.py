@@ -58,7 +58,11 @@ def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dic
     }
 
 
-USAGE = {"prompt_tokens": 30, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 10}}
+USAGE = {
+    "prompt_tokens": 30,
+    "completion_tokens": 5,
+    "prompt_tokens_details": {"cached_tokens": 10},
+}
 
 
 async def broken(chunks: list[bytes]) -> AsyncIterator[bytes]:
@@ -123,7 +127,9 @@ class Svir:
         self.upstream = Upstream()
         text = CONFIG + extra + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
         self.app: App = build_app(
-            parse_config(text), {"SVIR_ADMIN_KEY": ADMIN_KEY}, transport=MockTransport(self.upstream)
+            parse_config(text),
+            {"SVIR_ADMIN_KEY": ADMIN_KEY},
+            transport=MockTransport(self.upstream),
         )
         self.lifespan = Lifespan(self.app)
         self.http = httpx2.AsyncClient(
@@ -395,4 +401,3 @@ async def test_svir_keys_by_x_api_key_and_their_errors(svir: Svir) -> None:
         auth_token=bearer, base_url="http://svir", max_retries=0, http_client=svir.http
     )
     assert (await client.messages.create(model="up/ok", max_tokens=8, messages=HI)).content
-
