@@ -142,25 +142,28 @@ def test_claude_code_asks_the_real_llama_server_through_svir(
     except LlamaServerError as exc:
         pytest.fail(f"{exc}: run `make install`.", pytrace=False)
     work, home = dirs
-    # Claude Code's first request is ~87 KB (its system prompt and tool schemas), about 22k
-    # tokens: the model's whole context (Gemma 3 270M's maximum) holds it.
+    # Claude Code's first request is ~87 KB (its system prompt and tool schemas), about 21k
+    # tokens: one slot with the model's whole context (Gemma 3 270M's maximum) holds it. Gemma
+    # 3 270M does not stop by itself, and Claude Code asks again after an answer cut at
+    # max_tokens: a grammar makes its answer one token, and the turn ends.
+    grammar = 'root ::= "4"'
     config = (
         '[[providers]]\nname = "local"\nkind = "llamacpp-managed"\n'
-        '[providers.managed]\nchat_template = "builtin:gemma3-tools"\n'
+        '[providers.managed]\nchat_template = "builtin:gemma3-tools"\nparallel = 1\n'
+        f"extra_args = ['--grammar', '{grammar}']\n"
         "[providers.managed.models]\n"
         f'gemma = {{ path = "{gguf}", ctx = 32768 }}\n\n' + routes("local/gemma", "local/gemma")
     )
     svir = SvirProcess(config, tmp_path).start()
     started = time.monotonic()
     try:
-        # Gemma 3 270M is a base model that does not stop by itself: its output is bounded.
         done = run_claude(svir, work, home, "What is 2 + 2?", CLAUDE_CODE_MAX_OUTPUT_TOKENS="16")
     finally:
         svir.stop()
     took = time.monotonic() - started
     log = svir.log()
     assert done.returncode == 0, (done.stdout, done.stderr, log[-4000:])
-    assert done.stdout.strip(), (done.stderr, log[-4000:])
+    assert done.stdout.strip() == "4", (done.stdout, done.stderr, log[-4000:])
     served = [line for line in log.splitlines() if '"path":"/v1/messages"' in line]
     assert served and all('"status":200' in line for line in served), served
     assert all('"served_model":"local/gemma"' in line for line in served)
