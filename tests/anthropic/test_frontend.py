@@ -401,3 +401,57 @@ async def test_svir_keys_by_x_api_key_and_their_errors(svir: Svir) -> None:
         auth_token=bearer, base_url="http://svir", max_retries=0, http_client=svir.http
     )
     assert (await client.messages.create(model="up/ok", max_tokens=8, messages=HI)).content
+
+
+LLAMA = """
+[[providers]]
+name = "llama"
+kind = "llamacpp"
+base_url = "http://llama.test"
+discover = false
+"""
+
+
+async def test_count_tokens_is_exact_where_llama_cpp_tokenizes(tmp_path: Path) -> None:
+    posted: list[tuple[str, dict[str, Any]]] = []
+
+    def llama(request: MockRequest) -> MockResponse:
+        body = request.json()
+        posted.append((request.url, body))
+        if request.url.endswith("/apply-template"):
+            return MockResponse.json({"prompt": "<start>" + body["messages"][-1]["content"]})
+        if request.url.endswith("/tokenize"):
+            if "broken" in body["content"]:
+                return MockResponse.json({"error": {"message": "no"}}, 500)
+            return MockResponse.json({"tokens": list(range(len(body["content"])))})
+        raise AssertionError(request.url)
+
+    text = LLAMA + f'\n[store]\nurl = "sqlite:///{tmp_path / "svir.db"}"\n'
+    app = build_app(parse_config(text), {}, transport=MockTransport(llama))
+    lifespan = Lifespan(app)
+    await lifespan.start()
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://svir")
+    try:
+        client = anthropic.AsyncAnthropic(
+            api_key="x", base_url="http://svir", max_retries=0, http_client=http
+        )
+        raw = await client.messages.with_raw_response.count_tokens(
+            model="llama/gemma", system="Be brief.", messages=HI, tools=TOOLS
+        )
+        assert raw.headers["x-svir-token-count"] == "exact"
+        assert (await raw.parse()).input_tokens == len("<start>hi")
+        (template_url, template), (tokenize_url, tokenize) = posted
+        assert template_url == "http://llama.test/apply-template"
+        assert tokenize_url == "http://llama.test/tokenize"
+        assert template["messages"][0] == {"role": "system", "content": "Be brief."}
+        assert template["tools"][0]["function"]["name"] == "weather"
+        assert tokenize == {"content": "<start>hi", "add_special": True}
+        # A tokenizer that fails leaves svir's estimate, said so.
+        raw = await client.messages.with_raw_response.count_tokens(
+            model="llama/gemma", messages=[{"role": "user", "content": "broken"}]
+        )
+        assert raw.headers["x-svir-token-count"] == "estimate"
+        assert (await raw.parse()).input_tokens > 0
+    finally:
+        await http.aclose()
+        await lifespan.stop()
