@@ -35,6 +35,7 @@ from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
     SSE_HEADERS,
     call_fields,
+    folded,
     headers_with,
     read_json,
     send_json,
@@ -45,7 +46,6 @@ from svir.frontends.routes import Host
 from svir.providers import validate_chat_request
 from svir.wire.anthropic import MessageAggregator, MessageStreamEncoder, anthropic_error
 from svir.wire.anthropic_request import MessagesRequest, MessagesRequestError, translate_request
-from svir.wire.classify import to_client_error
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Keepalive
 from svir.wire.tokens import estimate_prompt_tokens
@@ -174,12 +174,7 @@ class AnthropicMessages:
         headers.update(call.headers)
         try:
             if not stream:
-                fold = MessageAggregator()
-                async for events in call.events():
-                    for event in events:
-                        fold.add(event)
-                if fold.error is not None:
-                    raise GatewayError(to_client_error(fold.error), fold.error)
+                fold = await folded(call, MessageAggregator())
                 await send_json(send, 200, fold.message(id=rid, model=model), headers)
                 return 200
             if started:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl
 
 import msgspec
 
 from svir.asgi import Receive, Scope, Send, header
 from svir.chat import ChatCall, unique_id
-from svir.errors import BodyTooLarge, ClientGone
+from svir.errors import BodyTooLarge, ClientGone, GatewayError
+from svir.wire.answer import AnswerFold
+from svir.wire.classify import to_client_error
 from svir.wire.jsonbody import decode_body
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "NDJSON_HEADERS",
     "SSE_HEADERS",
     "call_fields",
+    "folded",
     "headers_with",
     "query_params",
     "read_body",
@@ -52,6 +55,7 @@ NDJSON_HEADERS = (
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 _DONE_FRAME = b"data: [DONE]\n\n"
 _REQUIRED: Final[Any] = object()
+Fold = TypeVar("Fold", bound=AnswerFold)
 
 
 def request_id_of(scope: Scope) -> str:
@@ -192,6 +196,17 @@ async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
         raise
     finally:
         watcher.cancel()
+
+
+async def folded(call: ChatCall, fold: Fold) -> Fold:
+    """`fold` with every event of the call's answer added: an answer not streamed. A stream
+    that failed is raised as the GatewayError it is."""
+    async for events in call.events():
+        for event in events:
+            fold.add(event)
+    if fold.error is not None:
+        raise GatewayError(to_client_error(fold.error), fold.error)
+    return fold
 
 
 def call_fields(call: ChatCall, fields: dict[str, Any]) -> None:

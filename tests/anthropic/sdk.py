@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from svir.wire.anthropic import MessageStreamEncoder
+from svir.wire.anthropic import MessageStreamEncoder, stop_reason, tool_input
 from svir.wire.events import Event
 
 REQUEST: dict[str, Any] = {
@@ -148,3 +148,30 @@ def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
             assert name == "ping", name
     assert ended, "the stream did not end"
     return got
+
+
+def check_as_expected(expect: dict[str, Any], message: Any, error: Exception | None) -> None:
+    """Assert that what the SDK assembled (`message`, or the snapshot until `error`) is what a
+    conformance corpus case expects (its `expect`): text, reasoning, tool calls, stop reason and
+    usage; or, for a stream that fails, an APIStatusError raised with what came before it."""
+    calls = [(c["id"], c["name"], tool_input(c["arguments"])) for c in expect["tool_calls"]]
+    assembled = [(b.id, b.name, b.input) for b in blocks(message, "tool_use")]
+    if expect["error"] is None:
+        assert error is None, error
+        assert text_of(message) == expect["answer"] + (expect["refusal"] or "")
+        assert thinking_of(message) == expect["reasoning"]
+        # Blocks come in the order the calls started (a stream cannot go back), which is not
+        # always the calls' index order (interleaved-tools starts index 1 first).
+        assert sorted(assembled, key=str) == sorted(calls, key=str)
+        assert message.stop_reason == stop_reason(expect["finish_reason"], tool_use=bool(calls))
+        usage = expect["usage"]
+        if usage is not None:
+            cached = usage["cached_tokens"] or 0
+            assert message.usage.input_tokens == usage["prompt_tokens"] - cached
+            assert message.usage.output_tokens == usage["completion_tokens"]
+            assert message.usage.cache_read_input_tokens == usage["cached_tokens"]
+    else:
+        # A failed stream raises, with what streamed before the failure assembled.
+        assert isinstance(error, anthropic.APIStatusError)
+        assert expect["answer"].startswith(text_of(message))
+        assert expect["reasoning"].startswith(thinking_of(message))

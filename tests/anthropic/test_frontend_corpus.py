@@ -18,8 +18,7 @@ import pytest
 from svir.config import parse_config
 from svir.edges.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport
-from svir.wire.anthropic import stop_reason, tool_input
-from tests.anthropic.sdk import blocks, text_of, thinking_of
+from tests.anthropic.sdk import check_as_expected
 from tests.support.asgi import Lifespan
 
 CORPUS = Path(__file__).parents[1] / "conformance" / "decoder"
@@ -89,20 +88,4 @@ async def test_corpus_stream_through_svir_to_the_sdk(
         {"name": tool, "input_schema": {"type": "object"}} for tool in options["tool_names"] or ()
     ]
     message, error = await streamed(client, model, tools)
-    calls = [(c["id"], c["name"], tool_input(c["arguments"])) for c in expect["tool_calls"]]
-    assembled = [(b.id, b.name, b.input) for b in blocks(message, "tool_use")]
-    if expect["error"] is None:
-        assert error is None, error
-        assert text_of(message) == expect["answer"] + (expect["refusal"] or "")
-        assert thinking_of(message) == expect["reasoning"]
-        assert sorted(assembled, key=str) == sorted(calls, key=str)
-        assert message.stop_reason == stop_reason(expect["finish_reason"], tool_use=bool(calls))
-        usage = expect["usage"]
-        if usage is not None:
-            cached = usage["cached_tokens"] or 0
-            assert message.usage.input_tokens == usage["prompt_tokens"] - cached
-            assert message.usage.output_tokens == usage["completion_tokens"]
-    else:
-        assert isinstance(error, anthropic.APIStatusError)
-        assert expect["answer"].startswith(text_of(message))
-        assert expect["reasoning"].startswith(thinking_of(message))
+    check_as_expected(expect, message, error)
