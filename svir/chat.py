@@ -8,12 +8,14 @@ client gets an HTTP error and not a 200 stream; after that it is one error frame
 
 from __future__ import annotations
 
+import enum
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -31,6 +33,7 @@ from svir.wire.events import (
     ContentFilter,
     Event,
     Keepalive,
+    ReasoningCarrier,
     ReasoningDelta,
     RefusalDelta,
     Role,
@@ -164,13 +167,39 @@ def _ends_in_error(batch: Batch) -> bool:
     return bool(events) and type(events[-1]) is StreamError
 
 
+class CallState(enum.Enum):
+    """Where a `ChatCall` is in its life. Forward only, and any state may go to CLOSED."""
+
+    NEW = "new"  # built: nothing sent
+    OPENING = "opening"  # `open()` runs: sending, then reading to the first visible output
+    PRIMED = "primed"  # opened: what was read up to the first visible output is held
+    STREAMING = "streaming"  # the one output method hands the answer out
+    CUT = "cut"  # a guard ended the answer with its error: the output stops after this batch
+    CLOSED = "closed"  # the upstream let go, the stats settled, the close hooks run
+
+
+_NEW: Final = CallState.NEW
+_OPENING: Final = CallState.OPENING
+_PRIMED: Final = CallState.PRIMED
+_STREAMING: Final = CallState.STREAMING
+_CUT: Final = CallState.CUT
+_CLOSED: Final = CallState.CLOSED
+_NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
+
+CloseHook = Callable[["ChatCall"], None]
+
+
 class ChatCall:
     """One request to one route, from opening the upstream to the last byte for the client.
 
-    `open()` sends the request; `prime()` reads until the first visible output, so that every
-    failure before it (an HTTP error, an error event, a timeout, a broken connection) is raised
-    while the client has seen nothing and the policy may still retry or fall back. The output
-    methods (`stream`, `relay`, `complete`, `events`) replay what priming read, then go on.
+    Built with everything it needs: the headers its answer carries, the fields its upstream is
+    known to reject, the hooks its close runs (the policy's, and each attempt watcher's).
+    `open()` sends the request and reads until the first visible output, so that every failure
+    before it (an HTTP error, an error event, a timeout, a broken connection) is raised while the
+    client has seen nothing and the policy may still retry or fall back. Whoever then gets the
+    opened call (the key gate) may `attach` a guard and a close hook, once, before the output.
+    One output method (`stream`, `complete`, `events`) replays what opening read, then goes on;
+    `close()` ends it all, at once, from any state (see `CallState`).
     """
 
     def __init__(
@@ -182,6 +211,9 @@ class ChatCall:
         request_id: str,
         model_label: str,
         blobs: Blobs | None = None,
+        headers: Mapping[str, str] = _NO_HEADERS,
+        drop_fields: frozenset[str] = frozenset(),
+        on_close: Iterable[CloseHook] = (),
     ) -> None:
         self.client = client
         self.blobs = blobs
@@ -189,8 +221,13 @@ class ChatCall:
         self.request = request
         self.request_id = request_id
         self.model_label = model_label
+        # Headers of the client's answer (x-svir-served-model, x-svir-warning).
+        self.headers = headers
+        # Fields this upstream is known to reject, taken out of the body it is sent.
+        self.drop_fields = drop_fields
+        self.state = _NEW
         self.stats = CallStats()
-        self.decoder = StreamDecoder(
+        self._decoder = StreamDecoder(
             think_tags=route.think_tags,
             tool_names=tool_names(request),
             clock=time.perf_counter,
@@ -198,17 +235,47 @@ class ChatCall:
         options = request.get("stream_options")
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         self.relay_mode = bool(route.provider.relay) and bool(request.get("stream"))
-        self.on_close: list[Callable[[ChatCall], None]] = []
-        # Fields this upstream is known to reject, taken out of the body it is sent.
-        self.drop_fields: frozenset[str] = frozenset()
-        self.headers: dict[str, str] = {}
-        self.guard: StreamGuard | None = None
-        self._cut = False
+        self._on_close: list[CloseHook] = [*on_close]
+        self._guard: StreamGuard | None = None
         self._transform = answer_transform(route.kind, route.provider.response_format, request)
         self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
-        self._closed = False
+
+    def attach(self, *, guard: StreamGuard | None, on_close: CloseHook) -> None:
+        """The one step that adds to a built call, for whoever gets it opened (the key gate),
+        before its output is read: a guard on the batches that go to the client, and a hook
+        for its close (run after the policy's and the attempt watchers')."""
+        assert self.state is _PRIMED, f"attach() to a call {self.state.value}"
+        self._guard = guard
+        self._on_close.append(on_close)
+
+    # What the call read, for those who account for it (the stats settle these at close).
+
+    @property
+    def error(self) -> UpstreamError | None:
+        """The upstream's failure in the stream, if it had one (as the upstream said it)."""
+        return self._decoder.error
+
+    @property
+    def visible_tokens(self) -> int:
+        """The visible pieces of the answer the upstream streamed (§3.6's count)."""
+        return self._decoder.rate.count
+
+    @property
+    def first_token_at(self) -> float | None:
+        """When the first visible piece came (`time.perf_counter`), if one did."""
+        return self._decoder.rate.first
+
+    @property
+    def response_model(self) -> str | None:
+        """The model the upstream's answer names, if it named one."""
+        return self._decoder.model or None
+
+    @property
+    def reasoning_carrier(self) -> ReasoningCarrier | None:
+        """Where the upstream put its reasoning first (a field's name, or "think" tags)."""
+        return self._decoder.reasoning_carrier
 
     def upstream_body(self) -> list[bytes | memoryview]:
         """The body in pieces: the encoded JSON, with large image data spliced back in."""
@@ -266,12 +333,16 @@ class ChatCall:
 
     async def open(self) -> None:
         """Send the request and read until the first visible output (see the class doc)."""
+        assert self.state is _NEW, f"open() a call {self.state.value}"
+        self.state = _OPENING
         try:
             await self._open()
         except BaseException:
             # Also when cancelled (the client went away): what the call holds is given back.
             self.close()
             raise
+        if self.state is _OPENING:  # a call closed meanwhile stays closed
+            self.state = _PRIMED
 
     async def _open(self) -> None:
         route = self.route
@@ -288,7 +359,7 @@ class ChatCall:
                 self._raise(exc)
             if route.release is not None:
                 release, model_id = route.release, route.model_id
-                self.on_close.append(lambda _call: release(model_id))
+                self._on_close.append(lambda _call: release(model_id))
         url = route.kind.chat_url(base, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(
@@ -312,20 +383,22 @@ class ChatCall:
                     return
 
     async def _pairs(self) -> AsyncIterator[Batch]:
-        assert self._source is not None, "open() first"
+        assert self.state is _PRIMED, f"the output of a call {self.state.value}"
+        assert self._source is not None
+        self.state = _STREAMING
         try:
             while self._primed:
                 batch = self._primed.pop(0)
-                if self.guard is not None or _ends_in_error(batch):
+                if self._guard is not None or _ends_in_error(batch):
                     batch = await self._vetted(batch)
                 yield batch
-                if self._cut:
+                if self.state is _CUT:
                     return
             async for read in self._source:
-                if self.guard is not None or _ends_in_error(read):
+                if self._guard is not None or _ends_in_error(read):
                     read = await self._vetted(read)  # noqa: PLW2901
                 yield read
-                if self._cut:
+                if self.state is _CUT:
                     return
         finally:
             self.close()
@@ -339,12 +412,12 @@ class ChatCall:
             error = self._scrub(last.error)
             if error is not last.error:
                 events = [*events[:-1], StreamError(error)]
-        if self.guard is not None:
-            pending = self.guard.check(events)
+        if self._guard is not None:
+            pending = self._guard.check(events)
             if pending is not None:
                 cut = await pending
                 if cut is not None:
-                    self._cut = True
+                    self.state = _CUT
                     # In relay mode a data frame carries at most one visible piece.
                     kept = frames[: cut.keep] if self.relay_mode else []
                     return kept, [*_first_visible(events, cut.keep), StreamError(cut.error)]
@@ -359,7 +432,7 @@ class ChatCall:
     async def _batches(self) -> AsyncIterator[Batch]:
         """(raw frames, events) as bytes arrive; raw frames are kept in relay mode only."""
         assert self._resp is not None
-        decoder = self.decoder
+        decoder = self._decoder
         transform = self._transform
         parser = SSEParser() if self.relay_mode else None
         # Closed here when the answer ends before the body does: an async generator left to the
@@ -387,7 +460,7 @@ class ChatCall:
             await body.aclose()
 
     def _relay_feed(self, parser: SSEParser, data: bytes) -> Batch:
-        decoder = self.decoder
+        decoder = self._decoder
         try:
             items = parser.feed(data)
         except SSEError as exc:
@@ -414,24 +487,24 @@ class ChatCall:
         """Let go of the upstream response (its connection kept for the next request when the
         answer was whole, dropped otherwise so that the server stops), settle the stats, run the
         close hooks."""
-        if self._closed:
+        if self.state is _CLOSED:
             return
-        self._closed = True
+        self.state = _CLOSED
         if self._resp is not None:
-            if self.decoder.complete:
+            if self._decoder.complete:
                 self._resp.finish()
             else:
                 self._resp.close()
         self._finish_stats()
         # The hooks and the guard hold this call in turn (a meter, a breaker's closer): let go
         # of them so that the call is freed when its request ends, not by the cycle collector.
-        hooks, self.on_close = self.on_close, []
-        self.guard = None
+        hooks, self._on_close = self._on_close, []
+        self._guard = None
         for hook in hooks:
             hook(self)
 
     def _finish_stats(self) -> None:
-        d = self.decoder
+        d = self._decoder
         s = self.stats
         s.usage = d.usage
         s.finish_reason = d.finish_reason if d.complete else None
@@ -445,7 +518,7 @@ class ChatCall:
     @property
     def succeeded(self) -> bool:
         """Whether the upstream delivered a complete answer."""
-        return self.decoder.complete
+        return self._decoder.complete
 
     async def stream(self) -> AsyncIterator[bytes]:
         """Canonical chunks, or in relay mode the upstream's own data lines."""

@@ -8,7 +8,7 @@ import pytest
 from svir.config import parse_config
 from svir.edges.upstream import UpstreamClient
 from svir.policy.bounded import BoundedMap
-from svir.policy.resilience import Resilience
+from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router
 from tests.support.replay import ReplayServer
 
@@ -130,7 +130,7 @@ discover = false
 """
     )
     router = Router(config, {}, UpstreamClient())
-    res = Resilience(config, router, router.client, clock=lambda: 100.0)
+    res = Resilience(config, router, router.client, timing=Timing(clock=lambda: 100.0))
     res.deployment("lab/gemma").in_flight = 2
     flaky = res.deployment("lab/unlisted-but-real")
     flaky.failures, flaky.open_until = 5, 130.0

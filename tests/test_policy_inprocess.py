@@ -21,6 +21,7 @@ import pytest
 from svir.config import Timeouts, parse_config
 from svir.edges.app import App
 from svir.edges.server import build_app
+from svir.policy.resilience import Timing
 from svir.testing import MockRequest, MockResponse, MockTransport
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.asgi import Lifespan
@@ -173,13 +174,10 @@ class Svir:
         self.faults = Faults()
         self.transport = MockTransport(self.faults)
         text = CONFIG + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
-        self.app: App = build_app(parse_config(text), {}, transport=self.transport)
         self.slept: list[float] = []
         self.now = 1000.0
-        policy = self.app.gateway.policy
-        policy._sleep = self.sleep
-        policy._rng = random.Random(1)
-        policy._clock = lambda: self.now
+        timing = Timing(sleep=self.sleep, rng=random.Random(1), clock=lambda: self.now)
+        self.app: App = build_app(parse_config(text), {}, transport=self.transport, timing=timing)
         self.lifespan = Lifespan(self.app)
         self.http = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=self.app), base_url="http://svir", timeout=20

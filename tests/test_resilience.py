@@ -11,12 +11,14 @@ import time
 
 import pytest
 
+from svir.call import INTERNAL, CallContext
 from svir.config import Config, RetryConfig, RouteTarget, Timeouts, parse_config
 from svir.edges.upstream import UpstreamClient
 from svir.policy.resilience import (
     BREAKER_KINDS,
     FALLBACK_KINDS,
     Resilience,
+    Timing,
     backoff_delay,
     nearest_effort,
 )
@@ -45,7 +47,8 @@ def policy(clock: list[float]) -> Resilience:
         provider("p", "http://127.0.0.1:9/v1") + provider("q", "http://127.0.0.1:9/v1")
     )
     router = Router(config, {}, UpstreamClient())
-    return Resilience(config, router, router.client, rng=random.Random(1), clock=lambda: clock[0])
+    timing = Timing(rng=random.Random(1), clock=lambda: clock[0])
+    return Resilience(config, router, router.client, timing=timing)
 
 
 # What each kind of failure gets: retried (before the first byte), sent to a fallback, counted
@@ -130,10 +133,10 @@ async def test_an_http_date_over_the_cap_goes_to_the_fallback() -> None:
         async def sleep(seconds: float) -> None:
             slept.append(seconds)
 
-        res = Resilience(config, router, client, sleep=sleep, rng=random.Random(1))
+        res = Resilience(config, router, client, timing=Timing(sleep=sleep, rng=random.Random(1)))
         try:
             request = {"model": "p/limited", "messages": [{"role": "user", "content": "hi"}]}
-            call = await res.open(request, request_id="t")
+            call = await res.open(CallContext("t", INTERNAL), request)
             assert call.headers["x-svir-served-model"] == "p/ok"
             call.close()
         finally:

@@ -22,7 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from svir import __version__
-from svir.asgi import Message, Receive, Scope, Send
+from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
+from svir.call import CallContext
 from svir.config import Config
 from svir.edges.upstream import UpstreamClient
 from svir.errors import (
@@ -38,6 +39,7 @@ from svir.frontends.http import request_id_of, send_json
 from svir.frontends.routes import ErrorShape, Hook, Routes
 from svir.gateway import Gateway
 from svir.log import log_request, request_id_var
+from svir.policy.resilience import Timing
 from svir.policy.routing import Router
 from svir.transport import Transport
 from svir.wire.classify import ClientError
@@ -63,14 +65,20 @@ class App:
     fields to fill, and may raise what the module doc lists."""
 
     def __init__(
-        self, config: Config, environ: Mapping[str, str], *, transport: Transport | None = None
+        self,
+        config: Config,
+        environ: Mapping[str, str],
+        *,
+        transport: Transport | None = None,
+        timing: Timing | None = None,
     ) -> None:
         self.config = config
         self.environ = environ
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
-        # The upstream client unless one is injected (svir.testing.MockTransport in tests).
-        self.gateway = Gateway(config, environ, transport or UpstreamClient())
+        # The upstream client unless one is injected (svir.testing.MockTransport in tests), and
+        # the policy's sleep, randomness and clock unless given (a test's own).
+        self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
         self.ready = False
         self.routes = Routes()
         self._startup: list[Hook] = []
@@ -173,6 +181,10 @@ class App:
                 status = await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
             fields["status"] = status
         finally:
+            # The one place the log fields about the request's chat call are written.
+            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            if ctx is not None:
+                ctx.log_into(fields)
             fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
             for after in reversed(afters):
                 try:

@@ -31,12 +31,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
+from svir.asgi import call_context
 from svir.config import ServerConfig
 from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
-    from svir.chat import ChatCall
+    from svir.call import CallContext, CallRecord
+    from svir.chat import ChatCall, CloseHook, Route
     from svir.policy.resilience import Resilience
     from svir.policy.routing import Router
 
@@ -109,12 +111,14 @@ def closed(value: object, allowed: frozenset[str]) -> str:
     return value if isinstance(value, str) and value in allowed else OTHER
 
 
-def error_class(fields: dict[str, Any]) -> str | None:
-    """The class of a finished request's failure, from its log fields: svir's error code or the
-    upstream failure's kind (closed: see `ERROR_CLASSES`), `http_<status>` for an error status
-    with neither, None when it did not fail."""
+def error_class(fields: dict[str, Any], call: CallContext | None) -> str | None:
+    """The class of a finished request's failure: svir's error code from its log fields, or the
+    failure's kind of the chat call it made (closed: see `ERROR_CLASSES`), `http_<status>` for an
+    error status with neither, None when it did not fail."""
     status = int(fields.get("status") or 500)
-    error = fields.get("error") or fields.get("error_kind")
+    error = fields.get("error")
+    if not error and call is not None and call.outcome.stats is not None:
+        error = call.outcome.stats.error_kind
     if error:
         return closed(error, ERROR_CLASSES)
     return f"http_{status}" if status >= 400 else None
@@ -252,7 +256,8 @@ class Registry:
 
 
 class Metrics:
-    """svir's metrics; the gateway's interceptor and the App's guard feed them."""
+    """svir's metrics; the App's guard, the policy's attempts and the key gate's calls (opened,
+    then settled) feed them."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
@@ -353,7 +358,7 @@ class Metrics:
                 status = int(done.get("status") or 500)
                 self.http_requests.inc((endpoint, method, str(status)))
                 self.http_duration.observe((endpoint,), float(done.get("duration_ms", 0)) / 1000)
-                error = error_class(done)
+                error = error_class(done, call_context(scope))
                 if error is not None:
                     self.errors.inc((error,))
 
@@ -379,12 +384,44 @@ class Metrics:
             self._unlisted.add(model)
         return model, provider
 
+    def call_opened(self, ctx: CallContext, call: ChatCall) -> None:
+        """A chat call the key gate let through is streaming."""
+        self.in_flight.inc((call.route.provider.name,))
+
+    def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
+        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed."""
+        o = ctx.outcome
+        status = record.status
+        label, provider = self.chat_labels(record.model, record.provider)
+        self.chat_requests.inc((label, provider, closed(status, OUTCOMES)))
+        # The key's limit that refused the call, or cut its answer.
+        limit = o.limit if o.limit is not None and status == f"{o.limit}_exceeded" else None
+        if o.served_model is None:
+            if limit is not None:
+                self.limit_rejections.inc((limit,))
+            return
+        if limit is not None:
+            self.streams_cut.inc((limit,))
+        self.in_flight.inc((provider,), -1)
+        tokens = self.tokens
+        tokens.inc((label, provider, "prompt"), record.prompt_tokens)
+        tokens.inc((label, provider, "completion"), record.completion_tokens)
+        if record.reasoning_tokens:
+            tokens.inc((label, provider, "reasoning"), record.reasoning_tokens)
+        if record.cached_tokens:
+            tokens.inc((label, provider, "cached"), record.cached_tokens)
+        if record.ttft_ms is not None:
+            self.ttft.observe((provider,), record.ttft_ms / 1000)
+        tps = o.stats.tokens_per_second if o.stats is not None else None
+        if tps is not None:  # unrounded, unlike the record's
+            self.tps.observe((provider,), tps)
+
     def watch_attempts(self, policy: Resilience) -> None:
         """Count every upstream attempt, and read the policy's state at scrape time."""
         self.router = policy.router
 
-        def attempt(call: ChatCall) -> None:
-            call.on_close.append(self._attempt_closed)
+        def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+            return self._attempt_closed
 
         policy.on_attempt.append(attempt)
         self.registry.collectors.append(lambda: self._policy_metrics(policy))

@@ -17,6 +17,7 @@ from typing import Any
 
 from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
+from svir.policy.resilience import Timing
 from svir.store import default_url, make_store
 from svir.threads.service import ThreadService
 from svir.transport import Transport
@@ -29,18 +30,24 @@ ENV_LOG_LEVEL = "SVIR_LOG_LEVEL"
 
 
 def build_app(
-    config: Config, environ: Mapping[str, str], *, transport: Transport | None = None
+    config: Config,
+    environ: Mapping[str, str],
+    *,
+    transport: Transport | None = None,
+    timing: Timing | None = None,
 ) -> App:
     """svir's app with every front end: keys and limits, Ollama's API, threads, managed models.
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
+    `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
+    make backoff and breakers run without waiting).
     """
     from svir.edges import managed
     from svir.frontends import anthropic, ollama, openai_chat, threads
     from svir.keys import service as keys_service
 
-    app = App(config, environ, transport=transport)
+    app = App(config, environ, transport=transport, timing=timing)
     keys_service.install(app)
     # The client protocols, one line each (svir.frontends says where a new one goes).
     openai_chat.install(app)

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from svir import __version__
-from svir.asgi import Scope, header
+from svir.asgi import Scope, call_context, header
 from svir.config import TelemetryConfig
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
 
 if TYPE_CHECKING:
-    from svir.chat import ChatCall
+    from svir.call import CallContext
+    from svir.chat import ChatCall, CloseHook, Route
     from svir.policy.resilience import Resilience
 
 __all__ = ["Tracing"]
@@ -116,17 +117,29 @@ class Tracing:
                     rid = _request_id(done)
                     if rid:
                         span.set_attribute("svir.request_id", rid)
-                    for src, dst in (
-                        ("key_id", "svir.key_id"),
-                        ("model", "gen_ai.request.model"),
-                        ("provider", "svir.provider"),
-                        ("served_model", "svir.served_model"),
-                        ("upstream_request_id", "svir.upstream_request_id"),
-                    ):
-                        value = done.get(src)
-                        if isinstance(value, str):
-                            span.set_attribute(dst, value)
-                    error = done.get("error") or done.get("error_kind")
+                    key_id = done.get("key_id")
+                    if isinstance(key_id, str):
+                        span.set_attribute("svir.key_id", key_id)
+                    error = done.get("error")
+                    call = call_context(scope)
+                    if call is None:
+                        # A request about a model that made no call (Ollama's /api/show).
+                        model = done.get("model")
+                        if isinstance(model, str):
+                            span.set_attribute("gen_ai.request.model", model)
+                    else:
+                        o = call.outcome
+                        s = o.stats
+                        for dst, value in (
+                            ("gen_ai.request.model", o.model),
+                            ("svir.provider", o.provider),
+                            ("svir.served_model", o.served_model),
+                            ("svir.upstream_request_id", s.upstream_request_id if s else None),
+                        ):
+                            if value is not None:
+                                span.set_attribute(dst, value)
+                        if not error and s is not None:
+                            error = s.error_kind
                     if status >= 500 or error:
                         kind = closed(error, ERROR_CLASSES) if error else str(status)
                         span.set_attribute("error.type", kind)
@@ -143,9 +156,7 @@ class Tracing:
         trace = self._trace
         client = trace.SpanKind.CLIENT
 
-        def attempt(call: ChatCall) -> None:
-            route = call.route
-            request = call.request
+        def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             url = urlsplit(route.base_url)
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
@@ -153,7 +164,7 @@ class Tracing:
                 "gen_ai.request.model": route.model_id,
                 "gen_ai.request.stream": bool(request.get("stream")),
                 "svir.provider": route.provider.name,
-                "svir.request_id": call.request_id,
+                "svir.request_id": ctx.request_id,
             }
             if url.hostname:
                 attributes["server.address"] = url.hostname
@@ -172,18 +183,18 @@ class Tracing:
             span = self.tracer.start_span(
                 f"chat {route.model_id}", kind=client, attributes=attributes
             )
-            call.on_close.append(lambda done: _end_attempt(trace, span, done))
+            return lambda done: _end_attempt(trace, span, done)
 
         policy.on_attempt.append(attempt)
 
 
 def _end_attempt(trace: Any, span: Any, call: ChatCall) -> None:
     s = call.stats
-    d = call.decoder
     if s.upstream_id:
         span.set_attribute("gen_ai.response.id", s.upstream_id)
-    if d.model:
-        span.set_attribute("gen_ai.response.model", d.model)
+    model = call.response_model
+    if model:
+        span.set_attribute("gen_ai.response.model", model)
     if s.finish_reason:
         span.set_attribute("gen_ai.response.finish_reasons", [s.finish_reason])
     if s.first_token_ms is not None:

@@ -6,9 +6,10 @@ of the chat call (svir.wire.events) into its protocol's bytes when streamed, or 
 when not (through the one fold of events into an answer, svir.wire.answer). Each module has the
 same shape: a docstring naming the protocol and its routes, and `install(app)`, which adds its
 routes to the app's route table (`app.routes.add(method, template, handler, error_shape)`) and
-any start-up and shut-down hooks. A handler reads its body with `svir.frontends.http`, raises
-what goes wrong, and leaves every error answer to the app's one error mapper (svir.edges.app),
-which answers in the shape the route registered.
+any start-up and shut-down hooks. A handler reads its body with `svir.frontends.http`, makes its
+chat call's context there (`new_call_context(scope, rid, "<protocol>")`, svir.call) and passes it
+to `gateway.open_chat(ctx, request)`, raises what goes wrong, and leaves every error answer to the
+app's one error mapper (svir.edges.app), which answers in the shape the route registered.
 
     openai_chat.py        OpenAI Chat Completions: /v1/chat/completions, /v1/models
     ollama.py             Ollama's native API: /api/chat, /api/tags, /api/show, /api/ps, ...

@@ -30,13 +30,14 @@ from typing import Any, Final
 import msgspec
 
 from svir.asgi import Receive, Scope, Send
+from svir.call import CallContext
 from svir.chat import ChatCall
 from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
     SSE_HEADERS,
-    call_fields,
     folded,
     headers_with,
+    new_call_context,
     read_json,
     send_json,
     send_stream,
@@ -144,24 +145,24 @@ class AnthropicMessages:
         headers = {"x-request-id": rid}
         if translated.warnings:
             headers[WARNING_HEADER] = _warning_header(translated.warnings)
-        work = self._serve(request, model=model, send=send, rid=rid, fields=fields, headers=headers)
+        ctx = new_call_context(scope, rid, "anthropic")
+        work = self._serve(ctx, request, model=model, send=send, headers=headers)
         return await until_disconnect(receive, work)
 
     async def _serve(
         self,
+        ctx: CallContext,
         request: dict[str, Any],
         *,
         model: str,
         send: Send,
-        rid: str,
-        fields: dict[str, Any],
         headers: dict[str, str],
     ) -> int:
         stream = bool(request.get("stream"))
-        encoder = MessageStreamEncoder(id=rid, model=model)
+        encoder = MessageStreamEncoder(id=ctx.request_id, model=model)
         early = _EarlyStart(send, encoder, headers, self.ping_after, self.ping_every, stream=stream)
         try:
-            call = await self.gateway.open_chat(request, request_id=rid, fields=fields)
+            call = await self.gateway.open_chat(ctx, request)
         except GatewayError as exc:
             if not await early.stop():
                 raise _unmapped(exc, model) from None
@@ -175,7 +176,8 @@ class AnthropicMessages:
         try:
             if not stream:
                 fold = await folded(call, MessageAggregator())
-                await send_json(send, 200, fold.message(id=rid, model=model), headers)
+                answer = fold.message(id=ctx.request_id, model=model)
+                await send_json(send, 200, answer, headers)
                 return 200
             if started:
                 async for data in _frames(call, encoder):
@@ -186,7 +188,6 @@ class AnthropicMessages:
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
-            call_fields(call, fields)
 
     async def count_tokens(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]

@@ -1,7 +1,7 @@
 """The plumbing every front end shares, written once: the request id, the request body read within
 its limit (a 413 past it) and decoded as JSON within the depth limit, JSON answers, streamed
 answers (SSE or NDJSON) that send their 200 only with their first bytes, the watch that stops a
-request's work the moment its client disconnects, and the log fields of a finished chat call.
+request's work the moment its client disconnects, and the context of a request's chat call.
 
 What a handler raises is answered by the app's one error mapper (svir.edges.app); nothing here
 answers an error itself.
@@ -17,10 +17,13 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.asgi import Receive, Scope, Send, header
+from svir.asgi import CALL_CONTEXT, Receive, Scope, Send, header
+from svir.call import CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import BodyTooLarge, ClientGone, GatewayError
+from svir.keys.context import current_key
 from svir.wire.answer import AnswerFold
+from svir.wire.blobs import Blobs
 from svir.wire.classify import to_client_error
 from svir.wire.jsonbody import decode_body
 
@@ -28,9 +31,9 @@ __all__ = [
     "JSON_HEADERS",
     "NDJSON_HEADERS",
     "SSE_HEADERS",
-    "call_fields",
     "folded",
     "headers_with",
+    "new_call_context",
     "query_params",
     "read_body",
     "read_json",
@@ -209,17 +212,10 @@ async def folded(call: ChatCall, fold: Fold) -> Fold:
     return fold
 
 
-def call_fields(call: ChatCall, fields: dict[str, Any]) -> None:
-    s = call.stats
-    fields["upstream_request_id"] = s.upstream_request_id
-    fields["upstream_id"] = s.upstream_id
-    fields["finish_reason"] = s.finish_reason
-    if s.error_kind:
-        fields["error_kind"] = s.error_kind
-    if s.first_token_ms is not None:
-        fields["ttft_ms"] = s.first_token_ms
-    if s.tokens_per_second is not None:
-        fields["tokens_per_second"] = round(s.tokens_per_second, 2)
-    if s.usage is not None:
-        fields["prompt_tokens"] = s.usage.prompt_tokens
-        fields["completion_tokens"] = s.usage.completion_tokens
+def new_call_context(scope: Scope, rid: str, api: str, blobs: Blobs | None = None) -> CallContext:
+    """The context of the chat call a handler makes for this request (one per request), naming
+    its front end `api` ("openai", "ollama", "threads", ...) and the caller's key; the app writes
+    the request's log fields about the call from it when the request ends (svir.edges.app)."""
+    ctx = CallContext(rid, api, current_key(), blobs)
+    scope[CALL_CONTEXT] = ctx
+    return ctx

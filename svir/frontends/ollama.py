@@ -23,12 +23,13 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import Receive, Scope, Send
+from svir.call import CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, OllamaError, RequestError, request_error
 from svir.frontends.http import (
     NDJSON_HEADERS,
-    call_fields,
     folded,
+    new_call_context,
     read_json,
     send_json,
     send_stream,
@@ -117,7 +118,8 @@ class OllamaAPI:
             if not request["messages"]:
                 return await self._load(request, label, body, send, headers)
             validate_chat_request(request)
-            work = self._serve_chat(request, label, send, rid, fields)
+            ctx = new_call_context(scope, rid, "ollama")
+            work = self._serve_chat(request, label, send, ctx)
             return await until_disconnect(receive, work)
         except OllamaError as exc:
             raise _refusal(exc) from None
@@ -161,10 +163,10 @@ class OllamaAPI:
         return 200
 
     async def _serve_chat(
-        self, request: dict[str, Any], label: str, send: Send, rid: str, fields: dict[str, Any]
+        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext
     ) -> int:
-        headers = {"x-request-id": rid}
-        call = await self.app.gateway.open_chat(request, request_id=rid, fields=fields)
+        headers = {"x-request-id": ctx.request_id}
+        call = await self.app.gateway.open_chat(ctx, request)
         headers.update(call.headers)
         self.recent[request["model"]] = self.clock()
         metrics = functools.partial(_metrics, call)
@@ -182,7 +184,6 @@ class OllamaAPI:
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
-            call_fields(call, fields)
 
     # Models
 
@@ -275,7 +276,7 @@ def _metrics(call: ChatCall, usage: Usage | None) -> Metrics:
     """Counts from the upstream's usage; durations as svir saw them, in nanoseconds."""
     now = time.perf_counter()
     started = call.stats.started
-    first = call.decoder.rate.first
+    first = call.first_token_at
     if first is None or first < started:
         first = now
     return Metrics(

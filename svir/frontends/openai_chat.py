@@ -13,8 +13,9 @@ import os
 from typing import Any
 
 from svir.asgi import Receive, Scope, Send, header
+from svir.call import CallContext
 from svir.frontends.http import (
-    call_fields,
+    new_call_context,
     read_body,
     send_json,
     send_stream,
@@ -73,18 +74,12 @@ class OpenAIChat:
         request = validate_chat_request(decode_body(skeleton))
         del skeleton
         fields["stream"] = bool(request.get("stream"))
-        return await until_disconnect(receive, self._serve_chat(request, send, rid, fields, blobs))
+        ctx = new_call_context(scope, rid, "openai", blobs)
+        return await until_disconnect(receive, self._serve_chat(request, send, ctx))
 
-    async def _serve_chat(
-        self,
-        request: dict[str, Any],
-        send: Send,
-        rid: str,
-        fields: dict[str, Any],
-        blobs: Blobs | None = None,
-    ) -> int:
-        headers = {"x-request-id": rid}
-        call = await self.gateway.open_chat(request, request_id=rid, fields=fields, blobs=blobs)
+    async def _serve_chat(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
+        headers = {"x-request-id": ctx.request_id}
+        call = await self.gateway.open_chat(ctx, request)
         headers.update(call.headers)
         try:
             if not request.get("stream"):
@@ -96,4 +91,3 @@ class OpenAIChat:
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
-            call_fields(call, fields)

@@ -33,8 +33,8 @@ from typing import Any, Final
 from svir.asgi import Receive, Scope, Send, header
 from svir.errors import GatewayError, ThreadError, request_error
 from svir.frontends.http import (
-    call_fields,
     headers_with,
+    new_call_context,
     query_params,
     read_body,
     read_json,
@@ -265,9 +265,8 @@ class ThreadsAPI:
     async def _continue(self, r: Request) -> int:
         params = parse_continue(await self._json(r, empty={}))
         r.fields["stream"] = params.stream
-        run = r.service.continuation(
-            r.owner, r.thread_id, params, r.headers["x-request-id"], r.fields
-        )
+        ctx = new_call_context(r.scope, r.headers["x-request-id"], "threads")
+        run = r.service.continuation(r.owner, r.thread_id, params, ctx, r.fields)
 
         async def work() -> int:
             try:
@@ -286,8 +285,6 @@ class ThreadsAPI:
                 return await _stream(r.send, run.frames(), r.headers)
             finally:
                 await run.close()
-                if run.call is not None:
-                    call_fields(run.call, r.fields)
 
         return await until_disconnect(r.receive, work())
 

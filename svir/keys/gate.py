@@ -8,8 +8,9 @@ allowance (`max_tokens`, or `[limits] default_completion_tokens`). While the ans
 guard on the call asks for more whenever what streamed passes what is held, and ends the answer
 with one error frame when a budget has no more (never a silent truncation). When the call
 closes, the reservation is settled with the upstream's usage or, when it reported none, with a
-count of what streamed (§3.6's visible tokens) and the prompt's estimate; the ledger gets its row
-and the metrics their counts.
+count of what streamed (§3.6's visible tokens) and the prompt's estimate. Each call, refused,
+failed or served, is settled into one `CallRecord` for the gate's `on_settle` hooks (svir.keys.
+service gives it to the ledger and the metrics); `on_open` hooks hear of each call let through.
 """
 
 from __future__ import annotations
@@ -19,17 +20,15 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from svir.call import CallContext, CallRecord
 from svir.chat import ChatCall, Cut, visible_count
 from svir.config import LimitsConfig, PriceConfig
-from svir.edges.metrics import OUTCOMES, Metrics, closed
 from svir.errors import GatewayError, LimitsUnavailable
 from svir.gateway import OpenChat
-from svir.keys.auth import current_key
 from svir.keys.model import KeyRecord, model_allowed
-from svir.ledger import Ledger, LedgerRow
 from svir.policy.limits import (
     Ask,
     Backend,
@@ -39,13 +38,19 @@ from svir.policy.limits import (
     limit_description,
     windows_at,
 )
-from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event
 from svir.wire.tokens import estimate_prompt_tokens
 
-__all__ = ["Gate", "Meter", "Price", "limit_error"]
+__all__ = [
+    "Gate",
+    "Meter",
+    "OpenedHook",
+    "Price",
+    "SettledHook",
+    "limit_error",
+]
 
 log = logging.getLogger("svir.keys")
 
@@ -128,30 +133,26 @@ def limit_error(key: KeyRecord, d: Denied) -> GatewayError:
     return GatewayError(limit_client_error(key, d))
 
 
-def _api_of(fields: dict[str, Any] | None) -> str:
-    path = (fields or {}).get("path") or ""
-    if path.startswith("/api/"):
-        return "ollama"
-    if path.startswith("/v1/threads"):
-        return "threads"
-    return "openai" if path else "internal"
+# Told of each call the gate let through, once the policy opened it.
+OpenedHook = Callable[[CallContext, ChatCall], None]
+# Told of what each call came to: refused, failed at every upstream, or closed after serving (then
+# `ctx.outcome.served_model` is set).
+SettledHook = Callable[[CallContext, CallRecord], None]
 
 
 class Gate:
-    """The interceptor (see the module doc). Any of backend, ledger and metrics may be None."""
+    """The interceptor (see the module doc); without a backend, no limits apply."""
 
     def __init__(
         self,
         *,
         backend: Backend | None,
-        ledger: Ledger | None,
-        metrics: Metrics | None,
         limits: LimitsConfig,
         prices: tuple[PriceConfig, ...] = (),
     ) -> None:
         self.backend = backend
-        self.ledger = ledger
-        self.metrics = metrics
+        self.on_open: list[OpenedHook] = []
+        self.on_settle: list[SettledHook] = []
         self.config = limits
         self.prices = [(p.model, Price(p)) for p in prices]
         self._tasks: set[asyncio.Task[None]] = set()
@@ -184,22 +185,14 @@ class Gate:
             )
 
     async def __call__(
-        self,
-        request: dict[str, Any],
-        request_id: str,
-        fields: dict[str, Any] | None,
-        blobs: Blobs | None,
-        proceed: OpenChat,
+        self, ctx: CallContext, request: dict[str, Any], proceed: OpenChat
     ) -> ChatCall:
         started = time.perf_counter()
-        key = current_key()
+        key = ctx.key
         model = str(request.get("model"))
         if key is not None and not key.allows(model):
-            if fields is not None:
-                fields["limit"] = "models"
-            self._refused(
-                key, model, request_id, fields, status="model_not_allowed", started=started
-            )
+            ctx.outcome.limit = "models"
+            self._refused(ctx, model, status="model_not_allowed", started=started)
             raise GatewayError(
                 ClientError(
                     403,
@@ -228,13 +221,11 @@ class Gate:
                 ask = Ask(tokens=1, floor=1)  # only requests are counted
             try:
                 outcome = await backend.admit(
-                    key.id, limits, ask, f"{request_id}:{os.urandom(4).hex()}"
+                    key.id, limits, ask, f"{ctx.request_id}:{os.urandom(4).hex()}"
                 )
             except LimitsUnavailable as exc:
                 log.error("limits unavailable", extra={"fields": {"error": str(exc)}})
-                self._refused(
-                    key, model, request_id, fields, status="limits_unavailable", started=started
-                )
+                self._refused(ctx, model, status="limits_unavailable", started=started)
                 raise GatewayError(
                     ClientError(
                         503,
@@ -246,22 +237,12 @@ class Gate:
                     )
                 ) from None
             if isinstance(outcome, Denied):
-                if fields is not None:
-                    fields["limit"] = outcome.limit
-                if self.metrics is not None:
-                    self.metrics.limit_rejections.inc((outcome.limit,))
-                self._refused(
-                    key,
-                    model,
-                    request_id,
-                    fields,
-                    status=f"{outcome.limit}_exceeded",
-                    started=started,
-                )
+                ctx.outcome.limit = outcome.limit
+                self._refused(ctx, model, status=f"{outcome.limit}_exceeded", started=started)
                 raise limit_error(key, outcome)
             grant = outcome
         try:
-            call = await proceed(request, request_id=request_id, fields=fields, blobs=blobs)
+            call = await proceed(ctx, request)
         except BaseException as exc:
             if grant is not None:
                 self.spawn(self.settle(grant, 0, 0))
@@ -271,97 +252,88 @@ class Gate:
                 status = (
                     exc.upstream.kind.value if exc.upstream is not None else (ce.code or ce.type)
                 )
-            self._refused(
-                key, model, request_id, fields, status=status, started=started, failed=True
-            )
+            self._refused(ctx, model, status=status, started=started, failed=True)
             raise
         meter = Meter(
             self,
             call,
-            key=key,
+            ctx,
             model=model,
             grant=grant,
             prompt_estimate=prompt_estimate,
             started=started,
-            fields=fields,
         )
-        if (
+        guarded = (
             grant is not None
             and limits is not None
             and (limits.token_budgets or limits.cost_budgets or limits.concurrent is not None)
-        ):
-            call.guard = meter
-        call.on_close.append(meter.closed)
-        if self.metrics is not None:
-            self.metrics.in_flight.inc((call.route.provider.name,))
+        )
+        call.attach(guard=meter if guarded else None, on_close=meter.closed)
+        for hook in self.on_open:
+            hook(ctx, call)
         return call
 
     def _refused(
         self,
-        key: KeyRecord | None,
+        ctx: CallContext,
         model: str,
-        request_id: str,
-        fields: dict[str, Any] | None,
         *,
         status: str,
         started: float,
         failed: bool = False,
     ) -> None:
         """A call that never streamed: refused by svir, or failed at every upstream tried."""
-        f = fields or {}
-        if self.metrics is not None:
-            labels = self.metrics.chat_labels(model, f.get("provider"))
-            self.metrics.chat_requests.inc((*labels, closed(status, OUTCOMES)))
-        if self.ledger is not None:
-            self.ledger.record(
-                LedgerRow(
-                    ts=time.time(),
-                    request_id=request_id,
-                    key_id=key.id if key is not None else None,
-                    api=_api_of(fields),
-                    model=model,
-                    served_model=f.get("served_model"),
-                    provider=f.get("provider"),
-                    status=status,
-                    prompt_tokens=0,
-                    completion_tokens=0,
-                    reasoning_tokens=None,
-                    cached_tokens=None,
-                    usage_source="none",
-                    cost_micros=None,
-                    latency_ms=round((time.perf_counter() - started) * 1000, 2) if failed else 0.0,
-                    ttft_ms=None,
-                    tokens_per_second=None,
-                    upstream_request_id=None,
-                    upstream_id=None,
-                )
-            )
+        if not self.on_settle:
+            return
+        o = ctx.outcome
+        key = ctx.key
+        record = CallRecord(
+            ts=time.time(),
+            request_id=ctx.request_id,
+            key_id=key.id if key is not None else None,
+            api=ctx.api,
+            model=model,
+            served_model=o.served_model,
+            provider=o.provider,
+            status=status,
+            prompt_tokens=0,
+            completion_tokens=0,
+            reasoning_tokens=None,
+            cached_tokens=None,
+            usage_source="none",
+            cost_micros=None,
+            latency_ms=round((time.perf_counter() - started) * 1000, 2) if failed else 0.0,
+            ttft_ms=None,
+            tokens_per_second=None,
+            upstream_request_id=None,
+            upstream_id=None,
+        )
+        for hook in self.on_settle:
+            hook(ctx, record)
 
 
 class Meter:
     """One opened call: its stream guard (budgets mid-answer, the concurrency slot's renewal)
-    and, when it closes, its settlement, ledger row and metrics."""
+    and, when it closes, its settlement and its `CallRecord`."""
 
     def __init__(
         self,
         gate: Gate,
         call: ChatCall,
+        ctx: CallContext,
         *,
-        key: KeyRecord | None,
         model: str,
         grant: Grant | None,
         prompt_estimate: int | None,
         started: float,
-        fields: dict[str, Any] | None,
     ) -> None:
         self.gate = gate
-        self.call = call
-        self.key = key
+        self.ctx = ctx
+        self.key = ctx.key
         self.model = model
         self.grant = grant
         self.prompt_estimate = prompt_estimate
         self.started = started
-        self.fields = fields
         self.price = gate.price(call.model_label) or gate.price(model)
         self.delivered = 0
         self.seen = 0
@@ -460,11 +432,7 @@ class Meter:
         value = limits.value(name) or 0
         denial = budget_denial(name, value, used.get(name, value), w)
         self.cut = name
-        if self.fields is not None:
-            self.fields["limit"] = name
-        metrics = self.gate.metrics
-        if metrics is not None:
-            metrics.streams_cut.inc((name,))
+        self.ctx.outcome.limit = name
         return _own_error(limit_client_error(key, denial, cut_after=self.delivered))
 
     def _cut_unavailable(self) -> UpstreamError:
@@ -495,7 +463,7 @@ class Meter:
             if self.prompt_estimate is None:
                 self.prompt_estimate = estimate_prompt_tokens(call.request)
             prompt = self.prompt_estimate
-            completion = self.delivered if cut else call.decoder.rate.count
+            completion = self.delivered if cut else call.visible_tokens
             reasoning = cached = None
             source = "counted"
         price = self.price
@@ -511,54 +479,39 @@ class Meter:
             status = "ok"
         else:
             status = s.error_kind or "cancelled"
-        provider = call.route.provider.name
         ttft_ms = None
         if s.first_token_ms is not None:
             ttft_ms = round((s.started - self.started) * 1000 + s.first_token_ms, 2)
-        metrics = gate.metrics
-        if metrics is not None:
-            metrics.in_flight.inc((provider,), -1)
-            label, _ = metrics.chat_labels(self.model, provider)
-            metrics.chat_requests.inc((label, provider, closed(status, OUTCOMES)))
-            tokens = metrics.tokens
-            tokens.inc((label, provider, "prompt"), prompt)
-            tokens.inc((label, provider, "completion"), completion)
-            if reasoning:
-                tokens.inc((label, provider, "reasoning"), reasoning)
-            if cached:
-                tokens.inc((label, provider, "cached"), cached)
-            if ttft_ms is not None:
-                metrics.ttft.observe((provider,), ttft_ms / 1000)
-            if s.tokens_per_second is not None:
-                metrics.tps.observe((provider,), s.tokens_per_second)
-        if self.fields is not None and source == "counted":
-            self.fields["usage_source"] = "counted"
-        if gate.ledger is not None:
-            gate.ledger.record(
-                LedgerRow(
-                    ts=time.time(),
-                    request_id=call.request_id,
-                    key_id=self.key.id if self.key is not None else None,
-                    api=_api_of(self.fields),
-                    model=self.model,
-                    served_model=call.model_label,
-                    provider=provider,
-                    status=status,
-                    prompt_tokens=prompt,
-                    completion_tokens=completion,
-                    reasoning_tokens=reasoning,
-                    cached_tokens=cached,
-                    usage_source=source,
-                    cost_micros=cost,
-                    latency_ms=round((time.perf_counter() - self.started) * 1000, 2),
-                    ttft_ms=ttft_ms,
-                    tokens_per_second=(
-                        round(s.tokens_per_second, 3) if s.tokens_per_second is not None else None
-                    ),
-                    upstream_request_id=s.upstream_request_id,
-                    upstream_id=s.upstream_id,
-                )
-            )
+        ctx = self.ctx
+        if source == "counted":
+            ctx.outcome.usage_source = "counted"
+        if not gate.on_settle:
+            return
+        record = CallRecord(
+            ts=time.time(),
+            request_id=ctx.request_id,
+            key_id=self.key.id if self.key is not None else None,
+            api=ctx.api,
+            model=self.model,
+            served_model=call.model_label,
+            provider=call.route.provider.name,
+            status=status,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            reasoning_tokens=reasoning,
+            cached_tokens=cached,
+            usage_source=source,
+            cost_micros=cost,
+            latency_ms=round((time.perf_counter() - self.started) * 1000, 2),
+            ttft_ms=ttft_ms,
+            tokens_per_second=(
+                round(s.tokens_per_second, 3) if s.tokens_per_second is not None else None
+            ),
+            upstream_request_id=s.upstream_request_id,
+            upstream_id=s.upstream_id,
+        )
+        for hook in gate.on_settle:
+            hook(ctx, record)
 
 
 def _own_error(ce: ClientError) -> UpstreamError:

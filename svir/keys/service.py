@@ -4,7 +4,8 @@ Routes: the admin API under `/admin/` (guarded by the admin key, `[auth] admin_k
 `GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
 metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
 tracing (when on), metrics, authentication. The gateway gets the gate (svir.keys.gate) around
-every chat call.
+every chat call; what each call came to (its `svir.call.CallRecord`) goes from the gate to the
+ledger and the metrics.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from svir.asgi import Receive, Scope, Send
+from svir.call import CallContext, CallRecord
 from svir.edges.app import VERBOSE, App
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
 from svir.errors import (
@@ -182,13 +184,12 @@ class KeysService:
         self.store: SqlStore | None = None
         self.keys: KeyStore | None = None
         self.ledger: Ledger | None = None
-        self.gate = Gate(
-            backend=backend,
-            ledger=None,
-            metrics=self.metrics,
-            limits=limits,
-            prices=config.prices,
-        )
+        self.gate = Gate(backend=backend, limits=limits, prices=config.prices)
+        if self.metrics is not None:
+            self.gate.on_open.append(self.metrics.call_opened)
+            self.gate.on_settle.append(self.metrics.call_settled)
+        if config.ledger.enabled:
+            self.gate.on_settle.append(self._ledger_row)
 
     # Lifespan
 
@@ -213,7 +214,6 @@ class KeysService:
                 store, flush_seconds=ledger.flush_seconds, max_pending=ledger.max_pending
             )
             await self.ledger.start()
-            self.gate.ledger = self.ledger
         log.info(
             "keys and limits ready",
             extra={
@@ -237,6 +237,10 @@ class KeysService:
             await store.close()
         if self.tracing is not None:
             await self.tracing.close()
+
+    def _ledger_row(self, ctx: CallContext, record: CallRecord) -> None:
+        if self.ledger is not None:
+            self.ledger.record(record)
 
     def _ledger_metrics(self) -> list[Any]:
         ledger = self.ledger

@@ -17,41 +17,15 @@ import logging
 from operator import attrgetter
 from typing import Final
 
-import msgspec
-
+from svir.call import CallRecord
 from svir.store.base import SqlStore
 
-__all__ = ["COLUMNS", "Ledger", "LedgerRow"]
+__all__ = ["COLUMNS", "Ledger"]
 
 log = logging.getLogger("svir.ledger")
 
-
-# Not tracked by the garbage collector (gc=False: every field is a str, a number or None, so a
-# row is never part of a cycle): up to a second of rows waits for the next write, and tracked
-# rows made every full collection under load walk thousands of them.
-class LedgerRow(msgspec.Struct, gc=False):
-    ts: float
-    request_id: str
-    key_id: str | None
-    api: str
-    model: str
-    served_model: str | None
-    provider: str | None
-    status: str
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int | None
-    cached_tokens: int | None
-    usage_source: str
-    cost_micros: int | None
-    latency_ms: float | None
-    ttft_ms: float | None
-    tokens_per_second: float | None
-    upstream_request_id: str | None
-    upstream_id: str | None
-
-
-COLUMNS: Final = LedgerRow.__struct_fields__
+# A row is a `svir.call.CallRecord`, as the key gate settles a call into one.
+COLUMNS: Final = CallRecord.__struct_fields__
 _values = attrgetter(*COLUMNS)
 _PER_STATEMENT: Final = 200  # rows per INSERT: far under SQLite's and PostgreSQL's bind limits
 
@@ -65,7 +39,7 @@ class Ledger:
         self.store = store
         self.flush_seconds = flush_seconds
         self.max_pending = max_pending
-        self.pending: list[LedgerRow] = []
+        self.pending: list[CallRecord] = []
         self.written = 0
         self.dropped = 0
         self.failures = 0
@@ -73,7 +47,7 @@ class Ledger:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
 
-    def record(self, row: LedgerRow) -> None:
+    def record(self, row: CallRecord) -> None:
         if len(self.pending) >= self.max_pending:
             self.dropped += 1
             return
@@ -117,7 +91,7 @@ class Ledger:
             self.written += len(rows)
             return len(rows)
 
-    async def _insert(self, rows: list[LedgerRow]) -> None:
+    async def _insert(self, rows: list[CallRecord]) -> None:
         names = ", ".join(COLUMNS)
         one = "(" + ", ".join("?" * len(COLUMNS)) + ")"
         async with self.store.transaction(write=True) as tx:

@@ -17,16 +17,16 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from svir.chat import ChatCall, Route
+from svir.call import CallContext
+from svir.chat import ChatCall, CloseHook, Route
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.errors import GatewayError
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
 from svir.transport import Transport
-from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import RETRYABLE_KINDS, ErrorKind, UpstreamError
 
@@ -55,6 +55,22 @@ BREAKER_KINDS = RETRYABLE_KINDS | {ErrorKind.AUTH, ErrorKind.NOT_A_STREAM, Error
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _EFFORT_WORD = re.compile(r"\b(" + "|".join(EFFORTS) + r")\b")
 OPTIONAL_FIELDS = ("reasoning_effort", "stream_options")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """What the policy waits with (backoff), draws from (jitter, weighted picks) and reads the
+    time by (breakers, budgets). The composition root passes the real ones; tests their own."""
+
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.monotonic
+
+
+# Told of each attempt before it is sent (svir.keys installs metrics and tracing here): gets the
+# attempt's route, the request it sends and the call's context, and gives the hook the attempt's
+# close runs.
+AttemptWatcher = Callable[[Route, dict[str, Any], CallContext], CloseHook]
 
 
 @dataclass(slots=True)
@@ -150,24 +166,22 @@ class Resilience:
         router: Router,
         client: Transport,
         *,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rng: random.Random | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        timing: Timing | None = None,
     ) -> None:
         self.router = router
         self.client = client
         self.routes = {r.name: r for r in config.routes}
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-        self._clock = clock
+        timing = timing or Timing()
+        self._sleep = timing.sleep
+        self._rng = timing.rng
+        self._clock = timing.clock
         # Bounded (svir.policy.bounded): clients may ask for any model id under a provider.
         self.deployments: BoundedMap[str, Deployment] = router.bounded(idle=Deployment.idle)
         self.budgets: dict[str, RetryBudget] = {}
         self.quirks: dict[str, Quirks] = {}
         self.retries = 0
         self.fallbacks = 0
-        # Called with each attempt's call before it is opened (svir.keys: metrics, tracing).
-        self.on_attempt: list[Callable[[ChatCall], None]] = []
+        self.on_attempt: list[AttemptWatcher] = []
 
     def route_for(self, model: str, resolved: dict[str, Route] | None = None) -> RouteConfig:
         """The configured route of `model`, or a route of its own. A model without one is
@@ -282,23 +296,17 @@ class Resilience:
         )
         return True
 
-    async def open(
-        self,
-        request: dict[str, Any],
-        *,
-        request_id: str,
-        fields: dict[str, Any] | None = None,
-        blobs: Blobs | None = None,
-    ) -> ChatCall:
-        """Open and prime a call for the request; raise the last GatewayError if all fail."""
+    async def open(self, ctx: CallContext, request: dict[str, Any]) -> ChatCall:
+        """Open and prime a call for the request; raise the last GatewayError if all fail.
+        `ctx.outcome` learns each attempt's provider and, when a call serves, who serves it."""
         asked = request["model"]
+        outcome = ctx.outcome
         resolved: dict[str, Route] = {}
         route = self.route_for(asked, resolved)
         tiers: list[tuple[RouteTarget, ...]] = [route.targets]
         for f in route.fallbacks:
             tiers.append(self.route_for(f, resolved).targets)
         last: GatewayError | None = None
-        tried: list[str] = []
         tier = 0
         context_fallback_used = False
         while tier < len(tiers):
@@ -324,28 +332,28 @@ class Resilience:
                 warnings: list[str] = []
                 sent = self.adjust(provider.name, request, warnings)
                 sent = {**sent, "model": d.model}
+                headers = {"x-svir-served-model": d.model}
+                if warnings:
+                    headers["x-svir-warning"] = "; ".join(warnings)
+                quirks = self.quirks.get(provider.name)
+                closers = [self._closer(d, provider.breaker)]
+                for watch in self.on_attempt:
+                    closers.append(watch(target_route, sent, ctx))
                 call = ChatCall(
                     self.client,
                     target_route,
                     sent,
-                    request_id=request_id,
+                    request_id=ctx.request_id,
                     model_label=d.model,
-                    blobs=blobs,
+                    blobs=ctx.blobs,
+                    headers=headers,
+                    drop_fields=frozenset(quirks.dropped) if quirks is not None else frozenset(),
+                    on_close=closers,
                 )
-                call.headers["x-svir-served-model"] = d.model
-                quirks = self.quirks.get(provider.name)
-                if quirks is not None:
-                    call.drop_fields = frozenset(quirks.dropped)
-                if warnings:
-                    call.headers["x-svir-warning"] = "; ".join(warnings)
                 d.in_flight += 1
-                call.on_close.append(self._closer(d, provider.breaker))
-                for hook in self.on_attempt:
-                    hook(call)
-                tried.append(d.model)
-                if fields is not None:
-                    # Also when every attempt fails: the metrics and the ledger name who failed.
-                    fields["provider"] = provider.name
+                # Also when every attempt fails: the metrics and the ledger name who failed.
+                outcome.provider = provider.name
+                outcome.attempts = (*outcome.attempts, d.model)
                 try:
                     await call.open()
                 except GatewayError as exc:
@@ -382,10 +390,9 @@ class Resilience:
                     ):
                         break
                     raise
-                if fields is not None:
-                    fields.update(model=asked, provider=provider.name, served_model=d.model)
-                    if len(tried) > 1:
-                        fields["attempts"] = tried
+                outcome.model = asked
+                outcome.served_model = d.model
+                outcome.stats = call.stats
                 return call
             tier += 1
             if tier < len(tiers):
@@ -396,7 +403,7 @@ class Resilience:
                         "fields": {
                             "model": asked,
                             "to": [t.model for t in tiers[tier]],
-                            "after": tried,
+                            "after": list(outcome.attempts),
                             "error": last.error.message if last else None,
                         }
                     },
@@ -413,7 +420,7 @@ class Resilience:
     def _closer(self, d: Deployment, breaker: BreakerConfig) -> Callable[[ChatCall], None]:
         def close(call: ChatCall) -> None:
             d.in_flight -= 1
-            error = call.decoder.error
+            error = call.error
             if call.succeeded:
                 self._succeeded(d)
             elif error is not None:

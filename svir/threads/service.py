@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from svir.call import CallContext
 from svir.chat import ChatCall
 from svir.config import StoreConfig
 from svir.errors import (
@@ -430,16 +431,11 @@ class ThreadService:
         await asyncio.gather(*(run.release() for run in running), return_exceptions=True)
 
     def continuation(
-        self, owner: str, thread_id: str, params: ContinueParams, request_id: str,
+        self, owner: str, thread_id: str, params: ContinueParams, ctx: CallContext,
         fields: dict[str, Any],
     ) -> Continuation:  # fmt: skip
         return Continuation(
-            self,
-            owner=owner,
-            thread_id=thread_id,
-            params=params,
-            request_id=request_id,
-            fields=fields,
+            self, owner=owner, thread_id=thread_id, params=params, ctx=ctx, fields=fields
         )
 
 
@@ -458,7 +454,7 @@ class Continuation:
         owner: str,
         thread_id: str,
         params: ContinueParams,
-        request_id: str,
+        ctx: CallContext,
         fields: dict[str, Any],
     ) -> None:  # fmt: skip
         self.service = service
@@ -466,7 +462,7 @@ class Continuation:
         self.owner = owner
         self.thread_id = thread_id
         self.params = params
-        self.request_id = request_id
+        self.ctx = ctx
         self.fields = fields
         self.lease_id = uuid.uuid4().hex
         self.ttl = service.config.lease_seconds
@@ -524,9 +520,7 @@ class Continuation:
         del blobs
         request["messages"] = upstream
         self.message_bytes = len(_encode(upstream))
-        opening = asyncio.ensure_future(
-            gateway.open_chat(request, request_id=self.request_id, fields=self.fields)
-        )
+        opening = asyncio.ensure_future(gateway.open_chat(self.ctx, request))
         aborted = asyncio.ensure_future(self._aborted.wait())
         try:
             await asyncio.wait({opening, aborted}, return_when=asyncio.FIRST_COMPLETED)
@@ -676,7 +670,7 @@ class Continuation:
         assert call is not None
         text = "".join(answer.text)
         # The reasoning kept is that of the carrier the server used first (the one it takes back).
-        carrier = call.decoder.reasoning_carrier
+        carrier = call.reasoning_carrier
         thought = answer.reasoning_of(carrier)
         key = call.route.kind.reasoning_key
         if thought and carrier != "think" and key is not None and key != carrier:

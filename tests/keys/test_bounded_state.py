@@ -10,6 +10,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from svir.call import INTERNAL, CallContext
 from tests.keys.support import Harness
 from tests.keys.test_telemetry import samples, value
 from tests.keys.upstream import FakeUpstream
@@ -72,13 +73,12 @@ async def test_invented_models_leave_state_and_metrics_bounded(
         assert (await h.chat(wide, "smart", stream=False)).status_code == 200
     # A call in flight on a configured model, held open through the flood.
     held = await h.app.gateway.open_chat(
+        CallContext("held-1", INTERNAL),
         {
             "model": "fake/tok-4-slow",
             "messages": [{"role": "user", "content": "hi"}],
             "stream": True,
         },
-        request_id="held-1",
-        fields={},
     )
 
     async def invent(start: int, stop: int) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from svir.ledger import Ledger, LedgerRow
+from svir.call import CallRecord
+from svir.ledger import Ledger
 from svir.ledger.queries import ALL_KEYS, summarize
 from svir.store import make_store
 from svir.store.base import SqlStore
@@ -28,7 +29,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return pg.url()
 
 
-def row(**kw: Any) -> LedgerRow:
+def row(**kw: Any) -> CallRecord:
     base: dict[str, Any] = {
         "ts": time.time(),
         "request_id": "r",
@@ -51,7 +52,7 @@ def row(**kw: Any) -> LedgerRow:
         "upstream_id": "gen-1",
     }
     base.update(kw)
-    return LedgerRow(**base)
+    return CallRecord(**base)
 
 
 async def test_rows_batch_and_summaries(store_url: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from svir.call import CallContext
 from svir.chat import ChatCall
 from svir.config import parse_config
 from svir.edges.app import App
@@ -29,11 +30,11 @@ def down_upstream_app() -> App:
     app = App(parse_config(CONFIG), {})
     openai_chat.install(app)
 
-    async def open_chat(
-        request: dict[str, Any], *, request_id: str, fields: Any = None, blobs: Any = None
-    ) -> ChatCall:
+    async def open_chat(ctx: CallContext, request: dict[str, Any]) -> ChatCall:
         route = app.router.resolve(request["model"])
-        call = ChatCall(app.gateway.client, route, request, request_id=request_id, model_label="x")
+        call = ChatCall(
+            app.gateway.client, route, request, request_id=ctx.request_id, model_label="x"
+        )
         call.upstream_body()
         raise request_error("the upstream is down", status=502, type="upstream_error")
 

@@ -1,0 +1,116 @@
+"""The typed context of one chat request: who asked and through which front end, and what became
+of the call. Every front end makes one and hands it to `Gateway.open_chat`; the policy and the key
+gate fill its outcome; the ledger, the metrics, the traces and the access log read it. When the
+call is over the key gate settles it into a `CallRecord`, the ledger's row.
+
+The request's log fields about the call are written from it in one place (`CallContext.log_into`,
+when the request ends), so a log key is a name in a log line and nothing reads it back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from svir.chat import CallStats
+    from svir.keys.model import KeyRecord
+    from svir.wire.blobs import Blobs
+
+__all__ = ["INTERNAL", "CallContext", "CallOutcome", "CallRecord"]
+
+# The front end of a call that no client protocol made (tests, tools in process).
+INTERNAL = "internal"
+
+
+# msgspec Structs rather than dataclasses: one of each is made per request, and a Struct is made
+# in a fraction of the time a frozen dataclass takes.
+class CallOutcome(msgspec.Struct):
+    """What became of the call, filled as it goes: by the policy (who was tried, who served, what
+    the serving call measured) and by the key gate (the limit that refused or cut it)."""
+
+    # The provider of the last attempt: the one that served, or the last one that failed.
+    provider: str | None = None
+    # Set once a call serves: the model the client asked for, and the deployment that serves it.
+    model: str | None = None
+    served_model: str | None = None
+    # Every deployment tried, in order (retries and fallbacks each count).
+    attempts: tuple[str, ...] = ()
+    # What the serving call measured (usage, finish, error class, timings); settled at its close.
+    stats: CallStats | None = None
+    # The key's limit that refused the call or cut its answer ("models" for a model not allowed).
+    limit: str | None = None
+    # "counted" when the call's tokens were counted by svir, not reported by the upstream.
+    usage_source: str | None = None
+
+
+class CallContext(msgspec.Struct, frozen=True):
+    """One chat request as the gateway sees it: its id, the front end it came in on ("openai",
+    "ollama", "threads", ... or INTERNAL), the caller's key (None without keys), the large image
+    data kept out of its body, and the outcome (the only part that changes)."""
+
+    request_id: str
+    api: str
+    key: KeyRecord | None = None
+    blobs: Blobs | None = None
+    outcome: CallOutcome = msgspec.field(default_factory=CallOutcome)
+
+    def log_into(self, fields: dict[str, Any]) -> None:
+        """Write the call's outcome into the request's log fields (the access log's names)."""
+        o = self.outcome
+        if o.limit is not None:
+            fields["limit"] = o.limit
+        if o.served_model is not None:
+            fields["model"] = o.model
+            fields["served_model"] = o.served_model
+            if len(o.attempts) > 1:
+                fields["attempts"] = list(o.attempts)
+        if o.provider is not None:
+            # Also when every attempt failed: the log names who failed.
+            fields["provider"] = o.provider
+        if o.usage_source is not None:
+            fields["usage_source"] = o.usage_source
+        s = o.stats
+        if s is None:
+            return
+        fields["upstream_request_id"] = s.upstream_request_id
+        fields["upstream_id"] = s.upstream_id
+        fields["finish_reason"] = s.finish_reason
+        if s.error_kind:
+            fields["error_kind"] = s.error_kind
+        if s.first_token_ms is not None:
+            fields["ttft_ms"] = s.first_token_ms
+        if s.tokens_per_second is not None:
+            fields["tokens_per_second"] = round(s.tokens_per_second, 2)
+        if s.usage is not None:
+            fields["prompt_tokens"] = s.usage.prompt_tokens
+            fields["completion_tokens"] = s.usage.completion_tokens
+
+
+# Not tracked by the garbage collector (gc=False: every field is a str, a number or None, so a
+# record is never part of a cycle): up to a second of them waits in the ledger for its next write,
+# and tracked ones made every full collection under load walk thousands of them.
+class CallRecord(msgspec.Struct, gc=False):
+    """What one chat call came to, refused, failed or served: the usage ledger's row (a column a
+    field, svir.ledger) and what the metrics count."""
+
+    ts: float
+    request_id: str
+    key_id: str | None
+    api: str
+    model: str
+    served_model: str | None
+    provider: str | None
+    status: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None
+    cached_tokens: int | None
+    usage_source: str
+    cost_micros: int | None
+    latency_ms: float | None
+    ttft_ms: float | None
+    tokens_per_second: float | None
+    upstream_request_id: str | None
+    upstream_id: str | None
