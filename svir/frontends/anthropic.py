@@ -16,7 +16,8 @@ A streamed answer whose upstream is silent for `PING_AFTER` seconds before its f
 local server reading a long prompt, a model being loaded) starts at once: `message_start`, then a
 `ping` every `PING_EVERY` seconds until the output comes, as Anthropic's API streams, because
 Claude Code gives up on a stream with no bytes for a few minutes. A failure after that start is
-the stream's one `error` event; one sooner (the common case) is still an HTTP error.
+the stream's one `error` event; one sooner (the common case) is still an HTTP error. (The call's
+own response headers, such as its cooling or limit notes, cannot follow a started response.)
 
 count_tokens is exact when the model's server is llama.cpp's (it tokenizes the prompt its chat
 template makes: `x-svir-token-count: exact`), svir's estimate otherwise (`estimate`).
@@ -54,10 +55,12 @@ from svir.wire.tokens import estimate_prompt_tokens
 __all__ = ["AnthropicMessages", "error_shape", "install"]
 
 WARNING_HEADER: Final = "x-svir-warning"
+COUNT_HEADER: Final = "x-svir-token-count"
+# Seconds of an upstream's silence before a stream starts anyway, and between its pings then:
+# well inside Claude Code's patience, well past what an answer in time takes to begin.
 PING_AFTER: Final = 5.0
 PING_EVERY: Final = 10.0
 _WAITING: Final = Keepalive("svir: the upstream has not answered yet")
-COUNT_HEADER: Final = "x-svir-token-count"
 # Kinds whose server is llama.cpp's, which tokenizes on request (`/apply-template`, `/tokenize`).
 TOKENIZING_KINDS: Final = frozenset({"llamacpp", "llamacpp-managed"})
 
