@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.support.upstream import CHUNK_ID
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
@@ -180,10 +182,10 @@ def wait_healthy(child: Child, port: int, path: str, timeout: float = 30.0) -> N
 
 
 def start_fake_upstream(log: Path, *args: str, name: str = "fake upstream") -> tuple[Child, int]:
-    """`bench.fake_upstream` on a free loopback port (`args` passed on) once it answers, and its
+    """The scripted upstream (`python -m tests.support.upstream`) on a free loopback port (`args` passed on) once it answers, and its
     port; stopped again if it never does."""
     port = free_port()
-    argv = [sys.executable, "-m", "bench.fake_upstream", "--port", str(port), *args]
+    argv = [sys.executable, "-m", "tests.support.upstream", "--port", str(port), *args]
     child = Child(name, argv, log)
     try:
         wait_healthy(child, port, "/healthz")
@@ -225,7 +227,7 @@ def check_stream(data: bytes, chunks: int, relayed: bool | None = None) -> str |
     if not events or events[-1] != b"[DONE]":
         return f"stream does not end with [DONE]: {data[-200:]!r}"
     docs = [json.loads(e) for e in events[:-1]]
-    if relayed is not None and relayed != all(d["id"] == "chatcmpl-fake" for d in docs):
+    if relayed is not None and relayed != all(d["id"] == CHUNK_ID for d in docs):
         return "relayed chunks expected" if relayed else "re-encoded chunks expected"
     content = [
         c["delta"]["content"]

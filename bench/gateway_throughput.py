@@ -1,7 +1,7 @@
 """Gateway throughput sanity: the fake upstream alone against the same upstream through svir.
 
-Starts `bench.fake_upstream` and `svir serve` (one worker, default log level, log to a file) on
-free loopback ports, checks that every scenario answers correctly, then:
+Starts the scripted upstream (`tests.support.upstream`) and `svir serve` (one worker, default
+log level, log to a file) on free loopback ports, checks that every scenario answers correctly, then:
 
 1. Peak RSS: one chat request whose user message carries a base64 data-URL image of
    `--image-mib` MiB of random bytes goes through svir; svir's RSS is sampled every 10 ms (psutil)

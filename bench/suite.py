@@ -1,6 +1,7 @@
 """The side-by-side gateway benchmark: svir against its peers, on one fake upstream, in one run.
 
-Targets (each started on a free loopback port, all pointing at the same `bench.fake_upstream`):
+Targets (each started on a free loopback port, all pointing at the same scripted upstream,
+`python -m tests.support.upstream`):
 
 - `direct`: the fake upstream itself (the floor of every figure);
 - `svir`: `svir serve`, one worker (and `svir x2` with `--svir-workers 2`);

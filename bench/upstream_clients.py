@@ -1,9 +1,9 @@
 """Upstream HTTP clients compared: the cost of one streamed upstream call, in one process.
 
-Starts `bench.fake_upstream`, then in this process (uvloop) runs `--requests` POSTs of a
-20-chunk stream at `--concurrency`, reading each body to its end, with each client in turn
-(alternating over `--rounds`): aiohttp (as svir used it: one ClientSession, a TCPConnector),
-httpx (AsyncClient, HTTP/1.1) and svir's minimal client (`svir.edges.h1`). The client process is
+Starts the scripted upstream (`tests.support.upstream`), then in this process (uvloop) runs
+`--requests` POSTs of a 20-chunk stream at `--concurrency`, reading each body to its end, with
+each client in turn (alternating over `--rounds`): aiohttp (as svir used it: one ClientSession,
+a TCPConnector), httpx (AsyncClient, HTTP/1.1) and svir's minimal client (`svir.edges.h1`). The client process is
 the bottleneck (the upstream answers from memory), so requests/s measures the client's cost.
 
     .venv/bin/python -m bench.upstream_clients [--requests 20000] [--concurrency 32]

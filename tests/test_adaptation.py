@@ -10,8 +10,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.replay import ReplayServerThread, status_model
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer, ScriptedUpstream, status_model
 
 SCHEMA = {
     "type": "json_schema",
@@ -28,15 +28,13 @@ PNG = "data:image/png;base64,iVBORw0KGgo="
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread() as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream()) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def svir(
-    replay: ReplayServerThread, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SvirProcess]:
+def svir(replay: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SvirProcess]:
     def provider(name: str, kind: str, extra: str = "") -> str:
         return f'[[providers]]\nname = "{name}"\nkind = "{kind}"\nbase_url = "{replay.base_url}"\ndiscover = false\n{extra}\n'
 
@@ -87,7 +85,7 @@ def test_lmstudio_reasoning_stays_reasoning_without_a_schema(client: openai.Open
 
 
 def test_lmstudio_named_tool_choice_and_json_object_are_rewritten(
-    client: openai.OpenAI, replay: ReplayServerThread
+    client: openai.OpenAI, replay: ScriptedServer
 ) -> None:
     tools = [
         {"type": "function", "function": {"name": "open_locker", "parameters": {"type": "object"}}},
@@ -111,7 +109,7 @@ def test_lmstudio_named_tool_choice_and_json_object_are_rewritten(
 
 
 def test_tool_choice_without_tools_is_removed(
-    client: openai.OpenAI, replay: ReplayServerThread
+    client: openai.OpenAI, replay: ScriptedServer
 ) -> None:
     replay.clear()
     client.chat.completions.create(model="vllm/llama-cpp", messages=user(), tool_choice="auto")
@@ -151,7 +149,7 @@ def test_length_finish_is_never_a_valid_json_answer(client: openai.OpenAI) -> No
 
 
 def test_images_to_a_text_only_server_are_refused_before_sending(
-    client: openai.OpenAI, replay: ReplayServerThread, svir: SvirProcess
+    client: openai.OpenAI, replay: ScriptedServer, svir: SvirProcess
 ) -> None:
     replay.clear()
     content = [
@@ -182,7 +180,7 @@ def test_vllm_without_a_tool_parser_says_what_it_lacks(client: openai.OpenAI) ->
 
 
 def test_unsupported_input_from_the_server_is_a_400_never_retried(
-    client: openai.OpenAI, replay: ReplayServerThread
+    client: openai.OpenAI, replay: ScriptedServer
 ) -> None:
     replay.clear()
     with pytest.raises(openai.BadRequestError):

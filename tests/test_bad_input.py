@@ -37,9 +37,9 @@ from svir.providers.adapt import AnswerValidator
 from svir.threads.service import ThreadService
 from svir.wire.events import Finish, StreamError, TextDelta
 from tests.keys.support import ADMIN_KEY, Harness, config_text
-from tests.support.replay import ReplayServerThread
 from tests.support.stub import down_upstream_app
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 CASE = "fake/llama-cpp"  # the replay's recorded answer: "17 × 3 = 51."
 HI = [{"role": "user", "content": "hi"}]
@@ -47,13 +47,13 @@ DEEP = 100_000
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="whole") as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="whole")) as server:
         yield server
 
 
 @pytest.fixture
-async def svir(replay: ReplayServerThread, tmp_path: Path) -> AsyncIterator[Harness]:
+async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
     harness = Harness(text, fronts=("ollama", "threads", "anthropic"))
     await harness.start()
@@ -605,7 +605,7 @@ async def test_an_unknown_model_of_a_managed_provider_is_a_404_for_threads(
 
 
 def test_svir_serve_answers_bad_bodies_with_json_and_stays_up(
-    replay: ReplayServerThread, tmp_path: Path
+    replay: ScriptedServer, tmp_path: Path
 ) -> None:
     config = f"""
 [[providers]]

@@ -10,7 +10,8 @@ from svir.edges.upstream import UpstreamClient
 from svir.policy.bounded import BoundedMap
 from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router
-from tests.support.replay import ReplayServer
+from svir.testing import MockServer
+from tests.support.upstream import ScriptedUpstream
 
 
 def test_the_least_recently_used_other_goes_first() -> None:
@@ -80,7 +81,7 @@ def test_setdefault_makes_once_and_cap_zero_holds_kept_keys_only() -> None:
 
 
 async def test_known_models_are_the_configured_and_the_listed() -> None:
-    async with ReplayServer(models=["found", "also-found"]) as server:
+    async with MockServer(ScriptedUpstream(models=["found", "also-found"])) as server:
         config = parse_config(
             f"""
 [server]

@@ -19,20 +19,20 @@ from typing import Any
 import pytest
 
 from tests.keys.support import Harness, config_text
-from tests.support.replay import ReplayServerThread
+from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 CASE = "llama-cpp"  # its recorded answer: "17 × 3 = 51."
 PATHS = ["/v1/chat/completions", "/api/chat"]
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="whole") as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="whole")) as server:
         yield server
 
 
 @pytest.fixture
-async def svir(replay: ReplayServerThread, tmp_path: Path) -> AsyncIterator[tuple[Harness, str]]:
+async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[tuple[Harness, str]]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
     harness = Harness(text, fronts=("ollama",))
     await harness.start()
@@ -124,9 +124,9 @@ async def test_an_answered_request_leaves_no_cycle_for_the_collector(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_requests_one_after_another_share_one_upstream_connection(
-    svir: tuple[Harness, str], replay: ReplayServerThread, stream: bool
+    svir: tuple[Harness, str], replay: ScriptedServer, stream: bool
 ) -> None:
-    """The replay server (aiohttp) sends a chunked body's terminating chunk after an await, so
+    """The scripted upstream sends a streamed body's terminating chunk after an await, so
     it comes after the `[DONE]` svir stops at (as a separate segment can from any server over a
     real network): the connection must still go back to the pool, not be opened anew (a TLS
     handshake, for a cloud API) for every request."""

@@ -14,8 +14,8 @@ import msgspec
 import openai
 import pytest
 
-from tests.support.replay import CORPUS_DIR, ReplayServerThread, status_model
 from tests.support.svir_proc import SvirProcess, free_port
+from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream, status_model
 
 CASES = sorted(p.stem for p in CORPUS_DIR.glob("*.sse"))
 
@@ -25,14 +25,14 @@ def spec(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="event", pieces=3) as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="event", pieces=3)) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def svir(
-    replay: ReplayServerThread, tmp_path_factory: pytest.TempPathFactory
+    replay: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SvirProcess]:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     config = f"""
@@ -201,7 +201,7 @@ def test_non_streamed_through_svir_matches_the_corpus(client: openai.OpenAI, nam
 
 
 def test_usage_chunk_only_when_asked_but_always_requested_upstream(
-    client: openai.OpenAI, replay: ReplayServerThread
+    client: openai.OpenAI, replay: ScriptedServer
 ) -> None:
     replay.clear()
     got = collect(
@@ -385,7 +385,7 @@ def test_request_ids(svir: SvirProcess) -> None:
 
 
 def test_client_disconnect_cancels_the_upstream(
-    svir: SvirProcess, replay: ReplayServerThread
+    svir: SvirProcess, replay: ScriptedServer
 ) -> None:
     replay.clear()
     body = {
@@ -508,7 +508,7 @@ def test_corpus_dir_is_the_one_the_decoder_tests_use() -> None:
     assert Path(__file__).parent / "conformance" / "decoder" == CORPUS_DIR
 
 
-def test_images_go_upstream_as_one_text_part_then_data_urls(client: openai.OpenAI, replay: ReplayServerThread) -> None:
+def test_images_go_upstream_as_one_text_part_then_data_urls(client: openai.OpenAI, replay: ScriptedServer) -> None:
     png = "data:image/png;base64,iVBORw0KGgo="
     replay.clear()
     client.chat.completions.create(
@@ -528,7 +528,7 @@ def test_images_go_upstream_as_one_text_part_then_data_urls(client: openai.OpenA
     ]
 
 
-def test_text_files_go_upstream_wrapped(client: openai.OpenAI, replay: ReplayServerThread) -> None:
+def test_text_files_go_upstream_wrapped(client: openai.OpenAI, replay: ScriptedServer) -> None:
     import base64
 
     data = base64.b64encode(b"col1,col2\n1,2").decode()
@@ -543,7 +543,7 @@ def test_text_files_go_upstream_wrapped(client: openai.OpenAI, replay: ReplaySer
     assert replay.last.body["messages"][0]["content"] == 'sum it\n<file name="a&quot;b.csv">\ncol1,col2\n1,2\n</file>'
 
 
-def test_kimi_drops_temperature_and_disables_thinking(client: openai.OpenAI, replay: ReplayServerThread) -> None:
+def test_kimi_drops_temperature_and_disables_thinking(client: openai.OpenAI, replay: ScriptedServer) -> None:
     replay.clear()
     client.chat.completions.create(model="moon/llama-cpp", messages=[{"role": "user", "content": "hi"}], temperature=0.7, top_p=0.9, stop=["x"])
     body = replay.last.body
@@ -552,7 +552,7 @@ def test_kimi_drops_temperature_and_disables_thinking(client: openai.OpenAI, rep
     assert body["stop"] == ["x"]
 
 
-def test_azure_deployment_url_and_key_header(client: openai.OpenAI, replay: ReplayServerThread) -> None:
+def test_azure_deployment_url_and_key_header(client: openai.OpenAI, replay: ScriptedServer) -> None:
     replay.clear()
     got = collect(client.chat.completions.create(model="az/azure-async-flagged", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=5))
     # A block revealed only by a verdict after the model's stop ends as a content-filter finish.
@@ -565,7 +565,7 @@ def test_azure_deployment_url_and_key_header(client: openai.OpenAI, replay: Repl
     assert rec.body["max_completion_tokens"] == 5 and "max_tokens" not in rec.body
 
 
-def test_large_images_reach_the_upstream_intact(client: openai.OpenAI, replay: ReplayServerThread, svir: SvirProcess) -> None:
+def test_large_images_reach_the_upstream_intact(client: openai.OpenAI, replay: ScriptedServer, svir: SvirProcess) -> None:
     import base64
     import os
 

@@ -1,13 +1,11 @@
 """Retries, fallback, load balancing, breakers and the learned quirks, through the whole svir app
 (`build_app`, every front end) in this process, over a `svir.testing.MockTransport` whose
-handler plays a faulty upstream: each model name is a behaviour (see `Faults`). The policy's
-sleep, random source and clock are injected, so no test waits for real time except the
-first-byte timeout's."""
+handler plays a faulty upstream: each model name is a behaviour (`ScriptedUpstream`,
+tests/support/upstream.py). The policy's sleep, random source and clock are injected, so no
+test waits for real time except the first-byte timeout's."""
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import email.utils
 import random
 from collections.abc import AsyncIterator
@@ -22,10 +20,10 @@ from svir.config import Timeouts, parse_config
 from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.policy.resilience import Timing
-from svir.testing import MockRequest, MockResponse, MockTransport
+from svir.testing import MockResponse, MockTransport
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.asgi import Lifespan
-from tests.support.faults import CRASH, PARSE_FAILURE, ok_stream
+from tests.support.upstream import ScriptedUpstream, error
 
 BASE = "http://upstream.test/v1"
 
@@ -39,89 +37,6 @@ base_url = "{BASE}"
 discover = false
 {extra}
 """
-
-
-def error(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> MockResponse:
-    return MockResponse.json(body, status, headers)
-
-
-async def broken(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    """`chunks`, then the connection cut as the upstream client reports it."""
-    for chunk in chunks:
-        yield chunk
-    raise UpstreamError(ErrorKind.INCOMPLETE, "upstream connection broke", in_stream=True)
-
-
-OVERLOADED = error(503, {"error": {"message": "overloaded"}})
-
-
-class Faults:
-    """The scripted upstream: `hits` per model name, every request body in `bodies`."""
-
-    def __init__(self) -> None:
-        self.hits: collections.Counter[str] = collections.Counter()
-        self.bodies: list[dict[str, Any]] = []
-
-    async def __call__(self, request: MockRequest) -> MockResponse:
-        body = request.json()
-        model = body.get("model", "")
-        self.hits[model] += 1
-        self.bodies.append(body)
-        n = self.hits[model]
-        ok = MockResponse(body=ok_stream(["hello", " world"]))
-        if model.startswith("flaky-"):
-            return OVERLOADED if n <= int(model.split("-")[1]) else ok
-        if model == "always-503":
-            return error(503, {"error": {"message": "down"}})
-        if model == "limited" and n == 1:
-            return error(429, {"error": {"message": "slow down"}}, {"Retry-After": "1"})
-        if model == "hang-headers":
-            await asyncio.sleep(3600)
-        if model == "reset-early":
-            return MockResponse(body=broken(ok_stream([])[:1]))
-        if model == "reset-late":
-            return MockResponse(body=broken(ok_stream(["partial"])[:2]))
-        if model == "parse-fail-late":
-            return MockResponse(body=[*ok_stream(["partial"])[:2], PARSE_FAILURE])
-        if model == "crash-late":
-            return MockResponse(body=[*ok_stream(["partial"])[:2], CRASH])
-        if model == "effort" and body.get("reasoning_effort") == "high":
-            message = "Unexpected reasoning effort high. Supported types are xhigh (default), medium, and low."
-            return error(
-                400, {"error": {"message": message, "type": "BadRequestError", "code": 400}}
-            )
-        if model == "no-stream-options" and "stream_options" in body:
-            loc = ["body", "stream_options"]
-            detail = [
-                {"type": "extra_forbidden", "loc": loc, "msg": "Extra inputs are not permitted"}
-            ]
-            return error(422, {"detail": detail})
-        if model == "overflow":
-            message = "This model's maximum context length is 8 tokens"
-            return error(400, {"error": {"message": message, "code": "context_length_exceeded"}})
-        if model == "missing":
-            return error(
-                404,
-                {
-                    "object": "error",
-                    "message": "The model `missing` does not exist.",
-                    "type": "NotFoundError",
-                    "param": None,
-                    "code": 404,
-                },
-            )
-        if model == "rejected":
-            message = "Invalid tool_choice: bogus"
-            return error(
-                400, {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
-            )
-        if model == "filtered":
-            inner = {"content_filter_result": {"hate": {"filtered": True, "severity": "high"}}}
-            return error(
-                400,
-                {"error": {"message": "filtered", "code": "content_filter", "innererror": inner}},
-            )
-        return ok
 
 
 CONFIG = (
@@ -171,7 +86,7 @@ class Svir:
     """The app over the scripted upstream, with the policy's sleep and clock recorded."""
 
     def __init__(self, tmp: Path) -> None:
-        self.faults = Faults()
+        self.faults = ScriptedUpstream(retry_after="1")
         self.transport = MockTransport(self.faults)
         text = CONFIG + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
         self.slept: list[float] = []
@@ -185,6 +100,10 @@ class Svir:
         self.client = openai.AsyncOpenAI(
             api_key="k", base_url="http://svir/v1", max_retries=0, http_client=self.http
         )
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """Every request body the upstream got, in order."""
+        return [r.json() for r in self.transport.requests]
 
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -243,7 +162,7 @@ async def test_fallback_serves_and_says_which_model(svir: Svir) -> None:
     assert raw.headers["x-svir-served-model"] == "g/ok"
     assert svir.faults.hits["ok"] == 1
     # The route's own model first, retried as its provider allows, then the fallback.
-    assert [b["model"] for b in svir.faults.bodies] == ["always-503"] * 3 + ["ok"]
+    assert [b["model"] for b in svir.bodies()] == ["always-503"] * 3 + ["ok"]
 
 
 async def test_retry_after_is_honoured(svir: Svir) -> None:
@@ -261,9 +180,9 @@ async def test_retry_after_over_the_cap_is_not_waited_for(svir: Svir) -> None:
 
 async def test_hang_before_headers_is_retried_then_504(svir: Svir) -> None:
     with pytest.raises(openai.APIStatusError) as info:
-        await svir.ask("f/hang-headers", stream=True)
+        await svir.ask("f/stall-first-byte", stream=True)
     assert info.value.status_code == 504
-    assert svir.faults.hits["hang-headers"] == 3
+    assert svir.faults.hits["stall-first-byte"] == 3
 
 
 async def test_reset_before_output_is_retried(svir: Svir) -> None:
@@ -327,10 +246,10 @@ async def test_rejected_reasoning_effort_is_mapped_and_remembered(svir: Svir) ->
     raw = await svir.ask("g/effort", reasoning_effort="high")
     assert raw.parse().choices[0].message.content == "hello world"
     assert "xhigh" in raw.headers["x-svir-warning"]
-    efforts = [b.get("reasoning_effort") for b in svir.faults.bodies if b["model"] == "effort"]
+    efforts = [b.get("reasoning_effort") for b in svir.bodies() if b["model"] == "effort"]
     assert efforts == ["high", "xhigh"]
     await svir.ask("g/effort", reasoning_effort="high")
-    efforts = [b.get("reasoning_effort") for b in svir.faults.bodies if b["model"] == "effort"]
+    efforts = [b.get("reasoning_effort") for b in svir.bodies() if b["model"] == "effort"]
     assert efforts == ["high", "xhigh", "xhigh"]  # learned: the second request pays once
     quirks = (await svir.http.get("/healthz?verbose=1")).json()["quirks"]
     assert quirks["g"]["reasoning_effort"] == {"high": "xhigh"}
@@ -339,7 +258,7 @@ async def test_rejected_reasoning_effort_is_mapped_and_remembered(svir: Svir) ->
 async def test_rejected_stream_options_is_dropped_and_remembered(svir: Svir) -> None:
     for _ in range(2):
         assert await svir.text("g/no-stream-options") == "hello world"
-    sent = ["stream_options" in b for b in svir.faults.bodies if b["model"] == "no-stream-options"]
+    sent = ["stream_options" in b for b in svir.bodies() if b["model"] == "no-stream-options"]
     assert sent == [True, False, False]
 
 

@@ -1,29 +1,36 @@
-"""The replay server (tests/support/replay.py), exercised over real HTTP with plain httpx."""
+"""The scripted upstream (tests/support/upstream.py) served by `svir.testing.MockServer`,
+exercised over real HTTP with plain httpx."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.replay import (
+from svir.config import Timeouts
+from svir.edges.upstream import UpstreamClient
+from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread, MockTransport
+from svir.transport import Transport
+from svir.wire.errors import ErrorKind, UpstreamError
+from tests.support.upstream import (
     BODIES_DIR,
     CORPUS_DIR,
     LLAMA_CPP_MODELS,
+    OK_TEXTS,
     VLLM_MODELS,
-    ReplayServer,
-    ReplayServerThread,
+    ScriptedUpstream,
     corpus_names,
     plan_chunks,
     split_events,
     split_lines,
     split_pieces,
     status_model,
+    token_stream,
 )
 
 BODY_NAMES = sorted(p.stem for p in BODIES_DIR.glob("*.json"))
@@ -44,8 +51,8 @@ def chat(model: str, **extra: object) -> dict[str, object]:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[ReplayServer]:
-    async with ReplayServer() as srv:
+async def server() -> AsyncIterator[MockServer[ScriptedUpstream]]:
+    async with MockServer(ScriptedUpstream()) as srv:
         yield srv
 
 
@@ -117,7 +124,7 @@ def test_status_model() -> None:
 
 
 async def test_plays_every_corpus_stream_exactly(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     names = corpus_names()
     assert {"lmstudio-reasoning", "mlx-lm", "mlx-vlm", "vllm-named-tool", "azure"} <= set(names)
@@ -152,7 +159,7 @@ async def test_byte_splitting_preserves_the_file(
     client: httpx.AsyncClient, name: str, split: object, pieces: int
 ) -> None:
     data = corpus(name)
-    async with ReplayServer(split=split, pieces=pieces) as srv:  # type: ignore[arg-type]
+    async with MockServer(ScriptedUpstream(split=split, pieces=pieces)) as srv:  # type: ignore[arg-type]
         _, received = await read_raw(client, f"{srv.base_url}/chat/completions", chat(name))
         rec = await srv.wait_ended(srv.last)
     assert received == data
@@ -163,7 +170,7 @@ async def test_byte_splitting_preserves_the_file(
 
 async def test_events_arrive_one_by_one_with_a_delay(client: httpx.AsyncClient) -> None:
     data = corpus("interleaved-tools")
-    async with ReplayServer(delay=0.05) as srv:
+    async with MockServer(ScriptedUpstream(delay=0.05)) as srv:
         arrivals: list[tuple[float, bytes]] = []
         start = time.monotonic()
         async with client.stream(
@@ -179,16 +186,16 @@ async def test_events_arrive_one_by_one_with_a_delay(client: httpx.AsyncClient) 
 
 async def test_extra_streams_and_the_pieces_option(client: httpx.AsyncClient) -> None:
     stream = 'data: {"choices":[{"index":0,"delta":{"content":"é"}}]}\n\ndata: [DONE]\n\n'
-    async with ReplayServer(streams={"custom": stream}, pieces=5) as srv:
+    async with MockServer(ScriptedUpstream(streams={"custom": stream}, pieces=5)) as srv:
         _, data = await read_raw(client, f"{srv.base_url}/chat/completions", chat("custom"))
         assert data == stream.encode()
         assert srv.last.writes == 10
 
 
 async def test_options_can_change_between_requests(client: httpx.AsyncClient) -> None:
-    async with ReplayServer() as srv:
+    async with MockServer(ScriptedUpstream()) as srv:
         await read_raw(client, f"{srv.base_url}/chat/completions", chat("mlx-lm"))
-        srv.split = "whole"
+        srv.handler.split = "whole"
         await read_raw(client, f"{srv.base_url}/chat/completions", chat("mlx-lm"))
         first, second = srv.chat_requests
         await srv.wait_ended(second)
@@ -199,7 +206,9 @@ async def test_options_can_change_between_requests(client: httpx.AsyncClient) ->
 # Azure routes
 
 
-async def test_azure_deployment_route(server: ReplayServer, client: httpx.AsyncClient) -> None:
+async def test_azure_deployment_route(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     url = f"{server.root_url}/openai/deployments/azure-block/chat/completions"
     async with client.stream(
         "POST",
@@ -218,7 +227,9 @@ async def test_azure_deployment_route(server: ReplayServer, client: httpx.AsyncC
     assert rec.headers["API-Key"] == "azure-key"
 
 
-async def test_azure_v1_route(server: ReplayServer, client: httpx.AsyncClient) -> None:
+async def test_azure_v1_route(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     url = f"{server.root_url}/openai/v1/chat/completions"
     _, data = await read_raw(client, url, chat("azure-async"))
     assert data == corpus("azure-async")
@@ -226,7 +237,7 @@ async def test_azure_v1_route(server: ReplayServer, client: httpx.AsyncClient) -
 
 
 async def test_azure_unknown_deployment_is_404(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     url = f"{server.root_url}/openai/deployments/nope/chat/completions?api-version=x"
     resp = await client.post(url, json=chat("mlx-lm"))
@@ -248,7 +259,7 @@ async def test_azure_unknown_deployment_is_404(
     ],
 )
 async def test_unknown_model_is_404(
-    server: ReplayServer, client: httpx.AsyncClient, body: dict[str, object]
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient, body: dict[str, object]
 ) -> None:
     resp = await client.post(f"{server.base_url}/chat/completions", json=body)
     assert resp.status_code == 404
@@ -257,7 +268,7 @@ async def test_unknown_model_is_404(
 
 
 async def test_body_that_is_not_json_is_recorded_and_404(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     resp = await client.post(f"{server.base_url}/chat/completions", content=b"{nope")
     assert resp.status_code == 404
@@ -315,7 +326,7 @@ def test_bodies_hold_the_reference_quotes() -> None:
 
 @pytest.mark.parametrize("name", BODY_NAMES)
 async def test_status_models_return_the_body(
-    server: ReplayServer, client: httpx.AsyncClient, name: str
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient, name: str
 ) -> None:
     model = status_model(name)
     status = int(model.split("-")[1])
@@ -332,7 +343,7 @@ async def test_status_models_return_the_body(
 
 
 async def test_status_comes_from_the_model_name(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     resp = await client.post(
         f"{server.base_url}/chat/completions", json=chat("status-503-llama-cpp-image-500")
@@ -342,7 +353,7 @@ async def test_status_comes_from_the_model_name(
 
 
 async def test_retry_after_can_be_left_out(client: httpx.AsyncClient) -> None:
-    async with ReplayServer(retry_after=None) as srv:
+    async with MockServer(ScriptedUpstream(retry_after=None)) as srv:
         resp = await client.post(
             f"{srv.base_url}/chat/completions", json=chat("status-429-openai-429")
         )
@@ -351,7 +362,7 @@ async def test_retry_after_can_be_left_out(client: httpx.AsyncClient) -> None:
 
 
 async def test_stall_401_sends_headers_and_never_the_body(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     body = (BODIES_DIR / "auth-401.json").read_bytes()
     timeout = httpx.Timeout(5.0, read=0.3)
@@ -369,7 +380,9 @@ async def test_stall_401_sends_headers_and_never_the_body(
     assert rec.bytes_sent == 0
 
 
-async def test_not_a_stream(server: ReplayServer, client: httpx.AsyncClient) -> None:
+async def test_not_a_stream(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     resp = await client.post(f"{server.base_url}/chat/completions", json=chat("not-a-stream"))
     assert resp.status_code == 200
     assert resp.headers["content-type"] == "application/json"
@@ -382,7 +395,7 @@ async def test_not_a_stream(server: ReplayServer, client: httpx.AsyncClient) -> 
 async def test_slow_drip_disconnect_is_observed_at_once(client: httpx.AsyncClient) -> None:
     # A drip of 10 s: the server only notices the close in time if it watches the connection,
     # not when its next write fails.
-    async with ReplayServer(drip=10.0) as srv:
+    async with MockServer(ScriptedUpstream(drip=10.0)) as srv:
         async with client.stream(
             "POST", f"{srv.base_url}/chat/completions", json=chat("slow-drip")
         ) as resp:
@@ -402,7 +415,7 @@ async def test_slow_drip_disconnect_is_observed_at_once(client: httpx.AsyncClien
 
 
 async def test_slow_drip_counts_the_chunks_before_the_close(client: httpx.AsyncClient) -> None:
-    async with ReplayServer(drip=0.01) as srv:
+    async with MockServer(ScriptedUpstream(drip=0.01)) as srv:
         seen = b""
         async with client.stream(
             "POST", f"{srv.base_url}/chat/completions", json=chat("slow-drip")
@@ -417,7 +430,7 @@ async def test_slow_drip_counts_the_chunks_before_the_close(client: httpx.AsyncC
 
 
 async def test_slow_drip_with_a_count_finishes(client: httpx.AsyncClient) -> None:
-    async with ReplayServer(drip=0.01, drip_count=3) as srv:
+    async with MockServer(ScriptedUpstream(drip=0.01, drip_count=3)) as srv:
         _, data = await read_raw(client, f"{srv.base_url}/chat/completions", chat("slow-drip"))
         rec = await srv.wait_ended(srv.last)
     events = split_events(data)
@@ -429,7 +442,7 @@ async def test_slow_drip_with_a_count_finishes(client: httpx.AsyncClient) -> Non
 
 
 async def test_closing_a_corpus_stream_early_is_a_disconnect(client: httpx.AsyncClient) -> None:
-    async with ReplayServer(delay=0.2) as srv:
+    async with MockServer(ScriptedUpstream(delay=0.2)) as srv:
         async with client.stream(
             "POST", f"{srv.base_url}/chat/completions", json=chat("mlx-lm")
         ) as resp:
@@ -440,7 +453,7 @@ async def test_closing_a_corpus_stream_early_is_a_disconnect(client: httpx.Async
 
 
 async def test_reading_to_the_end_is_not_a_disconnect(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     await read_raw(client, f"{server.base_url}/chat/completions", chat("llama-cpp"))
     await client.aclose()  # the connection closes after the whole stream
@@ -451,7 +464,7 @@ async def test_reading_to_the_end_is_not_a_disconnect(
 
 
 async def test_stall_first_byte_sends_nothing(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     started = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
@@ -467,7 +480,9 @@ async def test_stall_first_byte_sends_nothing(
     assert rec.body == chat("stall-first-byte")
 
 
-async def test_stall_mid_sends_one_chunk(server: ReplayServer, client: httpx.AsyncClient) -> None:
+async def test_stall_mid_sends_one_chunk(
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
+) -> None:
     async with client.stream(
         "POST",
         f"{server.base_url}/chat/completions",
@@ -489,7 +504,7 @@ async def test_stall_mid_sends_one_chunk(server: ReplayServer, client: httpx.Asy
 
 
 async def test_stopping_the_server_ends_stalled_requests(client: httpx.AsyncClient) -> None:
-    srv = ReplayServer()
+    srv = MockServer(ScriptedUpstream())
     async with srv:
         pending = asyncio.create_task(
             client.post(f"{srv.base_url}/chat/completions", json=chat("stall-first-byte"))
@@ -508,7 +523,7 @@ async def test_stopping_the_server_ends_stalled_requests(client: httpx.AsyncClie
 
 
 async def test_records_what_the_upstream_got(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     image = "data:image/png;base64,iVBORw0KGgo="
     body = {
@@ -547,7 +562,7 @@ async def test_records_what_the_upstream_got(
 
 
 async def test_every_request_is_recorded_in_order(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     await client.get(f"{server.base_url}/models")
     await client.post(f"{server.base_url}/chat/completions", json=chat("refusal"))
@@ -569,7 +584,7 @@ async def test_every_request_is_recorded_in_order(
 
 
 async def test_default_model_list_is_vllm_like(
-    server: ReplayServer, client: httpx.AsyncClient
+    server: MockServer[ScriptedUpstream], client: httpx.AsyncClient
 ) -> None:
     resp = await client.get(f"{server.base_url}/models")
     assert resp.status_code == 200
@@ -592,7 +607,7 @@ async def test_default_model_list_is_vllm_like(
 async def test_model_list_options(
     client: httpx.AsyncClient, models: object, expect: object
 ) -> None:
-    async with ReplayServer(models=models) as srv:  # type: ignore[arg-type]
+    async with MockServer(ScriptedUpstream(models=models)) as srv:  # type: ignore[arg-type]
         doc = (await client.get(f"{srv.base_url}/models")).json()
     if isinstance(expect, list):
         assert [m["id"] for m in doc["data"]] == expect
@@ -602,13 +617,13 @@ async def test_model_list_options(
         assert doc["models"][0]["model"] == doc["data"][0]["id"]
 
 
-async def test_health(server: ReplayServer, client: httpx.AsyncClient) -> None:
+async def test_health(server: MockServer[ScriptedUpstream], client: httpx.AsyncClient) -> None:
     resp = await client.get(f"{server.root_url}/health")
     assert resp.status_code == 200
 
 
 def test_base_url_shape() -> None:
-    srv = ReplayServer(port=1234)
+    srv = MockServer(ScriptedUpstream(), port=1234)
     assert srv.base_url == "http://127.0.0.1:1234/v1"
     assert srv.root_url == "http://127.0.0.1:1234"
     assert Path(CORPUS_DIR).is_dir()
@@ -618,7 +633,7 @@ def test_base_url_shape() -> None:
 
 
 def test_thread_server_plays_and_records() -> None:
-    with ReplayServerThread(pieces=2) as srv, httpx.Client(timeout=5.0) as c:
+    with MockServerThread(ScriptedUpstream(pieces=2)) as srv, httpx.Client(timeout=5.0) as c:
         assert srv.base_url.startswith("http://127.0.0.1:")
         assert not srv.base_url.endswith(":0/v1")
         with c.stream(
@@ -639,7 +654,7 @@ def test_thread_server_plays_and_records() -> None:
 
 
 def test_thread_server_observes_a_disconnect() -> None:
-    with ReplayServerThread(drip=10.0) as srv, httpx.Client(timeout=5.0) as c:
+    with MockServerThread(ScriptedUpstream(drip=10.0)) as srv, httpx.Client(timeout=5.0) as c:
         with c.stream("POST", f"{srv.base_url}/chat/completions", json=chat("slow-drip")) as resp:
             next(resp.iter_raw())
         assert srv.disconnected.wait(2.0)
@@ -650,7 +665,7 @@ def test_thread_server_observes_a_disconnect() -> None:
 
 
 def test_thread_server_stops_with_a_stalled_request() -> None:
-    with ReplayServerThread() as srv, httpx.Client() as c:
+    with MockServerThread(ScriptedUpstream()) as srv, httpx.Client() as c:
         with pytest.raises(httpx.ReadTimeout):
             c.post(
                 f"{srv.base_url}/chat/completions",
@@ -664,7 +679,7 @@ def test_thread_server_stops_with_a_stalled_request() -> None:
 
 def test_sync_openai_sdk_streams_through_the_thread_server() -> None:
     openai = pytest.importorskip("openai")
-    with ReplayServerThread() as srv:
+    with MockServerThread(ScriptedUpstream()) as srv:
         sdk = openai.OpenAI(base_url=srv.base_url, api_key="sk-test", max_retries=0)
         stream = sdk.chat.completions.create(
             model="vllm-named-tool",
@@ -686,3 +701,129 @@ def test_sync_openai_sdk_streams_through_the_thread_server() -> None:
             )
         assert srv.chat_requests[0].body["stream_options"] == {"include_usage": True}
         assert srv.chat_requests[0].headers["Authorization"] == "Bearer sk-test"
+
+
+# The same script in process (MockTransport) and over HTTP (MockServer and svir's own client)
+
+LOCAL = "http://upstream.test/v1"
+TIMEOUTS = Timeouts()
+
+
+@pytest.fixture(params=["in process", "over http"])
+async def transport(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Transport, str]]:
+    """A transport to the scripted upstream, and the upstream's base URL."""
+    script = ScriptedUpstream(retry_after="1")
+    if request.param == "in process":
+        yield MockTransport(script), LOCAL
+        return
+    client = UpstreamClient()
+    async with MockServer(script) as srv:
+        try:
+            yield client, srv.base_url
+        finally:
+            await client.close()
+
+
+async def play(
+    transport: tuple[Transport, str], model: str, timeouts: Timeouts = TIMEOUTS
+) -> bytes:
+    """What a chat request for `model` streams back, read to its end."""
+    client, base = transport
+    body = json.dumps(chat(model)).encode()
+    stream = await client.open_stream(
+        f"{base}/chat/completions",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-t"},
+        body=body,
+        timeouts=timeouts,
+    )
+    data = b""
+    try:
+        async for piece in stream.iter_bytes():
+            data += piece
+    finally:
+        stream.close()
+    return data
+
+
+async def refused(
+    transport: tuple[Transport, str], model: str, timeouts: Timeouts = TIMEOUTS
+) -> UpstreamError:
+    with pytest.raises(UpstreamError) as info:
+        await play(transport, model, timeouts)
+    return info.value
+
+
+async def test_a_stream_is_the_same_both_ways(transport: tuple[Transport, str]) -> None:
+    assert await play(transport, "ok") == b"".join(token_stream("ok", OK_TEXTS))
+    assert await play(transport, "mlx-lm") == corpus("mlx-lm")
+    tokens = await play(transport, "tok-3")
+    assert tokens.count(b'"content":"w') == 3 and tokens.endswith(b"data: [DONE]\n\n")
+
+
+async def test_errors_are_classified_the_same_both_ways(transport: tuple[Transport, str]) -> None:
+    assert (await refused(transport, "flaky-1")).kind is ErrorKind.TRANSIENT
+    assert b"hello" in await play(transport, "flaky-1")  # the second request is served
+    limited = await refused(transport, "limited")
+    assert limited.kind is ErrorKind.RATE_LIMITED and limited.retry_after == 1.0
+    overflow = await refused(transport, status_model("vllm-overflow-400"))
+    assert overflow.kind is ErrorKind.CONTEXT_OVERFLOW
+    assert (await refused(transport, "echo-401")).kind is ErrorKind.AUTH
+    assert (await refused(transport, "not-a-stream")).kind is ErrorKind.NOT_A_STREAM
+
+
+async def test_breaks_and_stalls_are_the_same_both_ways(transport: tuple[Transport, str]) -> None:
+    cut = await refused(transport, "reset-late")
+    assert cut.kind is ErrorKind.INCOMPLETE and cut.in_stream
+    quick = Timeouts(first_byte=0.2, idle=0.2)
+    assert (await refused(transport, "stall-first-byte", quick)).kind is ErrorKind.TIMEOUT
+    stalled = await refused(transport, "stall-mid", quick)
+    assert stalled.kind is ErrorKind.TIMEOUT and stalled.in_stream
+
+
+async def test_a_handler_that_raises_is_recorded_as_an_error(client: httpx.AsyncClient) -> None:
+    def handler(request: MockRequest) -> MockResponse:
+        raise RuntimeError("the script is wrong")
+
+    async with MockServer(handler) as srv:
+        resp = await client.post(f"{srv.base_url}/chat/completions", json=chat("x"))
+        assert resp.status_code == 500
+        rec = await srv.wait_ended(srv.last)
+    assert rec.outcome == "error" and isinstance(rec.error, RuntimeError)
+
+
+async def test_keep_alive_and_framing(client: httpx.AsyncClient) -> None:
+    script = ScriptedUpstream()
+    async with MockServer(script, framing="length") as srv:
+        for _ in range(3):
+            resp = await client.post(f"{srv.base_url}/chat/completions", json=chat("ok"))
+            assert resp.content == b"".join(token_stream("ok", OK_TEXTS))
+            assert "transfer-encoding" not in resp.headers
+        assert len({r.peer for r in srv.requests}) == 1  # one connection, kept alive
+        assert [r.writes for r in srv.requests] == [len(token_stream("ok", OK_TEXTS))] * 3
+    async with MockServer(script) as srv:
+        resp = await client.post(f"{srv.base_url}/chat/completions", json=chat("ok"))
+        assert resp.headers["transfer-encoding"] == "chunked"
+        assert resp.content == b"".join(token_stream("ok", OK_TEXTS))
+
+
+async def test_a_memo_answers_a_repeated_request_without_the_handler(
+    client: httpx.AsyncClient,
+) -> None:
+    script = ScriptedUpstream()
+    calls: list[MockRequest] = []
+
+    def handler(request: MockRequest) -> MockResponse | Awaitable[MockResponse]:
+        calls.append(request)
+        return script(request)
+
+    async with MockServer(handler, record=False, memo=True) as srv:
+        url = f"{srv.base_url}/chat/completions"
+        first = [await client.post(url, json=chat("stream-3")) for _ in range(3)]
+        other = await client.post(url, json=chat("json"))
+        drips = [await client.post(url, json=chat("drip-2")) for _ in range(2)]
+    assert [r.content for r in first] == [first[0].content] * 3
+    assert first[0].content.count(b'"content"') == 3 and b'"model":"json"' in other.content
+    assert drips[0].content == drips[1].content
+    # One call per distinct whole answer; a streamed answer (drip) is asked for each time.
+    assert [r.model for r in calls] == ["stream-3", "json", "drip-2", "drip-2"]
+    assert srv.requests == []

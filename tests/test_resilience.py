@@ -1,6 +1,6 @@
 """The policy's rules on their own (the decision table, the balancer and breaker with a fake
 clock, backoff, retry budget) and a Retry-After date read by the real upstream client against a
-fault-injecting upstream on loopback. The rules end to end through the whole app run in process
+scripted upstream on loopback. The rules end to end through the whole app run in process
 over a MockTransport: tests/test_policy_inprocess.py."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from svir.policy.resilience import (
     nearest_effort,
 )
 from svir.policy.routing import Router
+from svir.testing import MockServerThread
 from svir.wire.classify import to_client_error
 from svir.wire.errors import ErrorKind, UpstreamError
-from tests.support.faults import FaultServer
+from tests.support.upstream import ScriptedUpstream
 
 
 def provider(name: str, base: str, extra: str = "") -> str:
@@ -91,7 +92,7 @@ T0 = 2_000_000_000.0
 
 async def limited_once(retry_after: str, client: UpstreamClient) -> UpstreamError:
     """The error the upstream client makes of a 429 whose Retry-After is `retry_after`."""
-    with FaultServer(retry_after=retry_after) as server:
+    with MockServerThread(ScriptedUpstream(retry_after=retry_after)) as server:
         try:
             with pytest.raises(UpstreamError) as info:
                 await client.open_stream(
@@ -121,7 +122,8 @@ async def test_an_http_date_retry_after_is_read_against_the_wall_clock() -> None
 
 async def test_an_http_date_over_the_cap_goes_to_the_fallback() -> None:
     # 60 s ahead, over the default cap of 30 s: not waited for, the fallback serves at once.
-    with FaultServer(retry_after=email.utils.formatdate(T0 + 60, usegmt=True)) as server:
+    date = email.utils.formatdate(T0 + 60, usegmt=True)
+    with MockServerThread(ScriptedUpstream(retry_after=date)) as server:
         config = parse_config(
             provider("p", server.base_url)
             + '[[routes]]\nname = "p/limited"\nfallbacks = ["p/ok"]\n'
@@ -141,7 +143,7 @@ async def test_an_http_date_over_the_cap_goes_to_the_fallback() -> None:
             call.close()
         finally:
             await client.close()
-    assert server.hits["limited"] == 1 and slept == []
+    assert server.handler.hits["limited"] == 1 and slept == []
 
 
 def test_least_in_flight_prefers_the_idle_deployment() -> None:

@@ -1,6 +1,6 @@
 """`svir serve --workers N`: several processes on one port, each a whole svir, sharing the store.
 
-Driven with the OpenAI SDK and httpx over the replay server (tests/support/replay.py).
+Driven with the OpenAI SDK and httpx over the scripted upstream (tests/support/upstream.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import openai
 import psutil
 import pytest
 
-from tests.support.replay import ReplayServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 CONFIG = """
 [[providers]]
@@ -31,13 +31,13 @@ discover = false
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="event", pieces=3) as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="event", pieces=3)) as server:
         yield server
 
 
 @pytest.fixture
-def svir2(replay: ReplayServerThread, tmp_path: Path) -> Iterator[SvirProcess]:
+def svir2(replay: ScriptedServer, tmp_path: Path) -> Iterator[SvirProcess]:
     proc = SvirProcess(CONFIG.format(base_url=replay.base_url), tmp_path, args=["--workers", "2"])
     with proc:
         yield proc

@@ -20,7 +20,8 @@ import pytest
 
 from svir.edges.llama_server import ensure_gemma_model, find_llama_server
 from svir.errors import LlamaServerError
-from tests.anthropic.agent_upstream import FINAL, TOOL, AgentUpstream
+from svir.testing import MockServerThread
+from tests.anthropic.agent_model import FINAL, TOOL, AgentModel
 from tests.support.svir_proc import SvirProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,20 +90,23 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def agent(dirs: tuple[Path, Path]) -> Iterator[AgentUpstream]:
+def agent(dirs: tuple[Path, Path]) -> Iterator[tuple[AgentModel, str]]:
+    """The scripted model and the base URL it is served on."""
     work, _ = dirs
     (work / "notes.txt").write_text("svir was here\nsecond line\n")
-    with AgentUpstream({"file_path": str(work / "notes.txt")}) as upstream:
-        yield upstream
+    model = AgentModel({"file_path": str(work / "notes.txt")})
+    with MockServerThread(model) as server:
+        yield model, server.base_url
 
 
 def test_claude_code_calls_a_tool_and_finishes_through_svir(
-    tmp_path: Path, dirs: tuple[Path, Path], agent: AgentUpstream
+    tmp_path: Path, dirs: tuple[Path, Path], agent: tuple[AgentModel, str]
 ) -> None:
     work, home = dirs
+    model, base_url = agent
     config = (
         f'[[providers]]\nname = "agent"\nkind = "openai-compatible"\n'
-        f'base_url = "{agent.base_url}"\ndiscover = false\nmodels = ["main", "small"]\n\n'
+        f'base_url = "{base_url}"\ndiscover = false\nmodels = ["main", "small"]\n\n'
         + routes("agent/main", "agent/small")
     )
     svir = SvirProcess(config, tmp_path).start()
@@ -115,8 +119,8 @@ def test_claude_code_calls_a_tool_and_finishes_through_svir(
     assert done.returncode == 0, (done.stdout, done.stderr, svir.log()[-4000:])
     # The scripted model's last words quote the first line of the tool's result.
     assert FINAL in done.stdout and "svir was here" in done.stdout, done.stdout
-    turns = [b for b in agent.bodies if b["model"] == "main"]
-    assert len(turns) == 2, [b["model"] for b in agent.bodies]
+    turns = [b for b in model.bodies() if b["model"] == "main"]
+    assert len(turns) == 2, [b["model"] for b in model.bodies()]
     first, second = turns
     # Claude Code's system blocks and its tools reach the model as a chat request.
     assert first["messages"][0]["role"] == "system" and first["messages"][0]["content"]
@@ -128,8 +132,9 @@ def test_claude_code_calls_a_tool_and_finishes_through_svir(
     assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == TOOL
     assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
     assert "svir was here" in result["content"]
-    for headers in agent.headers:
-        assert not any(k.startswith("anthropic") or k == "x-api-key" for k in headers), headers
+    for request in model.requests:
+        names = [name.lower() for name in request.headers]
+        assert not any(n.startswith("anthropic") or n == "x-api-key" for n in names), names
     assert '"status":500' not in svir.log()
 
 

@@ -19,7 +19,7 @@ from svir.testing import MockRequest, MockResponse, MockTransport
 from svir.wire.anthropic import error_type
 from tests.anthropic.sdk import check_grammar, frames, stream, text_of
 from tests.support.asgi import Lifespan
-from tests.support.faults import ok_stream
+from tests.support.upstream import token_stream
 
 CONFIG = """
 [[providers]]
@@ -60,7 +60,7 @@ async def app() -> AsyncIterator[tuple[App, Client]]:
             await asyncio.sleep(0.05)
         if model.endswith("-down"):
             return MockResponse.json({"error": {"message": "down"}}, 503)
-        return MockResponse(body=ok_stream(["hello", " world"]))
+        return MockResponse(body=token_stream("m", ["hello", " world"]))
 
     svir = App(parse_config(CONFIG), {}, transport=MockTransport(upstream))
     anthropic.install(svir, ping_after=0.001, ping_every=0.001)

@@ -17,9 +17,8 @@ from svir.config import parse_config
 from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
-from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.asgi import Lifespan
-from tests.support.faults import ok_stream
+from tests.support.upstream import broken, token_stream
 
 ADMIN_KEY = "admin-test-key-0123456789"
 CONFIG = """
@@ -65,12 +64,6 @@ USAGE = {
 }
 
 
-async def broken(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    for c in chunks:
-        yield c
-    raise UpstreamError(ErrorKind.INCOMPLETE, "upstream connection broke", in_stream=True)
-
-
 class Upstream:
     """The scripted OpenAI-compatible server: every request kept, each model id a behaviour."""
 
@@ -84,7 +77,7 @@ class Upstream:
         self.requests.append(request)
         model = request.json().get("model")
         if model == "ok":
-            return MockResponse(body=ok_stream(["hello", " world"]))
+            return MockResponse(body=token_stream("m", ["hello", " world"]))
         if model == "thinks":
             return MockResponse(
                 body=sse(
@@ -118,7 +111,7 @@ class Upstream:
                 {"error": {"message": message, "code": "context_length_exceeded"}}, 400
             )
         if model == "late-break":
-            return MockResponse(body=broken(ok_stream(["partial"])[:2]))
+            return MockResponse(body=broken(token_stream("m", ["partial"])[:2]))
         raise AssertionError(f"unscripted model {model!r}")
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from svir.edges.llama_server import LlamaServer
-from tests.support.replay import ReplayServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,17 +44,17 @@ def store_config(tmp: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
+def replay() -> Iterator[ScriptedServer]:
     """The replay server, listing vLLM's models (one chat model, one embedding model); any corpus
     stream is played for the model of its name. A small delay between events gives an honest
     tokens/s window (§3.6)."""
-    with ReplayServerThread(models="vllm", delay=0.02) as server:
+    with ScriptedServer(ScriptedUpstream(models="vllm", delay=0.02)) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def svir_replay(
-    replay: ReplayServerThread, tmp_path_factory: pytest.TempPathFactory
+    replay: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SvirProcess]:
     tmp = tmp_path_factory.mktemp("svir-cli-replay")
     config = (

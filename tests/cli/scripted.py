@@ -1,7 +1,7 @@
-"""A replay server that answers by what the request holds, not only by its model name: enough of a
-server's behaviour (§2.4–§2.6, §5) to drive `svir probe` against servers that cannot run here.
+"""A scripted upstream that answers by what the request holds, not only by its model name: enough
+of a server's behaviour (§2.4–§2.6, §5) to drive `svir probe` against servers that cannot run here.
 
-`script(body)` returns what to play: a corpus or `streams` name (or any name the replay server
+`script(body)` returns what to play: a corpus or `streams` name (or any name `ScriptedUpstream`
 knows, such as `status-400-lmstudio-tool-choice-400`), or `(status, body bytes)` for an error
 made up on the spot. Streams are built with `text_stream` and `tool_stream`.
 """
@@ -9,12 +9,11 @@ made up on the spot. Streams are built with `text_stream` and `tool_stream`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
-
-from tests.support.replay import BODIES_DIR, ReplayServerThread, RequestRecord
+from svir.testing import MockRequest, MockResponse, MockServerThread
+from tests.support.upstream import BODIES_DIR, ScriptedUpstream
 
 Reply = str | tuple[int, bytes]
 Script = Callable[[dict[str, Any]], Reply]
@@ -96,25 +95,31 @@ def body_file(name: str) -> bytes:
     return (BODIES_DIR / f"{name}.json").read_bytes()
 
 
-class ScriptedReplay(ReplayServerThread):
-    """`ReplayServerThread` whose chat answers come from `script(body)`."""
+class ByBody(ScriptedUpstream):
+    """`ScriptedUpstream` whose chat answers are what `script(body)` names."""
 
     def __init__(self, script: Script, **options: Any) -> None:
         super().__init__(**options)
         self.script = script
 
-    async def _reply(
-        self, request: web.Request, rec: RequestRecord, name: str | None
-    ) -> web.StreamResponse:
-        if rec.path.endswith("/chat/completions") and isinstance(rec.body, dict):
-            reply = self.script(rec.body)
-            if isinstance(reply, tuple):
-                status, payload = reply
-                return web.Response(
-                    status=status, body=payload, headers={"Content-Type": "application/json"}
-                )
-            name = reply
-        return await super()._reply(request, rec, name)
+    def chat(
+        self, request: MockRequest, name: str, n: int
+    ) -> MockResponse | Awaitable[MockResponse] | None:
+        body = request.json()
+        if not isinstance(body, dict):
+            return super().chat(request, name, n)
+        reply = self.script(body)
+        if isinstance(reply, tuple):
+            status, payload = reply
+            return MockResponse(status, payload, {"Content-Type": "application/json"})
+        return super().chat(request, reply, n)
+
+
+class ScriptedReplay(MockServerThread[ByBody]):
+    """`ByBody(script, **options)` over loopback HTTP."""
+
+    def __init__(self, script: Script, **options: Any) -> None:
+        super().__init__(ByBody(script, **options))
 
 
 # ---------------------------------------------------------------------------------------------

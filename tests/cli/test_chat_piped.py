@@ -8,8 +8,8 @@ import json
 import httpx
 
 from tests.cli.conftest import run_svir
-from tests.support.replay import ReplayServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer
 
 CORPUS = "tests/conformance/decoder"
 
@@ -19,7 +19,7 @@ def expected(name: str) -> dict[str, object]:
         return json.load(f)["expect"]  # type: ignore[no-any-return]
 
 
-def test_prints_just_the_answer(replay: ReplayServerThread, svir_replay: SvirProcess) -> None:
+def test_prints_just_the_answer(replay: ScriptedServer, svir_replay: SvirProcess) -> None:
     replay.clear()
     out = run_svir("chat", "rp/llama-cpp", "--base-url", svir_replay.url, input="hi\n")
     assert out.returncode == 0, out.stderr
@@ -32,7 +32,7 @@ def test_prints_just_the_answer(replay: ReplayServerThread, svir_replay: SvirPro
     assert body["stream"] is True
 
 
-def test_all_of_stdin_is_one_message(replay: ReplayServerThread, svir_replay: SvirProcess) -> None:
+def test_all_of_stdin_is_one_message(replay: ScriptedServer, svir_replay: SvirProcess) -> None:
     replay.clear()
     text = "Summarize this:\nline one\nline two\n"
     out = run_svir("chat", "rp/utf8", "--base-url", svir_replay.url, "--system", "Be brief.",
@@ -82,7 +82,7 @@ def test_svir_not_running() -> None:
     assert "cannot connect" in out.stderr and "svir serve" in out.stderr
 
 
-def test_piped_into_a_thread(replay: ReplayServerThread, svir_replay: SvirProcess) -> None:
+def test_piped_into_a_thread(replay: ScriptedServer, svir_replay: SvirProcess) -> None:
     replay.clear()
     out = run_svir("chat", "rp/llama-cpp", "--base-url", svir_replay.url, "--history", "thread",
                    input="hi")  # fmt: skip

@@ -14,8 +14,8 @@ import pexpect
 import pytest
 
 from tests.cli.conftest import ROOT, svir_env
-from tests.support.replay import ReplayServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer
 
 PROMPT = "\n> "
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -42,7 +42,7 @@ def spawn(
 
 
 @pytest.fixture
-def chat(svir_replay: SvirProcess, replay: ReplayServerThread) -> Iterator[pexpect.spawn]:
+def chat(svir_replay: SvirProcess, replay: ScriptedServer) -> Iterator[pexpect.spawn]:
     replay.clear()
     child = spawn(svir_replay, "rp/llama-cpp")
     yield child
@@ -56,7 +56,7 @@ def ask(child: pexpect.spawn, line: str) -> str:
     return plain(str(child.before))
 
 
-def test_a_conversation(chat: pexpect.spawn, replay: ReplayServerThread, tmp_path: Path) -> None:
+def test_a_conversation(chat: pexpect.spawn, replay: ScriptedServer, tmp_path: Path) -> None:
     screen = ask(chat, "What is 17 times 3?")
     # The reasoning, then the answer, streamed; then the stats line with an honest rate (§3.6).
     assert "Simple arithmetic: 17 times 3 is 51." in screen
@@ -112,7 +112,7 @@ def ignore_sigint() -> None:
 
 @pytest.mark.parametrize("inherited", ["as-is", "ignored"])
 def test_ctrl_c_stops_the_answer(
-    svir_replay: SvirProcess, replay: ReplayServerThread, inherited: str
+    svir_replay: SvirProcess, replay: ScriptedServer, inherited: str
 ) -> None:
     # "as-is": the chat gets the signal disposition this test runs with; "ignored": started with
     # SIGINT ignored, as from `trap '' INT` or `nohup make test &`. Ctrl-C works either way.
@@ -126,7 +126,7 @@ def test_ctrl_c_stops_the_answer(
         chat.close(force=True)
 
 
-def stop_an_answer(chat: pexpect.spawn, replay: ReplayServerThread) -> None:
+def stop_an_answer(chat: pexpect.spawn, replay: ScriptedServer) -> None:
     ask(chat, "/model rp/slow-drip")
     chat.sendline("Count forever.")
     chat.expect_exact("tick 3")
@@ -145,7 +145,7 @@ def stop_an_answer(chat: pexpect.spawn, replay: ReplayServerThread) -> None:
 
 
 def test_tool_calls_and_results(
-    svir_replay: SvirProcess, replay: ReplayServerThread, tmp_path: Path
+    svir_replay: SvirProcess, replay: ScriptedServer, tmp_path: Path
 ) -> None:
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([{
@@ -173,7 +173,7 @@ def test_tool_calls_and_results(
         child.close(force=True)
 
 
-def test_local_history(svir_replay: SvirProcess, replay: ReplayServerThread) -> None:
+def test_local_history(svir_replay: SvirProcess, replay: ScriptedServer) -> None:
     replay.clear()
     child = spawn(svir_replay, "rp/llama-cpp", "--history", "local", "--system", "Be brief.")
     try:
@@ -208,7 +208,7 @@ def test_attach_refuses_binary_files(chat: pexpect.spawn, tmp_path: Path) -> Non
     assert "cannot attach" in screen
 
 
-def test_image_attachment(chat: pexpect.spawn, replay: ReplayServerThread, tmp_path: Path) -> None:
+def test_image_attachment(chat: pexpect.spawn, replay: ScriptedServer, tmp_path: Path) -> None:
     from svir.client.probe import tiny_png
 
     image = tmp_path / "photo.dat"  # the type comes from the bytes, not the name

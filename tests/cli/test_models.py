@@ -10,11 +10,11 @@ import pexpect
 
 from svir.edges.llama_server import LlamaServer
 from tests.cli.conftest import ROOT, run_svir, svir_env
-from tests.support.replay import ReplayServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer
 
 
-def test_chat_models_only_unless_all(replay: ReplayServerThread) -> None:
+def test_chat_models_only_unless_all(replay: ScriptedServer) -> None:
     # vLLM lists a chat model and an embedding model (§6).
     shown = run_svir("models", "--base-url", replay.root_url)
     assert shown.returncode == 0, shown.stderr
@@ -34,7 +34,7 @@ def test_through_svir(svir_replay: SvirProcess) -> None:
     assert out.stdout.splitlines() == ["rp/qwen3.8"]
 
 
-def test_json(replay: ReplayServerThread, svir_replay: SvirProcess) -> None:
+def test_json(replay: ScriptedServer, svir_replay: SvirProcess) -> None:
     out = run_svir("models", "--base-url", replay.base_url, "--all", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -52,7 +52,7 @@ def test_base_url_from_environment(svir_replay: SvirProcess) -> None:
     assert out.stdout.splitlines() == ["rp/qwen3.8"]
 
 
-def test_table_on_a_terminal(replay: ReplayServerThread) -> None:
+def test_table_on_a_terminal(replay: ScriptedServer) -> None:
     child = pexpect.spawn(
         sys.executable, ["-m", "svir", "models", "--base-url", replay.base_url, "--all"],
         cwd=str(ROOT), env=svir_env(TERM="xterm", COLUMNS="120"), encoding="utf-8",

@@ -1,4 +1,4 @@
-"""Fixtures for the keys tests: the fake upstream, PostgreSQL and Redis (both run on every dev
+"""Fixtures for the keys tests: the scripted upstream, PostgreSQL and Redis (both run on every dev
 and CI machine: when one is down these tests fail and say so; they are not skipped), and an
 in-process svir (the App with its lifespan, driven over ASGI)."""
 
@@ -14,12 +14,12 @@ import asyncpg
 import pytest
 
 from tests.keys.support import PG_DSN, REDIS_URL, Harness, drop_redis_prefix
-from tests.keys.upstream import FakeUpstream
+from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as server:
+def upstream() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(slow_delay=0.02, fallback="tok-2")) as server:
         yield server
 
 
@@ -79,7 +79,7 @@ def limits_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def harness_factory(
-    tmp_path: Path, upstream: FakeUpstream, request: pytest.FixtureRequest
+    tmp_path: Path, upstream: ScriptedServer, request: pytest.FixtureRequest
 ) -> AsyncIterator[type[Harness]]:
     made: list[Harness] = []
 

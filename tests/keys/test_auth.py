@@ -10,7 +10,7 @@ import asyncpg  # noqa: F401  (PostgreSQL is part of the setup)
 import pytest
 
 from tests.keys.support import ADMIN_KEY, Harness
-from tests.keys.upstream import FakeUpstream
+from tests.support.upstream import ScriptedServer
 
 
 async def test_open_mode_serves_loopback_clients_only(harness_factory: type[Harness]) -> None:
@@ -77,7 +77,7 @@ async def test_key_is_shown_once_and_stored_hashed(harness_factory: type[Harness
 
 
 async def test_keys_are_required_once_one_exists(
-    harness_factory: type[Harness], upstream: FakeUpstream
+    harness_factory: type[Harness], upstream: ScriptedServer
 ) -> None:
     h = await harness_factory().start()
     secret, _ = await h.new_key()
@@ -116,19 +116,19 @@ async def test_a_key_in_x_api_key_is_taken_on_every_route(
 
 
 async def test_svir_401_is_not_the_upstream_401(
-    harness_factory: type[Harness], upstream: FakeUpstream
+    harness_factory: type[Harness], upstream: ScriptedServer
 ) -> None:
     h = await harness_factory().start()
     secret, _ = await h.new_key()
-    before = len(upstream.requests)
+    before = len(upstream.chat_requests)
     r = await h.chat("sk-svir-wrong", "fake/echo-401")
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
-    assert len(upstream.requests) == before, "svir's own refusal never reaches the upstream"
+    assert len(upstream.chat_requests) == before, "svir's own refusal never reaches the upstream"
     r = await h.chat(secret, "fake/echo-401")
     assert r.status_code == 502
     err = r.json()["error"]
     assert err["code"] == "upstream_auth_error" and err["type"] == "upstream_error"
-    assert len(upstream.requests) > before
+    assert len(upstream.chat_requests) > before
 
 
 async def test_revoked_key_stops_at_once_here(harness_factory: type[Harness]) -> None:
@@ -205,18 +205,20 @@ async def test_bad_key_specs_are_refused(harness_factory: type[Harness]) -> None
         assert word in r.json()["error"]["message"], (spec, r.text)
 
 
-async def test_models_a_key_may_use(harness_factory: type[Harness], upstream: FakeUpstream) -> None:
+async def test_models_a_key_may_use(
+    harness_factory: type[Harness], upstream: ScriptedServer
+) -> None:
     h = await harness_factory().start()
     secret, _ = await h.new_key(models=["fake/tok-3", "other/"])
     assert (await h.chat(secret, "fake/tok-3")).status_code == 200
     assert (await h.chat(secret, "other/tok-2")).status_code == 200
-    before = len(upstream.requests)
+    before = len(upstream.chat_requests)
     r = await h.chat(secret, "fake/tok-2")
     assert r.status_code == 403
     err = r.json()["error"]
     assert err["code"] == "model_not_allowed" and err["param"] == "model"
     assert "fake/tok-2" in err["message"]
-    assert len(upstream.requests) == before
+    assert len(upstream.chat_requests) == before
 
 
 async def test_model_lists_show_a_key_only_its_models(harness_factory: type[Harness]) -> None:

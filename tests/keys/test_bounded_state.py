@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from svir.call import INTERNAL, CallContext
 from tests.keys.support import Harness
 from tests.keys.test_telemetry import samples, value
-from tests.keys.upstream import FakeUpstream
+from tests.support.upstream import ScriptedServer
 
 CAP = 20
 # The configured models the test uses: the route's target, its fallback, the held call's.
@@ -60,7 +60,7 @@ def label_values(text: str, metric: str, label: str) -> set[str]:
 
 
 async def test_invented_models_leave_state_and_metrics_bounded(
-    harness_factory: type[Harness], upstream: FakeUpstream, tmp_path: Path
+    harness_factory: type[Harness], upstream: ScriptedServer, tmp_path: Path
 ) -> None:
     h = await harness_factory(
         bounded_config(upstream.base_url, f"sqlite:///{tmp_path / 'b.db'}")
@@ -129,7 +129,7 @@ async def test_invented_models_leave_state_and_metrics_bounded(
 
 
 async def test_ollama_ps_stays_bounded(
-    harness_factory: type[Harness], upstream: FakeUpstream, tmp_path: Path
+    harness_factory: type[Harness], upstream: ScriptedServer, tmp_path: Path
 ) -> None:
     h = await harness_factory(
         bounded_config(upstream.base_url, f"sqlite:///{tmp_path / 'o.db'}", cap=5),

@@ -18,7 +18,7 @@ from svir.store import make_store
 from svir.store.base import SqlStore
 from tests.keys.conftest import Postgres
 from tests.keys.support import Harness
-from tests.keys.upstream import PROMPT_TOKENS, FakeUpstream
+from tests.support.upstream import CHUNK_ID, PROMPT_TOKENS, ScriptedServer
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -135,7 +135,7 @@ async def test_background_task_writes_without_blocking(store_url: str) -> None:
 
 
 async def test_a_row_per_request_end_to_end(
-    harness_factory: type[Harness], store_url: str, upstream: FakeUpstream
+    harness_factory: type[Harness], store_url: str, upstream: ScriptedServer
 ) -> None:
     h = await harness_factory(store_url=store_url).start()
     secret, key = await h.new_key(name="ledgered", rpm=2)
@@ -156,7 +156,7 @@ async def test_a_row_per_request_end_to_end(
     assert first["model"] == "fake/tok-4" and first["provider"] == "fake"
     assert first["prompt_tokens"] == PROMPT_TOKENS and first["completion_tokens"] == 4
     assert first["usage_source"] == "reported" and first["api"] == "openai"
-    assert first["upstream_id"] == "gen-fake-1" and first["upstream_request_id"].startswith("up-")
+    assert first["upstream_id"] == CHUNK_ID and first["upstream_request_id"].startswith("up-")
     assert first["latency_ms"] > 0 and first["ttft_ms"] > 0
     assert rows[1]["usage_source"] == "counted" and rows[1]["completion_tokens"] == 2
     view = await h.chat_usage(secret)
@@ -171,7 +171,7 @@ async def test_a_row_per_request_end_to_end(
     assert admin == [{**admin[0], "key": key["id"], "requests": 3}]
 
 
-def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: FakeUpstream) -> None:
+def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: ScriptedServer) -> None:
     from svir.cli import main
 
     config = tmp_path / "svir.toml"
@@ -211,7 +211,7 @@ def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: FakeUpstream) ->
 
 
 async def test_svir_usage_summarises_what_was_served(
-    harness_factory: type[Harness], tmp_path: Path, upstream: FakeUpstream
+    harness_factory: type[Harness], tmp_path: Path, upstream: ScriptedServer
 ) -> None:
     import argparse
 

@@ -11,7 +11,7 @@ import pytest
 
 from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.support import Harness, frames
-from tests.keys.upstream import PROMPT_TOKENS, FakeUpstream
+from tests.support.upstream import PROMPT_TOKENS, ScriptedServer
 
 Make = Callable[..., Harness]
 
@@ -51,7 +51,7 @@ async def test_rpm_429_names_the_limit_with_retry_after(make: Make) -> None:
     assert r.headers["x-request-id"]
 
 
-async def test_tpm_counts_what_was_used(make: Make, upstream: FakeUpstream) -> None:
+async def test_tpm_counts_what_was_used(make: Make, upstream: ScriptedServer) -> None:
     h = await make().start()
     secret, _ = await h.new_key(tpm=100)
     # Reserves prompt + 60, settles at 7 + 3 (the upstream's usage).
@@ -80,7 +80,7 @@ async def test_concurrent_requests(make: Make) -> None:
 
 @pytest.mark.parametrize("upstream_model", ["fake/tok-50", "fake/tok-50-slow", "fake/tok-50-split"])
 async def test_budget_cut_mid_answer_is_one_error_frame(
-    make: Make, upstream: FakeUpstream, upstream_model: str
+    make: Make, upstream: ScriptedServer, upstream_model: str
 ) -> None:
     # "-split" sends the role alone, then the whole answer at once: svir reads ahead while priming,
     # and the cut must be counted on the batches the client sees, not on what was read.

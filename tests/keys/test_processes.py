@@ -19,8 +19,8 @@ import pytest
 from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.conftest import Postgres
 from tests.keys.support import ADMIN_KEY, config_text, frames
-from tests.keys.upstream import FakeUpstream
 from tests.support.svir_proc import SvirProcess, free_port
+from tests.support.upstream import ScriptedServer
 
 UPSTREAM_KEY = "up-Zq81xK3mW9vT-secret"
 
@@ -74,7 +74,7 @@ def settled_usage(url: str, key: str, sent: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("n_requests", [48])
 def test_two_replicas_on_one_redis_hold_one_budget(
-    tmp_path: Path, upstream: FakeUpstream, postgres: Postgres, redis_prefix: str, n_requests: int
+    tmp_path: Path, upstream: ScriptedServer, postgres: Postgres, redis_prefix: str, n_requests: int
 ) -> None:
     store = postgres.url()
     text = config_text(upstream.base_url, store, backend="redis", redis_prefix=redis_prefix)
@@ -148,7 +148,7 @@ def test_two_replicas_on_one_redis_hold_one_budget(
         assert "Traceback" not in proc.log(), proc.log()
 
 
-def test_upstream_keys_never_shown(tmp_path: Path, upstream: FakeUpstream) -> None:
+def test_upstream_keys_never_shown(tmp_path: Path, upstream: ScriptedServer) -> None:
     store = f"sqlite:///{tmp_path / 's.db'}"
     text = config_text(upstream.base_url, store, api_key_env="UPSTREAM_KEY")
     text += '\n[[routes]]\nname = "down"\ntargets = [{ model = "fake/echo-503" }]\n'
@@ -179,7 +179,9 @@ def test_upstream_keys_never_shown(tmp_path: Path, upstream: FakeUpstream) -> No
     finally:
         svir.stop()
     # The upstream did get the key: the test is about svir not repeating it.
-    assert any(h.get("Authorization") == f"Bearer {UPSTREAM_KEY}" for h, _ in upstream.requests)
+    assert any(
+        r.headers.get("Authorization") == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests
+    )
     assert any("502" in s and "upstream_auth_error" in s for s in seen)
     assert any("[redacted]" in s for s in seen), seen
     everything = "\n".join(seen)

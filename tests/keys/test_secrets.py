@@ -22,7 +22,7 @@ from svir.edges.metrics import ERROR_CLASSES, METHODS, OTHER, OUTCOMES, OWN_ERRO
 from svir.log import JSONFormatter
 from svir.wire.classify import classify_http_error
 from tests.keys.support import Harness, config_text
-from tests.keys.upstream import FOREIGN_TOKEN, FakeUpstream
+from tests.support.upstream import FOREIGN_TOKEN, ScriptedServer
 
 KEY_ENV = "SVIR_TEST_SECRETS_UPSTREAM_KEY"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -88,7 +88,7 @@ def labels(text: str) -> dict[str, set[str]]:
 
 async def test_an_upstream_key_in_any_error_field_goes_nowhere(
     harness_factory: type[Harness],
-    upstream: FakeUpstream,
+    upstream: ScriptedServer,
     tmp_path: Path,
     log_lines: Lines,
 ) -> None:
@@ -104,7 +104,7 @@ async def test_an_upstream_key_in_any_error_field_goes_nowhere(
     h = await harness_factory(
         text, environ={KEY_ENV: key}, fronts=("ollama", "threads"), span_exporter=exporter
     ).start()
-    before = len(upstream.requests)
+    before = len(upstream.chat_requests)
     refused = await every_front_end(h, "fake/echo-fields-400")
     cut = await every_front_end(h, "fake/echo-fields-stream")
     quoted = await every_front_end(h, "fake/echo-400")
@@ -112,7 +112,7 @@ async def test_an_upstream_key_in_any_error_field_goes_nowhere(
     assert h.http is not None
     metrics = (await h.http.get("/metrics")).text
     # The upstream was sent the key each time: what is proven is that svir does not repeat it.
-    sent = [headers.get("Authorization") for headers, _ in upstream.requests[before:]]
+    sent = [r.headers.get("Authorization") for r in upstream.chat_requests[before:]]
     assert len(sent) == 18 and set(sent) == {f"Bearer {key}"}
     # The refusal still reaches every client as the 400 it was, its fields scrubbed.
     assert [r.status_code for r in refused] == [400] * 6
@@ -135,7 +135,7 @@ async def test_an_upstream_key_in_any_error_field_goes_nowhere(
 
 
 async def test_metric_labels_take_no_invented_values(
-    harness_factory: type[Harness], upstream: FakeUpstream, tmp_path: Path
+    harness_factory: type[Harness], upstream: ScriptedServer, tmp_path: Path
 ) -> None:
     h = await harness_factory().start()
     assert h.http is not None
@@ -203,7 +203,7 @@ def test_every_error_code_svir_answers_with_is_a_metric_class() -> None:
 
 
 async def test_svirs_own_hints_survive_redaction(
-    harness_factory: type[Harness], upstream: FakeUpstream
+    harness_factory: type[Harness], upstream: ScriptedServer
 ) -> None:
     h = await harness_factory().start()
     await h.new_key()

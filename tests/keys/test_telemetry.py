@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.keys.support import ADMIN_KEY, Harness
-from tests.keys.upstream import PROMPT_TOKENS, FakeUpstream
+from tests.support.upstream import CHUNK_ID, PROMPT_TOKENS, ScriptedServer
 
 
 def routed_config(upstream: str, store: str, extra: str = "") -> str:
@@ -57,7 +57,7 @@ def value(
 
 
 async def test_metrics_exposition(
-    harness_factory: type[Harness], upstream: FakeUpstream, tmp_path: Path
+    harness_factory: type[Harness], upstream: ScriptedServer, tmp_path: Path
 ) -> None:
     h = await harness_factory(
         routed_config(upstream.base_url, f"sqlite:///{tmp_path / 'm.db'}")
@@ -191,7 +191,7 @@ def _spans(exporter: InMemorySpanExporter) -> list[Any]:
 
 
 async def test_spans_per_request_and_attempt(
-    harness_factory: type[Harness], upstream: FakeUpstream, tmp_path: Path
+    harness_factory: type[Harness], upstream: ScriptedServer, tmp_path: Path
 ) -> None:
     exporter = InMemorySpanExporter()
     text = routed_config(
@@ -238,7 +238,7 @@ async def test_spans_per_request_and_attempt(
     assert a["gen_ai.usage.input_tokens"] == PROMPT_TOKENS
     assert a["gen_ai.usage.output_tokens"] == 3
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("stop",)
-    assert a["gen_ai.response.id"] == "gen-fake-1"
+    assert a["gen_ai.response.id"] == CHUNK_ID
     assert a["server.address"] == "127.0.0.1"
     assert a["svir.request_id"] == "trace-me-1"
     assert a["gen_ai.response.time_to_first_chunk"] > 0

@@ -16,8 +16,8 @@ import ollama
 import pydantic
 import pytest
 
-from tests.support.replay import CORPUS_DIR, ReplayServerThread, status_model
 from tests.support.svir_proc import SvirProcess, free_port
+from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream, status_model
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
@@ -50,15 +50,13 @@ def tools_for(name: str) -> list[dict[str, Any]] | None:
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="event", pieces=3, drip=0.05) as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="event", pieces=3, drip=0.05)) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def svir(
-    replay: ReplayServerThread, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SvirProcess]:
+def svir(replay: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SvirProcess]:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     config = f"""
 [server]
@@ -213,14 +211,14 @@ async def test_async_client_streams(svir: SvirProcess) -> None:
 
 
 def test_latest_tag_is_dropped_and_the_name_echoed(
-    client: ollama.Client, replay: ReplayServerThread
+    client: ollama.Client, replay: ScriptedServer
 ) -> None:
     r = client.chat(model="plain/llama-cpp:latest", messages=HI)
     assert replay.last.body["model"] == "llama-cpp"
     assert r.model == "plain/llama-cpp:latest"
 
 
-def test_options_reach_the_upstream(client: ollama.Client, replay: ReplayServerThread) -> None:
+def test_options_reach_the_upstream(client: ollama.Client, replay: ScriptedServer) -> None:
     client.chat(
         model="plain/llama-cpp",
         messages=HI,
@@ -245,7 +243,7 @@ def test_options_reach_the_upstream(client: ollama.Client, replay: ReplayServerT
     ("think", "effort"), [(True, "medium"), (False, "none"), ("low", "low"), ("high", "high")]
 )
 def test_think_reaches_the_upstream_as_reasoning_effort(
-    client: ollama.Client, replay: ReplayServerThread, think: Any, effort: str
+    client: ollama.Client, replay: ScriptedServer, think: Any, effort: str
 ) -> None:
     client.chat(model="plain/llama-cpp", messages=HI, think=think)
     assert replay.last.body["reasoning_effort"] == effort
@@ -256,7 +254,7 @@ class Person(pydantic.BaseModel):
     age: int
 
 
-def test_format_json_and_schema(client: ollama.Client, replay: ReplayServerThread) -> None:
+def test_format_json_and_schema(client: ollama.Client, replay: ScriptedServer) -> None:
     client.chat(model="plain/llama-cpp", messages=HI, format="json")
     assert replay.last.body["response_format"] == {"type": "json_object"}
     schema = Person.model_json_schema()
@@ -268,7 +266,7 @@ def test_format_json_and_schema(client: ollama.Client, replay: ReplayServerThrea
 
 
 def test_images_go_upstream_as_typed_data_urls(
-    client: ollama.Client, replay: ReplayServerThread, tmp_path: Path
+    client: ollama.Client, replay: ScriptedServer, tmp_path: Path
 ) -> None:
     photo = tmp_path / "photo.jpg"
     photo.write_bytes(JPEG)
@@ -296,7 +294,7 @@ def open_locker(locker: int) -> str:
     return f"locker {locker} is open"
 
 
-def test_tools_round_trip(client: ollama.Client, replay: ReplayServerThread) -> None:
+def test_tools_round_trip(client: ollama.Client, replay: ScriptedServer) -> None:
     messages: list[Any] = [{"role": "user", "content": "Open locker 12."}]
     # The client turns a Python function into a tool.
     r = client.chat(model="plain/mlx-lm-tools", messages=messages, tools=[open_locker])
@@ -321,7 +319,7 @@ def test_tools_round_trip(client: ollama.Client, replay: ReplayServerThread) -> 
     assert sent[2] == {"role": "tool", "tool_call_id": call["id"], "content": "locker 12 is open"}
 
 
-def test_assistant_thinking_is_sent_back(client: ollama.Client, replay: ReplayServerThread) -> None:
+def test_assistant_thinking_is_sent_back(client: ollama.Client, replay: ScriptedServer) -> None:
     messages = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello", "thinking": "greet back"},
@@ -422,9 +420,7 @@ def test_bad_requests_are_400_in_ollamas_shape(svir: SvirProcess) -> None:
     assert r.status_code == 413 and set(r.json()) == {"error"}
 
 
-def test_client_disconnect_cancels_the_upstream(
-    svir: SvirProcess, replay: ReplayServerThread
-) -> None:
+def test_client_disconnect_cancels_the_upstream(svir: SvirProcess, replay: ScriptedServer) -> None:
     replay.clear()
     body = {"model": "plain/slow-drip", "messages": HI}
     with httpx.stream("POST", svir.url + "/api/chat", json=body, timeout=10) as r:
@@ -444,7 +440,7 @@ def test_client_disconnect_cancels_the_upstream(
 # Loading, listing, version
 
 
-def test_empty_messages_load_and_unload(client: ollama.Client, replay: ReplayServerThread) -> None:
+def test_empty_messages_load_and_unload(client: ollama.Client, replay: ScriptedServer) -> None:
     before = len(replay.chat_requests)
     r = client.chat(model="plain/llama-cpp", messages=[])
     assert r.done is True and r.done_reason == "load"

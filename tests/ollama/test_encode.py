@@ -25,7 +25,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
-from tests.support.replay import CORPUS_DIR
+from tests.support.upstream import CORPUS_DIR
 
 CASES = sorted(p.stem for p in CORPUS_DIR.glob("*.sse"))
 NOW = "2026-01-02T03:04:05.000006Z"

@@ -1,1 +1,1 @@
-"""Helpers shared by the test suite (the replay server among them)."""
+"""Helpers shared by the test suite (the scripted upstream among them)."""

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.replay import ReplayServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedServer, ScriptedUpstream
 from tests.threads.conftest import store_url
 from tests.threads.support import Threads, parse_frames, start_svir
 
@@ -24,8 +24,8 @@ LEASE = 2.0
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="event", drip=0.05) as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="event", drip=0.05)) as server:
         yield server
 
 
@@ -54,10 +54,10 @@ def test_kill_9_mid_continue_then_restart(
     shared_url: str,
     store_kind: str,
     tmp_path: Path,
-    replay: ReplayServerThread,
+    replay: ScriptedServer,
     procs: list[SvirProcess],
 ) -> None:
-    replay.drip_count = None
+    replay.handler.drip_count = None
     first = start_svir(tmp_path / "first", replay.base_url, shared_url, lease_seconds=LEASE)
     procs.append(first)
     api = Threads(first.base_url)
@@ -104,9 +104,9 @@ def test_kill_9_mid_continue_then_restart(
 
 
 def test_two_replicas_share_threads_and_exclude_each_other(
-    shared_url: str, tmp_path: Path, replay: ReplayServerThread, procs: list[SvirProcess]
+    shared_url: str, tmp_path: Path, replay: ScriptedServer, procs: list[SvirProcess]
 ) -> None:
-    replay.drip_count = None
+    replay.handler.drip_count = None
     a = start_svir(tmp_path / "a", replay.base_url, shared_url, lease_seconds=LEASE)
     b = start_svir(tmp_path / "b", replay.base_url, shared_url, lease_seconds=LEASE)
     procs += [a, b]
@@ -142,9 +142,9 @@ def test_two_replicas_share_threads_and_exclude_each_other(
 
 
 def test_graceful_shutdown_mid_continue_appends_nothing_and_frees_the_thread(
-    shared_url: str, tmp_path: Path, replay: ReplayServerThread, procs: list[SvirProcess]
+    shared_url: str, tmp_path: Path, replay: ScriptedServer, procs: list[SvirProcess]
 ) -> None:
-    replay.drip_count = None
+    replay.handler.drip_count = None
     first = start_svir(tmp_path / "first", replay.base_url, shared_url, lease_seconds=30)
     procs.append(first)
     api = Threads(first.base_url)
@@ -166,7 +166,7 @@ def test_graceful_shutdown_mid_continue_appends_nothing_and_frees_the_thread(
 
 
 def test_a_store_that_cannot_open_stops_startup_with_a_clear_message(
-    tmp_path: Path, replay: ReplayServerThread
+    tmp_path: Path, replay: ScriptedServer
 ) -> None:
     blocker = tmp_path / "file-not-dir"
     blocker.write_text("x")

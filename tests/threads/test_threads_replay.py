@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.replay import CORPUS_DIR, ReplayServerThread, status_model
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream, status_model
 from tests.threads.conftest import STORES, store_url
 from tests.threads.support import Threads, parse_frames, start_svir
 
@@ -33,15 +33,15 @@ def expect(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[ReplayServerThread]:
-    with ReplayServerThread(split="event", pieces=2, drip=0.05) as server:
+def replay() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ScriptedUpstream(split="event", pieces=2, drip=0.05)) as server:
         yield server
 
 
 @pytest.fixture(scope="module", params=STORES)
 def svir(
     request: pytest.FixtureRequest,
-    replay: ReplayServerThread,
+    replay: ScriptedServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SvirProcess]:
     tmp = tmp_path_factory.mktemp(f"svir-{request.param}")
@@ -216,7 +216,7 @@ def test_non_streamed_is_the_last_frame_alone(api: Threads) -> None:
     ],
 )
 def test_reasoning_goes_back_under_the_servers_key(
-    api: Threads, replay: ReplayServerThread, model: str, key: str | None, text: str | None
+    api: Threads, replay: ScriptedServer, model: str, key: str | None, text: str | None
 ) -> None:
     tid = user_thread(api, model=model)
     assert api.stream(tid)[-1]["type"] == "done"
@@ -238,7 +238,7 @@ def test_reasoning_goes_back_under_the_servers_key(
 
 
 def test_system_prompt_and_generation_parameters_reach_the_upstream(
-    api: Threads, replay: ReplayServerThread
+    api: Threads, replay: ScriptedServer
 ) -> None:
     tid = user_thread(api, "q", model="plain/llama-cpp", system="You are terse.")
     replay.clear()
@@ -272,7 +272,7 @@ def test_system_prompt_and_generation_parameters_reach_the_upstream(
 # Tools
 
 
-def test_tool_call_round_trip(api: Threads, replay: ReplayServerThread) -> None:
+def test_tool_call_round_trip(api: Threads, replay: ScriptedServer) -> None:
     want = expect("mlx-lm-tools")
     tool = {
         "type": "function",
@@ -339,7 +339,7 @@ def test_tool_call_round_trip(api: Threads, replay: ReplayServerThread) -> None:
     assert api.roles(tid) == ["user", "assistant", "tool", "assistant"]
 
 
-def test_several_tool_results_in_one_post(api: Threads, replay: ReplayServerThread) -> None:
+def test_several_tool_results_in_one_post(api: Threads, replay: ScriptedServer) -> None:
     tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
     tid = user_thread(api, model="plain/interleaved-tools")
     frames = api.stream(tid, tools=[tool])
@@ -366,7 +366,7 @@ def test_several_tool_results_in_one_post(api: Threads, replay: ReplayServerThre
 
 
 def test_images_and_files_reach_the_upstream_in_the_22_layout(
-    api: Threads, replay: ReplayServerThread
+    api: Threads, replay: ScriptedServer
 ) -> None:
     notes = b"a,b\n1,2\n"
     tid = api.create(model="plain/llama-cpp")["id"]
@@ -406,7 +406,7 @@ def test_images_and_files_reach_the_upstream_in_the_22_layout(
     ]}]  # fmt: skip
 
 
-def test_uploads_as_multipart(api: Threads, replay: ReplayServerThread) -> None:
+def test_uploads_as_multipart(api: Threads, replay: ScriptedServer) -> None:
     tid = api.create(model="plain/llama-cpp")["id"]
     files = [
         ("text", (None, "Describe these.")),
@@ -634,10 +634,8 @@ def wait_busy(api: Threads, tid: str, busy: bool, timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
-def test_a_second_continue_on_a_busy_thread_is_409(
-    api: Threads, replay: ReplayServerThread
-) -> None:
-    replay.drip_count = 30  # 1.5 s of ticks, then the end
+def test_a_second_continue_on_a_busy_thread_is_409(api: Threads, replay: ScriptedServer) -> None:
+    replay.handler.drip_count = 30  # 1.5 s of ticks, then the end
     tid = user_thread(api, model="plain/slow-drip")
     results: dict[str, Any] = {}
 
@@ -661,8 +659,8 @@ def test_a_second_continue_on_a_busy_thread_is_409(
     assert api.roles(tid) == ["user", "assistant"]
 
 
-def test_racing_continues_one_answers(api: Threads, replay: ReplayServerThread) -> None:
-    replay.drip_count = 10
+def test_racing_continues_one_answers(api: Threads, replay: ScriptedServer) -> None:
+    replay.handler.drip_count = 10
     tid = user_thread(api, model="plain/slow-drip")
     statuses: list[int] = []
     lock = threading.Lock()
@@ -681,10 +679,8 @@ def test_racing_continues_one_answers(api: Threads, replay: ReplayServerThread) 
     assert api.roles(tid) == ["user", "assistant"]
 
 
-def test_cancel_stops_the_stream_and_appends_nothing(
-    api: Threads, replay: ReplayServerThread
-) -> None:
-    replay.drip_count = None  # forever
+def test_cancel_stops_the_stream_and_appends_nothing(api: Threads, replay: ScriptedServer) -> None:
+    replay.handler.drip_count = None  # forever
     tid = user_thread(api, model="plain/slow-drip")
     assert api.http.post(f"/threads/{tid}/cancel").json()["cancelled"] is False
     seen: list[dict[str, Any]] = []
@@ -700,14 +696,14 @@ def test_cancel_stops_the_stream_and_appends_nothing(
     assert seen[-1]["type"] == "error" and seen[-1]["appended"] is None
     assert seen[-1]["error"]["code"] == "continuation_cancelled"
     assert api.roles(tid) == ["user"] and not api.get(tid)["busy"]
-    replay.drip_count = 3
+    replay.handler.drip_count = 3
     assert api.continue_(tid).json()["type"] == "done"  # the thread goes on
 
 
 def test_a_client_that_leaves_mid_stream_appends_nothing(
-    api: Threads, replay: ReplayServerThread
+    api: Threads, replay: ScriptedServer
 ) -> None:
-    replay.drip_count = None
+    replay.handler.drip_count = None
     replay.clear()
     tid = user_thread(api, model="plain/slow-drip")
     with api.http.stream("POST", f"/threads/{tid}/continue", json={"stream": True}) as r:
@@ -731,9 +727,9 @@ def test_response_headers(api: Threads) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _finite_drip(replay: ReplayServerThread) -> Iterator[None]:
+def _finite_drip(replay: ScriptedServer) -> Iterator[None]:
     yield
-    replay.drip_count = None
+    replay.handler.drip_count = None
 
 
 def test_log_never_holds_the_bearer_token(svir: SvirProcess) -> None:

@@ -17,7 +17,7 @@ from svir.wire.models import (
     normalize_base_url,
     parse_model_list,
 )
-from tests.support.replay import LLAMA_CPP_MODELS
+from tests.support.upstream import LLAMA_CPP_MODELS
 
 VLLM_MODELS = json.dumps(
     {
