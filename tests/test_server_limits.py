@@ -46,6 +46,7 @@ head_timeout = 300
 keep_alive_timeout = 300
 max_head_bytes = 4096
 max_header_fields = 20
+max_body_bytes = 10000
 """
 
 CAP = 4
@@ -231,6 +232,24 @@ def test_a_head_over_max_head_bytes_gets_431_and_the_connection_closes(sizes: Sv
     with connect(sizes) as sock:
         raw = send_until_answered(sock, endless(), pause=0.05)
     assert is_refusal(raw, 431, "request_header_fields_too_large"), raw
+
+
+def test_the_rest_of_a_body_refused_early_is_not_taken_for_a_head(sizes: SvirProcess) -> None:
+    # A body over max_body_bytes is refused (413) from its Content-Length, before it is sent;
+    # what the client then sends of it belongs to that request, however much over max_head_bytes
+    # it is, and the connection serves the next request.
+    size = 50_000
+    with connect(sizes) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % size
+        )
+        status, _, body = response(sock)
+        assert status == 413, body
+        sock.sendall(b" " * size)
+        sock.sendall(HEALTHZ)
+        status, _, body = response(sock)
+        assert status == 200, body
 
 
 def test_a_head_over_max_header_fields_gets_431_and_the_connection_closes(

@@ -123,6 +123,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # What the reads before this one brought of the pending head, and this read's size.
         self._head_bytes = 0
         self._fed = 0
+        # Between a message's first byte and its body's end: what arrives belongs to it. An
+        # answer may be whole before its request is (a 413 for a body over the limit), and the
+        # rest of that body is not a new head.
+        self._in_message = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self._limits.max_connections:
@@ -143,7 +147,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.timeout_keep_alive_task is not None:
+        if self.timeout_keep_alive_task is not None and not self._in_message:
             # The connection was idle: these bytes begin a request, even if they are only the
             # blank lines the parser skips without beginning one.
             self._head_pending = True
@@ -155,7 +159,12 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         # Also a head that begins while a response is going out (the client pipelined).
         self._head_pending = True
+        self._in_message = True
         super().on_message_begin()
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        super().on_message_complete()
 
     def on_headers_complete(self) -> None:
         self._head_pending = False

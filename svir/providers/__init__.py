@@ -1,5 +1,11 @@
 """The kinds of upstream server svir knows, each in its own module, and the request rewriting
 that applies them.
+
+A new kind is a module here whose `ProviderKind` says, as data, how that server differs (URLs,
+auth headers, what it rejects or needs, and its body builder and stream decoder when it does not
+speak Chat Completions), added to `KINDS` below; its name is then a valid `kind` in the config.
+Its tests: tests/test_providers.py, tests/test_adaptation.py, and its recorded streams in
+tests/conformance/.
 """
 
 from __future__ import annotations
