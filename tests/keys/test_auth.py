@@ -99,7 +99,7 @@ async def test_keys_are_required_once_one_exists(
 
 
 async def test_a_key_in_x_api_key_is_taken_on_every_route(
-    harness_factory: type[Harness], upstream: FakeUpstream
+    harness_factory: type[Harness], upstream: ScriptedServer
 ) -> None:
     # Anthropic's clients send their key as `x-api-key`; the bearer token wins when both come.
     h = await harness_factory().start()
