@@ -31,6 +31,7 @@ from tests.support.upstream import CHUNK_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
 STREAM_CHUNKS = 20
 JSON_HEADERS = {"Content-Type": "application/json"}
 INSTALL_WRK = (
@@ -54,6 +55,27 @@ def request_body(model: str, stream: bool) -> bytes:
         req["stream"] = True
         req["stream_options"] = {"include_usage": True}
     return json.dumps(req, separators=(",", ":")).encode()
+
+
+def messages_body(model: str) -> bytes:
+    """A streamed Anthropic Messages request, the same question as `request_body`'s."""
+    req = {
+        "model": model,
+        "max_tokens": 256,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Say hello in a few words."}],
+    }
+    return json.dumps(req, separators=(",", ":")).encode()
+
+
+def check_messages_stream(data: bytes, chunks: int) -> str | None:
+    """None if `data` is a whole Messages stream with `chunks` text deltas."""
+    names = [line[7:] for line in data.split(b"\n") if line.startswith(b"event: ")]
+    if not names or names[0] != b"message_start" or names[-1] != b"message_stop":
+        return f"not a whole Messages stream: {data[-200:]!r}"
+    if names.count(b"content_block_delta") != chunks:
+        return f"{names.count(b'content_block_delta')} text deltas, expected {chunks}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ number. Counted: every user-space instruction of svir's process (all its threads
 and the ledger's work is part of a request's cost); not counted: time in the kernel (system calls
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
-    .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...]
+    .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
+
+`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages` (every tree
+compared must serve it).
 
 Needs valgrind (`apt-get install -y valgrind`).
 """
@@ -28,13 +31,17 @@ import time
 from pathlib import Path
 
 from bench.common import (
+    CHAT,
+    MESSAGES,
     ROOT,
     STREAM_CHUNKS,
     Child,
     check_completion,
+    check_messages_stream,
     check_stream,
     describe,
     free_port,
+    messages_body,
     post,
     request_body,
     start_fake_upstream,
@@ -64,7 +71,17 @@ def counted(out_dir: Path, pid: int, before: set[Path]) -> int:
     raise RuntimeError("callgrind wrote no dump")
 
 
-def measure(src: Path, name: str, up_port: int, tmp: Path, requests: int) -> dict[str, float]:
+def check(kind: str, data: bytes) -> str | None:
+    if kind == "json":
+        return check_completion(data)
+    if kind == "messages":
+        return check_messages_stream(data, STREAM_CHUNKS)
+    return check_stream(data, STREAM_CHUNKS)
+
+
+def measure(
+    src: Path, name: str, up_port: int, tmp: Path, requests: int, *, messages: bool = False
+) -> dict[str, float]:
     port = free_port()
     config = tmp / f"{name}.toml"
     config.write_text(SVIR_CONFIG.format(upstream=up_port, slow=up_port, max_body=1 << 20, tmp=tmp))
@@ -78,12 +95,13 @@ def measure(src: Path, name: str, up_port: int, tmp: Path, requests: int) -> dic
         wait_healthy(child, port, "/healthz", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
+        if messages:
+            bodies["messages"] = messages_body(f"fake/stream-{STREAM_CHUNKS}")
+        paths = {kind: MESSAGES if kind == "messages" else CHAT for kind in bodies}
         for _ in range(20):  # warm-up, and a check that the answers are right
             for kind, body in bodies.items():
-                status, data = post(conn, body)
-                problem = (
-                    check_completion(data) if kind == "json" else check_stream(data, STREAM_CHUNKS)
-                )
+                status, data = post(conn, body, path=paths[kind])
+                problem = check(kind, data)
                 if status != 200 or problem:
                     raise RuntimeError(f"{name} {kind}: {status} {problem}")
         result: dict[str, float] = {}
@@ -94,7 +112,7 @@ def measure(src: Path, name: str, up_port: int, tmp: Path, requests: int) -> dic
             control("-z", pid)
             control("-i", "on", pid)
             for _ in range(requests):
-                status, _ = post(conn, body)
+                status, _ = post(conn, body, path=paths[kind])
                 if status != 200:
                     raise RuntimeError(f"{name} {kind}: {status}")
             control("-d", pid)
@@ -110,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--compare-src", type=Path, action="append", default=[])
+    parser.add_argument("--messages", action="store_true", help="also /v1/messages, streamed")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
@@ -121,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         trees = [("svir", ROOT)] + [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
         for name, src in trees:
             print(f"{name} ({src}) under callgrind ...", flush=True)
-            rows.append((name, measure(src.resolve(), name, up_port, tmp, args.requests)))
+            measured = measure(
+                src.resolve(), name, up_port, tmp, args.requests, messages=args.messages
+            )
+            rows.append((name, measured))
     finally:
         upstream.stop()
     print(f"\n{describe()}\n")
@@ -132,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in rows:
         ratio = f"{r['json'] / base['json']:.3f}x / {r['stream'] / base['stream']:.3f}x"
         print(f"| {name} | {r['json']:,.0f} | {r['stream']:,.0f} | {ratio} |")
+    if args.messages:
+        print("\n| svir tree | /v1/messages stream (20 chunks) | vs its chat stream |")
+        print("|---|---|---|")
+        for name, r in rows:
+            print(f"| {name} | {r['messages']:,.0f} | {r['messages'] / r['stream']:.3f}x |")
     return 0
 
 

@@ -271,19 +271,20 @@ class MockTransport:
         return stream
 
     async def get_json_bytes(
-        self, url: str, *, headers: Mapping[str, str], timeout: float
+        self, url: str, *, headers: Mapping[str, str], timeout: float, body: bytes | None = None
     ) -> bytes:
+        method = "GET" if body is None else "POST"
         try:
             async with asyncio.timeout(timeout):
                 response, answer_headers = await self._answer(
-                    MockRequest("GET", url, Headers(list(headers.items())), b"")
+                    MockRequest(method, url, Headers(list(headers.items())), body or b"")
                 )
-                body = await _read(_chunks(response.body), JSON_BODY_LIMIT)
+                answer = await _read(_chunks(response.body), JSON_BODY_LIMIT)
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None
         if response.status >= 300:
-            raise classify_http_error(response.status, answer_headers, body, now=self._clock())
-        return body
+            raise classify_http_error(response.status, answer_headers, answer, now=self._clock())
+        return answer
 
     async def close(self) -> None:
         self.closed = True

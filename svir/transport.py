@@ -115,7 +115,8 @@ class StreamResponse(Protocol):
 
 
 class Transport(Protocol):
-    """Open a streamed POST, or GET a small JSON body; failures are classified UpstreamErrors."""
+    """Open a streamed POST, or fetch a small JSON body (a GET, or a POST of `body`: llama.cpp's
+    tokenizer); failures are classified UpstreamErrors."""
 
     async def open_stream(
         self,
@@ -127,7 +128,7 @@ class Transport(Protocol):
     ) -> StreamResponse: ...
 
     async def get_json_bytes(
-        self, url: str, *, headers: Mapping[str, str], timeout: float
+        self, url: str, *, headers: Mapping[str, str], timeout: float, body: bytes | None = None
     ) -> bytes: ...
 
     async def close(self) -> None: ...

@@ -55,7 +55,7 @@ def replay() -> Iterator[ScriptedServer]:
 @pytest.fixture
 async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
-    harness = Harness(text, fronts=("ollama", "threads"))
+    harness = Harness(text, fronts=("ollama", "threads", "anthropic"))
     await harness.start()
     try:
         yield harness
@@ -126,6 +126,21 @@ def assert_ollama_error(r: httpx.Response, status: int, rid: str | None = None) 
     return str(body["error"])
 
 
+def assert_anthropic_error(
+    r: httpx.Response, status: int, rid: str | None = None, type: str | None = None
+) -> str:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.headers["x-request-id"] == (rid or r.headers["x-request-id"])
+    body = r.json()
+    assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+    if type is not None:
+        assert body["error"]["type"] == type, body
+    message = body["error"]["message"]
+    assert isinstance(message, str) and message
+    return message
+
+
 def message_of(r: httpx.Response, shape: str) -> str:
     body = r.json()
     return str(body["error"] if shape == "ollama" else body["error"]["message"])
@@ -136,6 +151,8 @@ ROUTES = [
     ("/v1/chat/completions", "openai"),
     ("/api/chat", "ollama"),
     ("/api/show", "ollama"),
+    ("/v1/messages", "anthropic"),
+    ("/v1/messages/count_tokens", "anthropic"),
     ("/v1/threads", "openai"),
     ("/v1/threads/{thread}", "openai"),
     ("/v1/threads/{thread}/messages", "openai"),
@@ -179,6 +196,8 @@ async def test_deep_json_is_a_400_on_every_front_end(svir: Harness, body: str) -
             if shape == "openai":
                 error = assert_openai_error(r, 400, rid)
                 assert error["code"] == "json_too_deep", (path, error)
+            elif shape == "anthropic":
+                assert_anthropic_error(r, 400, rid, "invalid_request_error")
             else:
                 assert_ollama_error(r, 400, rid)
             assert "inside more than 100 arrays and objects" in message_of(r, shape), path
@@ -202,6 +221,8 @@ async def test_a_body_over_its_limit_is_the_same_413_on_every_front_end(svir: Ha
         if shape == "openai":
             error = assert_openai_error(r, 413, rid)
             assert (error["code"], error["message"]) == ("request_too_large", words), path
+        elif shape == "anthropic":
+            assert assert_anthropic_error(r, 413, rid, "request_too_large") == words, path
         else:
             assert assert_ollama_error(r, 413, rid) == words, path
     await still_answers(svir)
@@ -216,6 +237,8 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         ("GET", "/v1/chat/completions", 405, "openai", "POST"),
         ("GET", "/api/generate", 404, "ollama", None),
         ("GET", "/api/chat", 405, "ollama", "POST"),
+        ("GET", "/v1/messages", 405, "anthropic", "POST"),
+        ("POST", "/v1/messages/batches", 404, "anthropic", None),
         ("PUT", f"/v1/threads/{thread}", 405, "openai", "DELETE, GET, POST"),
         ("GET", f"/v1/threads/{thread}/continue", 405, "openai", "POST"),
         ("GET", f"/v1/threads/{thread}/nothing", 404, "openai", None),
@@ -227,6 +250,9 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         if shape == "openai":
             error = assert_openai_error(r, status)
             assert error["code"] == ("not_found" if status == 404 else "method_not_allowed")
+        elif shape == "anthropic":
+            kind = "not_found_error" if status == 404 else "invalid_request_error"
+            assert path in assert_anthropic_error(r, status, type=kind)
         else:
             assert path in assert_ollama_error(r, status)
         assert r.headers.get("allow") == allow, (method, path)
@@ -311,6 +337,7 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
     calls = [
         ("POST", "/v1/chat/completions", body, "openai"),
         ("POST", "/api/chat", body, "ollama"),
+        ("POST", "/v1/messages", {**body, "max_tokens": 8}, "anthropic"),
         ("GET", "/v1/models", None, "openai"),
         ("GET", "/api/tags", None, "ollama"),
         ("GET", f"/v1/threads/{thread}", None, "openai"),
@@ -327,6 +354,9 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
                 "param": None,
                 "code": "internal_error",
             }
+        elif shape == "anthropic":
+            words = assert_anthropic_error(r, 500, rid, "api_error")
+            assert words == "svir failed on this request."
         else:
             assert assert_ollama_error(r, 500, rid) == "svir failed on this request."
         # Logged once, with the traceback and the request id; the client saw none of it.

@@ -19,11 +19,11 @@ from svir.config import parse_config
 from svir.edges.server import build_app
 from svir.errors import GatewayError
 from svir.gateway import Gateway
-from svir.keys.gate import estimate_prompt_tokens
 from svir.policy.resilience import Timing
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event, Usage
+from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.test_telemetry import samples, value
 from tests.support.asgi import Lifespan
 

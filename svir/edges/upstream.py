@@ -184,17 +184,21 @@ class UpstreamClient:
         return UpstreamResponse(resp, timeouts.idle)
 
     async def get_json_bytes(
-        self, url: str, *, headers: Mapping[str, str], timeout: float
+        self, url: str, *, headers: Mapping[str, str], timeout: float, body: bytes | None = None
     ) -> bytes:
-        """A small GET (model lists): the body, or a classified error."""
+        """A small GET (model lists), or POST of `body`: the answer's body, or a classified
+        error."""
         resp: H1Response | None = None
+        method = "GET" if body is None else "POST"
         try:
             async with asyncio.timeout(timeout):
-                resp = await self.pool.request("GET", url, headers=headers, connect_timeout=timeout)
-                body = await read_limited(resp, JSON_BODY_LIMIT)
+                resp = await self.pool.request(
+                    method, url, headers=headers, body=body or b"", connect_timeout=timeout
+                )
+                answer = await read_limited(resp, JSON_BODY_LIMIT)
                 if resp.status >= 300:
-                    raise classify_http_error(resp.status, resp.headers, body, now=self._clock())
-                return body
+                    raise classify_http_error(resp.status, resp.headers, answer, now=self._clock())
+                return answer
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None
         except (H1Error, OSError) as exc:

@@ -12,23 +12,26 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl
 
 import msgspec
 
 from svir.asgi import CALL_CONTEXT, Receive, Scope, Send, header
 from svir.call import CallContext
-from svir.chat import unique_id
-from svir.errors import BodyTooLarge, ClientGone
+from svir.chat import ChatCall, unique_id
+from svir.errors import BodyTooLarge, ClientGone, GatewayError
 from svir.keys.context import current_key
+from svir.wire.answer import AnswerFold
 from svir.wire.blobs import Blobs
+from svir.wire.classify import to_client_error
 from svir.wire.jsonbody import decode_body
 
 __all__ = [
     "JSON_HEADERS",
     "NDJSON_HEADERS",
     "SSE_HEADERS",
+    "folded",
     "headers_with",
     "new_call_context",
     "query_params",
@@ -55,6 +58,7 @@ NDJSON_HEADERS = (
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 _DONE_FRAME = b"data: [DONE]\n\n"
 _REQUIRED: Final[Any] = object()
+Fold = TypeVar("Fold", bound=AnswerFold)
 
 
 def request_id_of(scope: Scope) -> str:
@@ -195,6 +199,17 @@ async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
         raise
     finally:
         watcher.cancel()
+
+
+async def folded(call: ChatCall, fold: Fold) -> Fold:
+    """`fold` with every event of the call's answer added: an answer not streamed. A stream
+    that failed is raised as the GatewayError it is."""
+    async for events in call.events():
+        for event in events:
+            fold.add(event)
+    if fold.error is not None:
+        raise GatewayError(to_client_error(fold.error), fold.error)
+    return fold
 
 
 def new_call_context(scope: Scope, rid: str, api: str, blobs: Blobs | None = None) -> CallContext:

@@ -28,6 +28,7 @@ from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, OllamaError, RequestError, request_error
 from svir.frontends.http import (
     NDJSON_HEADERS,
+    folded,
     new_call_context,
     read_json,
     send_json,
@@ -171,12 +172,7 @@ class OllamaAPI:
         metrics = functools.partial(_metrics, call)
         try:
             if not request["stream"]:
-                agg = ChatAggregator()
-                async for events in call.events():
-                    for ev in events:
-                        agg.add(ev)
-                if agg.error is not None:
-                    raise GatewayError(to_client_error(agg.error), agg.error)
+                agg = await folded(call, ChatAggregator())
                 try:
                     answer = agg.response(model=label, metrics=metrics)
                 except UpstreamError as exc:

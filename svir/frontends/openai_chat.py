@@ -1,5 +1,6 @@
 """OpenAI's Chat Completions API: `POST /v1/chat/completions` (SSE stream, or one completion with
-`"stream": false`) and `GET /v1/models`.
+`"stream": false`) and `GET /v1/models`, the one model list of `/v1`, in Anthropic's shape for a
+request that carries `anthropic-version` (Anthropic's clients list models there too).
 
 The request is already the canonical chat request (the shared checks of svir.providers validate
 it); the canonical events become OpenAI's bytes by the wire core's encoder (svir.wire.encoder),
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from svir.asgi import Receive, Scope, Send
+from svir.asgi import Receive, Scope, Send, header
 from svir.call import CallContext
 from svir.frontends.http import (
     new_call_context,
@@ -22,12 +23,14 @@ from svir.frontends.http import (
 )
 from svir.frontends.routes import Host
 from svir.providers import validate_chat_request
+from svir.wire.anthropic import model_list
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
 from svir.wire.jsonbody import decode_body
 
 __all__ = ["OpenAIChat", "install"]
 
 CREATED = 1700000000  # /v1/models needs a `created`; svir does not know when a model was made
+CREATED_AT = "2023-11-14T22:13:20Z"  # the same time in Anthropic's list
 
 
 def install(app: Host) -> OpenAIChat:
@@ -48,6 +51,10 @@ class OpenAIChat:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         models = await self.app.models()
+        if header(scope, b"anthropic-version") is not None:
+            listed = model_list([model for model, _ in models], CREATED_AT)
+            await send_json(send, 200, listed, {"x-request-id": rid})
+            return 200
         data = [
             {"id": model, "object": "model", "created": CREATED, "owned_by": owner}
             for model, owner in models

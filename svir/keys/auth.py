@@ -1,4 +1,5 @@
-"""Who is calling: `Authorization: Bearer <svir key>`, checked before any route runs.
+"""Who is calling: `Authorization: Bearer <svir key>`, or `x-api-key: <svir key>` (how Anthropic's
+clients send theirs), checked before any route runs.
 
 With no keys issued svir runs open, for clients on this machine only (unless
 `[auth] allow_open_non_loopback`). Once a key exists every request needs one, except the health
@@ -26,7 +27,7 @@ from svir.errors import auth_error
 from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord
 
-__all__ = ["Authenticator", "bearer_token", "current_key", "is_loopback", "key_var"]
+__all__ = ["Authenticator", "api_key", "bearer_token", "current_key", "is_loopback", "key_var"]
 
 _CACHE_CAP: Final = 10_000
 
@@ -48,6 +49,15 @@ def bearer_token(scope: Scope) -> bytes | None:
         return None
     token = token.strip()
     return token or None
+
+
+def api_key(scope: Scope) -> bytes | None:
+    """The caller's key: the bearer token, else `x-api-key` (Anthropic's header)."""
+    token = bearer_token(scope)
+    if token is not None:
+        return token
+    value = header(scope, b"x-api-key")
+    return value.strip() or None if value is not None else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -154,7 +164,7 @@ class Authenticator:
         if not await self.configured():
             self.check_unkeyed(scope)
             return None
-        token = bearer_token(scope)
+        token = api_key(scope)
         if token is None:
             raise auth_error(
                 "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued)."

@@ -98,6 +98,23 @@ async def test_keys_are_required_once_one_exists(
     assert (await h.http.get("/healthz")).status_code == 200
 
 
+async def test_a_key_in_x_api_key_is_taken_on_every_route(
+    harness_factory: type[Harness], upstream: ScriptedServer
+) -> None:
+    # Anthropic's clients send their key as `x-api-key`; the bearer token wins when both come.
+    h = await harness_factory().start()
+    secret, _ = await h.new_key()
+    assert h.http is not None
+    body = {"model": "fake/tok-3", "messages": [{"role": "user", "content": "hi"}]}
+    r = await h.http.post("/v1/chat/completions", json=body, headers={"x-api-key": secret})
+    assert r.status_code == 200, r.text
+    assert (await h.http.get("/v1/models", headers={"x-api-key": secret})).status_code == 200
+    r = await h.http.get("/v1/models", headers={"x-api-key": "sk-svir-not-a-real-key"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    both = {"x-api-key": secret, "authorization": "Bearer sk-svir-not-a-real-key"}
+    assert (await h.http.get("/v1/models", headers=both)).status_code == 401
+
+
 async def test_svir_401_is_not_the_upstream_401(
     harness_factory: type[Harness], upstream: ScriptedServer
 ) -> None:

@@ -1,0 +1,337 @@
+"""Anthropic's Messages API: `POST /v1/messages` (SSE stream, or one message with `"stream": false`;
+matched on the path only, so Claude Code's `/v1/messages?beta=true` is the same route),
+`POST /v1/messages/count_tokens`, and `HEAD /` / `GET /` (clients probe the base URL). The model
+list is OpenAI's route (svir.frontends.openai_chat), which answers in Anthropic's shape when the
+request carries `anthropic-version`.
+
+The request becomes the canonical chat request by svir.wire.anthropic_request (what it ignored is
+said in `x-svir-warning`); the canonical events become Anthropic's SSE or message by
+svir.wire.anthropic. `anthropic-beta` and every other client header stay here: svir builds the
+upstream's headers itself. Every error on these routes, and on any path under `/v1/messages`, is
+answered in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`) with svir's
+status; a stream that fails after `message_start` ends with one `error` event. A `claude-*` model
+no route maps is a 404 that shows the `[[routes]]` entry to add.
+
+A streamed answer whose upstream is silent for `PING_AFTER` seconds before its first output (a
+local server reading a long prompt, a model being loaded) starts at once: `message_start`, then a
+`ping` every `PING_EVERY` seconds until the output comes, as Anthropic's API streams, because
+Claude Code gives up on a stream with no bytes for a few minutes. A failure after that start is
+the stream's one `error` event; one sooner (the common case) is still an HTTP error. (The call's
+own response headers, such as its cooling or limit notes, cannot follow a started response.)
+
+count_tokens is exact when the model's server is llama.cpp's (it tokenizes the prompt its chat
+template makes: `x-svir-token-count: exact`), svir's estimate otherwise (`estimate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import msgspec
+
+from svir.asgi import Receive, Scope, Send
+from svir.call import CallContext
+from svir.chat import ChatCall
+from svir.errors import GatewayError, RequestError, request_error
+from svir.frontends.http import (
+    SSE_HEADERS,
+    folded,
+    headers_with,
+    new_call_context,
+    read_json,
+    send_json,
+    send_stream,
+    until_disconnect,
+)
+from svir.frontends.routes import Host
+from svir.providers import validate_chat_request
+from svir.wire.anthropic import MessageAggregator, MessageStreamEncoder, anthropic_error
+from svir.wire.anthropic_request import MessagesRequest, MessagesRequestError, translate_request
+from svir.wire.errors import UpstreamError
+from svir.wire.events import Keepalive
+from svir.wire.tokens import estimate_prompt_tokens
+
+__all__ = ["AnthropicMessages", "error_shape", "install"]
+
+WARNING_HEADER: Final = "x-svir-warning"
+COUNT_HEADER: Final = "x-svir-token-count"
+# Seconds of an upstream's silence before a stream starts anyway, and between its pings then:
+# well inside Claude Code's patience, well past what an answer in time takes to begin.
+PING_AFTER: Final = 5.0
+PING_EVERY: Final = 10.0
+_WAITING: Final = Keepalive("svir: the upstream has not answered yet")
+# Kinds whose server is llama.cpp's, which tokenizes on request (`/apply-template`, `/tokenize`).
+TOKENIZING_KINDS: Final = frozenset({"llamacpp", "llamacpp-managed"})
+
+
+def install(
+    app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
+) -> AnthropicMessages:
+    """Serve Anthropic's Messages API from `app`, its errors in Anthropic's shape."""
+    api = AnthropicMessages(app, ping_after=ping_after, ping_every=ping_every)
+    app.routes.add("POST", "/v1/messages", api.messages, error_shape)
+    app.routes.add("POST", "/v1/messages/count_tokens", api.count_tokens, error_shape)
+    app.routes.errors_under("/v1/messages", error_shape)
+    app.routes.add("GET", "/", api.root)
+    app.routes.add("HEAD", "/", api.root)
+    return api
+
+
+def error_shape(exc: GatewayError) -> dict[str, Any]:
+    """An error answer as Anthropic gives it (the status stays svir's: svir.wire.anthropic)."""
+    return anthropic_error(exc.error)[1]
+
+
+def _refusal(exc: MessagesRequestError) -> GatewayError:
+    return request_error(exc.message, param=exc.param)
+
+
+def _unmapped(exc: GatewayError, model: str) -> GatewayError:
+    """A 404 for a model no route maps, saying how to map it when the client is Claude Code
+    (its `claude-*` names are nobody's models here)."""
+    ce = exc.error
+    if ce.code != "model_not_found" or not model.startswith("claude"):
+        return exc
+    message = (
+        f"svir has no model {model!r}: map it to one of svir's models in the config, e.g. "
+        f'[[routes]] name = "{model}" targets = [{{ model = "<provider>/<model-id>" }}] '
+        "(docs/anthropic.md). " + ce.message
+    )
+    return GatewayError(msgspec.structs.replace(ce, message=message), exc.upstream)
+
+
+def _warning_header(warnings: tuple[str, ...]) -> str:
+    # A header value is one latin-1 line; the warnings name fields and tools the client sent.
+    text = "; ".join(warnings).encode("latin-1", "replace").decode("latin-1")
+    return " ".join(text.split())
+
+
+class AnthropicMessages:
+    def __init__(
+        self, app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
+    ) -> None:
+        self.app = app
+        self.gateway = app.gateway
+        self.max_body_bytes = app.config.server.max_body_bytes
+        self.ping_after = ping_after
+        self.ping_every = ping_every
+
+    async def root(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        if scope["method"] == "HEAD":
+            headers = headers_with((), {"x-request-id": rid})
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return 200
+        await send_json(send, 200, {"service": "svir"}, {"x-request-id": rid})
+        return 200
+
+    async def _translated(self, scope: Scope, receive: Receive) -> tuple[Any, MessagesRequest]:
+        body = await read_json(scope, receive, self.max_body_bytes)
+        try:
+            return body, translate_request(body)
+        except MessagesRequestError as exc:
+            raise _refusal(exc) from None
+
+    async def messages(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        fields["api"] = "anthropic"
+        body, translated = await self._translated(scope, receive)
+        model: str = body["model"]
+        request = validate_chat_request(translated.chat)
+        fields["stream"] = translated.stream
+        if translated.user_id is not None:
+            fields["client_user"] = translated.user_id[:200]
+        headers = {"x-request-id": rid}
+        if translated.warnings:
+            headers[WARNING_HEADER] = _warning_header(translated.warnings)
+        ctx = new_call_context(scope, rid, "anthropic")
+        work = self._serve(ctx, request, model=model, send=send, headers=headers)
+        return await until_disconnect(receive, work)
+
+    async def _serve(
+        self,
+        ctx: CallContext,
+        request: dict[str, Any],
+        *,
+        model: str,
+        send: Send,
+        headers: dict[str, str],
+    ) -> int:
+        stream = bool(request.get("stream"))
+        encoder = MessageStreamEncoder(id=ctx.request_id, model=model)
+        early = _EarlyStart(send, encoder, headers, self.ping_after, self.ping_every, stream=stream)
+        try:
+            call = await self.gateway.open_chat(ctx, request)
+        except GatewayError as exc:
+            if not await early.stop():
+                raise _unmapped(exc, model) from None
+            await early.fail(_unmapped(exc, model))
+            return 200
+        except BaseException:
+            await early.stop()
+            raise
+        started = await early.stop()
+        headers.update(call.headers)
+        try:
+            if not stream:
+                fold = await folded(call, MessageAggregator())
+                answer = fold.message(id=ctx.request_id, model=model)
+                await send_json(send, 200, answer, headers)
+                return 200
+            if started:
+                async for data in _frames(call, encoder):
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send_stream(send, _frames(call, encoder), headers)
+            return 200
+        finally:
+            call.close()  # at once, also when cancelled: the upstream stops with the client
+
+    async def count_tokens(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        fields["api"] = "anthropic"
+        body, translated = await self._translated(scope, receive)
+        fields["model"] = body["model"]
+        exact = await self._tokenized(translated.chat)
+        count = exact if exact is not None else estimate_prompt_tokens(translated.chat)
+        headers = {"x-request-id": rid, COUNT_HEADER: "estimate" if exact is None else "exact"}
+        await send_json(send, 200, {"input_tokens": count}, headers)
+        return 200
+
+    async def _tokenized(self, chat: dict[str, Any]) -> int | None:
+        """The prompt's tokens as the model's llama.cpp server counts them (its chat template
+        applied, then tokenized), or None where svir cannot ask: another kind of server, a model
+        no route has, a server that fails to answer."""
+        try:
+            target = self.gateway.policy.route_for(chat["model"]).targets
+            if not target:
+                return None
+            route = self.app.router.resolve(target[0].model)
+        except (GatewayError, RequestError):
+            return None
+        if route.kind.name not in TOKENIZING_KINDS:
+            return None
+        try:
+            base = route.base_url
+            if route.ensure is not None:
+                base = await route.ensure(route.model_id)
+                if route.release is not None:
+                    route.release(route.model_id)
+            root = base.rstrip("/").removesuffix("/v1")
+            headers = {"Content-Type": "application/json", **route.kind.auth_headers(route.api_key)}
+            template = {"messages": chat["messages"]}
+            if chat.get("tools"):
+                template["tools"] = chat["tools"]
+            timeout = route.timeouts.first_byte
+            fetch = self.gateway.client.get_json_bytes
+            answer = await fetch(
+                f"{root}/apply-template",
+                headers=headers,
+                timeout=timeout,
+                body=msgspec.json.encode(template),
+            )
+            prompt = msgspec.json.decode(answer)["prompt"]
+            answer = await fetch(
+                f"{root}/tokenize",
+                headers=headers,
+                timeout=timeout,
+                body=msgspec.json.encode({"content": prompt, "add_special": True}),
+            )
+            tokens = msgspec.json.decode(answer)["tokens"]
+        except (UpstreamError, msgspec.DecodeError, KeyError, TypeError):
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
+
+async def _frames(call: ChatCall, encoder: MessageStreamEncoder) -> Any:
+    """The answer's SSE bytes, batch by batch (a failure before any output was raised when the
+    call opened, as an HTTP error)."""
+    encode = encoder.encode
+    async for events in call.events():
+        data = b"".join([encode(event) for event in events])
+        if data:
+            yield data
+
+
+class _EarlyStart:
+    """The start of a stream sent while its upstream is still silent: after `after` seconds, the
+    response's headers and `message_start`, then a `ping` every `every` seconds, from a task
+    made only then (until then a timer: nothing more for an answer that comes in time). A
+    request that is not streamed gets none of it: its answer is one JSON body."""
+
+    __slots__ = (
+        "_encoder",
+        "_every",
+        "_headers",
+        "_send",
+        "_sleeping",
+        "_stopping",
+        "_task",
+        "_timer",
+        "started",
+    )
+
+    def __init__(
+        self,
+        send: Send,
+        encoder: MessageStreamEncoder,
+        headers: dict[str, str],
+        after: float,
+        every: float,
+        *,
+        stream: bool,
+    ) -> None:
+        self._send = send
+        self._encoder = encoder
+        self._headers = headers
+        self._every = every
+        self._task: asyncio.Task[None] | None = None
+        self._sleeping = False
+        self._stopping = False
+        self.started = False
+        self._timer = asyncio.get_running_loop().call_later(after, self._start) if stream else None
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._pings())
+
+    async def _pings(self) -> None:
+        # Never cancelled inside a send (see `stop`): the client gets whole frames.
+        self.started = True
+        start = headers_with(SSE_HEADERS, self._headers)
+        await self._send({"type": "http.response.start", "status": 200, "headers": start})
+        first = self._encoder.start()
+        await self._send({"type": "http.response.body", "body": first, "more_body": True})
+        while not self._stopping:
+            self._sleeping = True
+            try:
+                await asyncio.sleep(self._every)
+            finally:
+                self._sleeping = False
+            ping = self._encoder.encode(_WAITING)
+            await self._send({"type": "http.response.body", "body": ping, "more_body": True})
+
+    async def stop(self) -> bool:
+        """Stop pinging; whether the response has started."""
+        if self._timer is not None:
+            self._timer.cancel()
+        task = self._task
+        if task is None:
+            return False
+        self._stopping = True
+        if self._sleeping or not self.started:
+            task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        return self.started
+
+    async def fail(self, exc: GatewayError) -> None:
+        """End the started stream with `exc` as its one error event."""
+        data = self._encoder.error(exc.error)
+        await self._send({"type": "http.response.body", "body": data, "more_body": False})

@@ -1,0 +1,55 @@
+"""A scripted OpenAI-compatible model that plays an agent's model, for the Claude Code tests
+(served over loopback by `svir.testing.MockServerThread`). A request with the tool `TOOL` and no
+tool result yet is answered with one call of it (its arguments `arguments`); a request whose
+last message is a tool result, with `FINAL` and the result's first line; any other request
+(Claude Code's side tasks), with "ok". Every request is kept in `requests`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from svir.testing import MockRequest, MockResponse, sse
+
+TOOL = "Read"
+FINAL = "The file says:"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-agent",
+        "object": "chat.completion.chunk",
+        "model": "agent",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+class AgentModel:
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+        self.requests: list[MockRequest] = []
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r.json() for r in self.requests]
+
+    def __call__(self, request: MockRequest) -> MockResponse:
+        self.requests.append(request)
+        return MockResponse(body=sse(*self.reply(request.json()), "[DONE]"))
+
+    def reply(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        tools = [t["function"]["name"] for t in body.get("tools") or ()]
+        role = _chunk({"role": "assistant"})
+        if last.get("role") == "tool":
+            text = f"{FINAL} {str(last.get('content', '')).strip().splitlines()[0]}"
+            return [role, _chunk({"content": text}), _chunk({}, "stop")]
+        if TOOL in tools:
+            call = {
+                "index": 0,
+                "id": "call_agent_1",
+                "type": "function",
+                "function": {"name": TOOL, "arguments": json.dumps(self.arguments)},
+            }
+            return [role, _chunk({"tool_calls": [call]}), _chunk({}, "tool_calls")]
+        return [role, _chunk({"content": "ok"}), _chunk({}, "stop")]
