@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from svir.providers import (
+    anthropic,
     azure,
     gemini,
     kimi,
@@ -51,6 +52,7 @@ KINDS: Mapping[str, ProviderKind] = MappingProxyType(
             openai_compatible,
             openai,
             azure,
+            anthropic,
             openrouter,
             gemini,
             kimi,

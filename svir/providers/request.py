@@ -327,7 +327,12 @@ def build_upstream_body(
     kind's `adapt_body` changes them in place, it replaces them. A message that cannot be sent
     raises svir.wire.errors.BodyError, naming the message and field; it is the client's fault, to
     be answered as a bad `messages`.
+
+    A kind that speaks another API (`ProviderKind.build_body`, Anthropic's) builds its own body
+    from the same request; the dropping and the kind's `adapt_body` apply to it as to this one.
     """
+    if kind.build_body is not None:
+        return _finished(kind.build_body(client, model_id), kind, provider)
     messages = build_messages(client["messages"], reasoning_key=kind.reasoning_key)
 
     # Usage is always asked for, whatever the client wants: svir keeps it for every call, and
@@ -362,6 +367,13 @@ def build_upstream_body(
         body.pop("tools", None)
         for key in _TOOL_SETTINGS:
             body.pop(key, None)
+    return _finished(body, kind, provider)
+
+
+def _finished(
+    body: dict[str, Any], kind: ProviderKind, provider: ProviderSettings
+) -> dict[str, Any]:
+    """The body without the fields the provider drops, through the kind's `adapt_body`."""
     dropped = kind.drop_params_for(provider)
     if dropped & _LIMIT_NAMES:
         # Either name means the output cap, whichever one this kind is sent.

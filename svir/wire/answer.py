@@ -20,6 +20,8 @@ from svir.wire.events import (
     Finish,
     ReasoningCarrier,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     StreamError,
     TextDelta,
@@ -40,6 +42,7 @@ class AnswerFold:
     __slots__ = (
         "_args",
         "_by_carrier",
+        "_sealed",
         "_starts",
         "done",
         "error",
@@ -48,6 +51,7 @@ class AnswerFold:
         "reasoning",
         "refusal",
         "text",
+        "thinking_blocks",
         "usage",
     )
 
@@ -61,6 +65,11 @@ class AnswerFold:
         self.done = False
         self.filters: list[ContentFilter] = []
         self._by_carrier: dict[ReasoningCarrier, list[str]] = {}
+        # Reasoning blocks an upstream sealed (Anthropic's), in order, as the canonical request
+        # carries them back: {"type": "thinking", "thinking", "signature"} or
+        # {"type": "redacted_thinking", "data"}; empty for every other upstream.
+        self.thinking_blocks: list[dict[str, str]] = []
+        self._sealed = 0  # pieces of `reasoning` already in a sealed block
         self._starts: dict[int, ToolCallStart] = {}
         self._args: dict[int, list[str]] = {}
 
@@ -78,6 +87,14 @@ class AnswerFold:
             self._args.setdefault(event.index, [])
         elif isinstance(event, RefusalDelta):
             self.refusal.append(event.text)
+        elif isinstance(event, ReasoningSignature):
+            text = "".join(self.reasoning[self._sealed :])
+            self._sealed = len(self.reasoning)
+            self.thinking_blocks.append(
+                {"type": "thinking", "thinking": text, "signature": event.signature}
+            )
+        elif isinstance(event, RedactedReasoning):
+            self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
         elif isinstance(event, Finish):
             self.finish_reason = event.reason
         elif isinstance(event, Usage):

@@ -11,7 +11,7 @@ order (finish, usage, done) never depends on the server's.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -383,3 +383,39 @@ class StreamDecoder:
 
     def _protocol(self, message: str, out: list[Event]) -> None:
         self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)
+
+
+class ChatDecoder(Protocol):
+    """What a chat call reads of a stream decoder, whatever protocol the upstream speaks:
+    `StreamDecoder` for OpenAI's chunks, `anthropic_upstream.AnthropicStreamDecoder` for
+    Anthropic's Messages events. Both give the same canonical events for the same answer."""
+
+    id: str
+    model: str
+    rate: TokenRate
+    reasoning_carrier: ReasoningCarrier | None
+    finish_reason: str | None
+    usage: Usage | None
+    error: UpstreamError | None
+    complete: bool
+
+    @property
+    def tokens_per_second(self) -> float | None: ...
+    @property
+    def tool_calls(self) -> list[ToolCall]: ...
+    def feed(self, data: bytes) -> list[Event]: ...
+    def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]: ...
+    def close(self) -> list[Event]: ...
+    def fail(self, error: UpstreamError) -> list[Event]: ...
+
+
+class DecoderFactory(Protocol):
+    """Makes a call's decoder from the options of the route (a kind's `new_decoder`)."""
+
+    def __call__(
+        self,
+        *,
+        think_tags: bool = ...,
+        tool_names: Collection[str] | None = ...,
+        clock: Callable[[], float] | None = ...,
+    ) -> ChatDecoder: ...
