@@ -20,7 +20,7 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Coroutine
-from typing import Any, Final
+from typing import Any
 
 from svir.chat import ChatCall, Cut, visible_count
 from svir.config import LimitsConfig, PriceConfig
@@ -43,15 +43,11 @@ from svir.wire.blobs import Blobs
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event
+from svir.wire.tokens import estimate_prompt_tokens
 
-__all__ = ["Gate", "Meter", "Price", "estimate_prompt_tokens", "limit_error"]
+__all__ = ["Gate", "Meter", "Price", "limit_error"]
 
 log = logging.getLogger("svir.keys")
-
-# What an image costs in prompt tokens, for the estimate: about a 512×512 tile and change.
-IMAGE_TOKENS: Final = 1000
-# Per message, the tokens of its role and framing.
-MESSAGE_TOKENS: Final = 4
 
 
 class Price:
@@ -70,54 +66,6 @@ class Price:
         micros = (prompt - cached) * self.input + cached * self.cached_input
         micros += completion * self.output
         return math.ceil(micros - 1e-9)
-
-
-def _text_tokens(text: str) -> int:
-    # About four characters a token in English; about one a token in CJK and the like.
-    if text.isascii():
-        return len(text)
-    return len(text.encode()) * 4 // 3
-
-
-def estimate_prompt_tokens(request: dict[str, Any]) -> int:
-    """A cheap estimate of the prompt's tokens, before the server counts them."""
-    units = 0  # quarter tokens
-    images = 0
-    messages = request.get("messages") or ()
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            units += _text_tokens(content)
-        elif isinstance(content, list):
-            for part in content:
-                if not isinstance(part, dict):
-                    continue
-                text = part.get("text")
-                if isinstance(text, str):
-                    units += _text_tokens(text)
-                elif part.get("type") in ("image_url", "input_image"):
-                    images += 1
-        for key in ("reasoning_content", "reasoning", "name"):
-            value = message.get(key)
-            if isinstance(value, str):
-                units += _text_tokens(value)
-        calls = message.get("tool_calls")
-        if isinstance(calls, list):
-            for call in calls:
-                fn = call.get("function") if isinstance(call, dict) else None
-                if isinstance(fn, dict):
-                    for key in ("name", "arguments"):
-                        value = fn.get(key)
-                        if isinstance(value, str):
-                            units += _text_tokens(value)
-    tools = request.get("tools")
-    if tools:
-        import msgspec
-
-        units += len(msgspec.json.encode(tools))
-    return math.ceil(units / 4) + MESSAGE_TOKENS * len(messages) + 3 + IMAGE_TOKENS * images
 
 
 def completion_allowance(request: dict[str, Any], default: int) -> int:

@@ -22,6 +22,7 @@ __all__ = [
     "StreamingBody",
     "base64_length",
     "build_messages",
+    "file_block",
     "json_escape",
     "json_escaped_length",
     "message_role",
@@ -257,6 +258,11 @@ def _file_text(where: str, file: Any) -> str:
         raise BodyError(
             f"{where}: file {shown(name)} is not UTF-8 text; only text files can be sent"
         ) from None
+    return file_block(name, contents)
+
+
+def file_block(name: str, contents: str) -> str:
+    """A text file as local servers take it, inside the prompt's text: `<file name="...">`."""
     return f'<file name="{_xml_attribute(name)}">\n{contents}\n</file>'
 
 

@@ -93,4 +93,3 @@ async def harness_factory(
     yield Made
     for h in made:
         await h.stop()
-

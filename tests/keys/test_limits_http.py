@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from svir.keys.gate import estimate_prompt_tokens
+from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.support import Harness, frames
 from tests.keys.upstream import PROMPT_TOKENS, FakeUpstream
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.keys.gate import estimate_prompt_tokens
+from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.conftest import Postgres
 from tests.keys.support import ADMIN_KEY, config_text, frames
 from tests.keys.upstream import FakeUpstream

@@ -11,7 +11,7 @@ from svir.chat import _first_visible
 from svir.config import PriceConfig
 from svir.edges.metrics import Counter, Histogram, Registry
 from svir.keys.auth import is_loopback
-from svir.keys.gate import Price, completion_allowance, estimate_prompt_tokens
+from svir.keys.gate import Price, completion_allowance
 from svir.keys.model import (
     hash_secret,
     model_allowed,
@@ -21,6 +21,7 @@ from svir.keys.model import (
     parse_expiry,
 )
 from svir.wire.events import Finish, Role, TextDelta, ToolCallDelta, ToolCallStart
+from svir.wire.tokens import estimate_prompt_tokens
 
 
 def test_prompt_estimate() -> None:

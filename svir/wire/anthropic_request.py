@@ -1,0 +1,603 @@
+"""An Anthropic Messages request (`POST /v1/messages`, and `/v1/messages/count_tokens`) as svir's
+canonical chat request, the OpenAI Chat Completions body every upstream kind is built from.
+
+`translate_request` is the whole translation, pure; the front end's HTTP handler checks the
+result as any chat request (`validate_chat_request`), turns `warnings` into a header, refuses
+`image_urls` when the upstream takes no image URL, and keeps `user_id` for the ledger. Every
+client mistake is a `MessagesRequestError` naming the field in Anthropic's dotted form
+(`messages.2.content.0.tool_use_id`), for a 400 `invalid_request_error`; nothing else escapes
+for any JSON value. What the translation does, field by field:
+
+- `system` (a string, or text blocks) is the first, system, message; a `role: "system"` message
+  inside `messages`, which the protocol lacks but Claude Code sends, stays a system message where
+  it stands (the canonical request takes one anywhere).
+- content blocks: `text`; `image` (base64 as a data URL; a URL as it is, flagged `image_urls`);
+  `document` with a text source (`text`, `content`, or base64 `text/plain`) as svir's file block
+  (`<file name="title">` in the text); `tool_use` as the assistant's tool calls (input as JSON
+  text); `tool_result` as a tool message right after the calls (its text; `is_error` says
+  "Error: " first; images in it go into a user message after the results, since a tool message
+  takes text only); `thinking` as the assistant's `reasoning_content` (never as text; its
+  signature, often "" from Claude Code, is not needed by any upstream but Anthropic's and is
+  dropped); `redacted_thinking` is dropped: its data is encrypted for Anthropic alone.
+  `cache_control` marks, citations and other hints on a block are not translated.
+- `tools` (custom tools): name, description, and `input_schema` as the function's parameters,
+  with `$schema` taken off the schema's top (JSON Schema 2020-12's marker, which Gemini and some
+  grammar compilers refuse; the schema means the same without it) and the tool's own
+  `defer_loading`, `cache_control`, `strict`, `input_examples` left out (svir has no tool search:
+  every tool is offered at once). Tools of another `type` (Anthropic's server tools: web search,
+  code execution, bash, the text editor, …) are dropped with a warning: no other server runs them.
+- `tool_choice` auto / any / tool / none -> auto / required / {function name} / none;
+  `disable_parallel_tool_use` -> `parallel_tool_calls: false`.
+- `stop_sequences` -> `stop`; `max_tokens`, `temperature`, `top_p`, `top_k` (which llama.cpp,
+  vLLM and the other local servers take) as they are; `stream`.
+- reasoning: `thinking: {type: disabled}` -> `reasoning_effort: "none"`; otherwise
+  `output_config.effort` (low, medium, high, xhigh as they are, max as xhigh) when given; else
+  `thinking: {type: enabled, budget_tokens}` by budget (below 4096 low, below 16384 medium, else
+  high: Claude Code's "think" 4000, "think hard" 10000 and "ultrathink" 31999 fall one in each);
+  `adaptive` alone leaves the upstream's default.
+- `metadata.user_id` (a string; Claude Code's is JSON text) is returned as `user_id`, not sent on.
+- Any other field (`context_management`, `container`, `mcp_servers`, `service_tier`, …) is
+  ignored with a warning, as is `output_config.format`.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from svir.wire.errors import BodyError
+from svir.wire.jsonbody import json_type, shown
+from svir.wire.request import file_block
+from svir.wire.tokens import estimate_prompt_tokens
+
+__all__ = ["MessagesRequest", "MessagesRequestError", "count_tokens", "translate_request"]
+
+
+class MessagesRequestError(BodyError):
+    """A client's Messages request that cannot be translated; `param` names the field."""
+
+    def __init__(self, param: str | None, message: str) -> None:
+        text = f"{param}: {message}" if param else message
+        super().__init__(text)
+        self.message = text
+        self.param = param
+
+
+class MessagesRequest(msgspec.Struct, frozen=True):
+    """A translated request: the canonical chat request, what was ignored (one line each), the
+    client's `metadata.user_id`, and whether an image is given by URL (not every upstream fetches
+    one)."""
+
+    chat: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    user_id: str | None = None
+    image_urls: bool = False
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.chat.get("stream"))
+
+
+# Fields translated below, and those known and deliberately not translated (no warning).
+_TRANSLATED: Final = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "stream",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "metadata",
+    }
+)
+# A cache mark on the whole request means nothing to an upstream that is not Anthropic.
+_SILENT: Final = frozenset({"cache_control"})
+_EFFORTS: Final = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+    "max": "xhigh",
+}
+_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+# Tool fields an upstream has no use for, or chokes on; the schema's own `$schema` likewise.
+_SCHEMA_DROPPED: Final = ("$schema",)
+
+
+def translate_request(body: Any) -> MessagesRequest:
+    """The canonical chat request for an Anthropic Messages request body (see the module's
+    docstring for the mapping). Raises MessagesRequestError, and nothing else, for any JSON."""
+    if not isinstance(body, dict):
+        raise MessagesRequestError(
+            None, f"the request body must be an object, not {json_type(body)}"
+        )
+    t = _Translation()
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise MessagesRequestError("model", f"must be a non-empty string, not {shown(model)}")
+    chat: dict[str, Any] = {"model": model}
+    messages = t.system(body.get("system"))
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        raise MessagesRequestError("messages", f"must be an array, not {json_type(raw)}")
+    if not raw:
+        raise MessagesRequestError("messages", "at least one message is required")
+    t.messages(raw, messages)
+    chat["messages"] = messages
+
+    stream = body.get("stream")
+    if stream is not None:
+        chat["stream"] = _bool("stream", stream)
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None:
+        if not _is_int(max_tokens) or max_tokens < 1:
+            raise MessagesRequestError(
+                "max_tokens", f"must be a positive integer, not {shown(max_tokens)}"
+            )
+        chat["max_tokens"] = max_tokens
+    for key in ("temperature", "top_p"):
+        value = body.get(key)
+        if value is not None:
+            chat[key] = _number(key, value)
+    top_k = body.get("top_k")
+    if top_k is not None:
+        if not _is_int(top_k) or top_k < 0:
+            raise MessagesRequestError(
+                "top_k", f"must be a non-negative integer, not {shown(top_k)}"
+            )
+        chat["top_k"] = top_k
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        if not isinstance(stops, list):
+            raise MessagesRequestError(
+                "stop_sequences", f"must be an array, not {json_type(stops)}"
+            )
+        for i, s in enumerate(stops):
+            _string(f"stop_sequences.{i}", s)
+        if stops:
+            chat["stop"] = stops
+
+    tools = body.get("tools")
+    if tools is not None:
+        built = t.tools(tools)
+        if built:
+            chat["tools"] = built
+    choice = body.get("tool_choice")
+    if choice is not None:
+        t.tool_choice(choice, chat)
+    effort = t.effort(body.get("thinking"), body.get("output_config"))
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    user_id = _user_id(body.get("metadata"))
+
+    for key in body:
+        if key not in _TRANSLATED and key not in _SILENT:
+            t.warnings.append(f"{key} ignored: svir does not translate it")
+    return MessagesRequest(chat, tuple(t.warnings), user_id, t.image_urls)
+
+
+def count_tokens(body: Any) -> int:
+    """An estimate of the input tokens of a Messages request (a count_tokens body): system,
+    messages, tool results, thinking and tools, as svir's key gate estimates a prompt, over the
+    translated request. Raises MessagesRequestError."""
+    return estimate_prompt_tokens(translate_request(body).chat)
+
+
+class _Translation:
+    """The state of one translation: the warnings so far and the calls awaiting results."""
+
+    __slots__ = ("image_urls", "pending", "warnings")
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.image_urls = False
+        # The tool_use ids of the latest assistant message: a tool_result answers one of them.
+        self.pending: set[str] = set()
+
+    # -- system and messages
+
+    def system(self, system: Any) -> list[dict[str, Any]]:
+        if system is None:
+            return []
+        text = self.text_only("system", system)
+        return [{"role": "system", "content": text}] if text else []
+
+    def text_only(self, where: str, content: Any) -> str:
+        """A string, or an array of text blocks joined with newlines."""
+        if isinstance(content, str):
+            return content
+        if not isinstance(content, list):
+            raise MessagesRequestError(
+                where, f"must be a string or an array of text blocks, not {json_type(content)}"
+            )
+        texts = []
+        for j, block in enumerate(content):
+            here = f"{where}.{j}"
+            kind = _block_type(here, block)
+            if kind != "text":
+                raise MessagesRequestError(here, f"must be a text block, not {shown(kind)}")
+            texts.append(_string(f"{here}.text", block.get("text")))
+        return "\n".join(t for t in texts if t)
+
+    def messages(self, raw: list[Any], out: list[dict[str, Any]]) -> None:
+        for i, msg in enumerate(raw):
+            where = f"messages.{i}"
+            if not isinstance(msg, dict):
+                raise MessagesRequestError(where, f"must be an object, not {json_type(msg)}")
+            role = msg.get("role")
+            content = msg.get("content")
+            if content is None:
+                raise MessagesRequestError(f"{where}.content", "is required")
+            if role == "user":
+                self.user(where, content, out)
+                self.pending = set()
+            elif role == "assistant":
+                self.pending = set()
+                out.append(self.assistant(where, content))
+            elif role == "system":
+                text = self.text_only(f"{where}.content", content)
+                if out and out[-1]["role"] == "system" and all(m["role"] == "system" for m in out):
+                    out[-1] = {"role": "system", "content": _joined(out[-1]["content"], text)}
+                else:
+                    out.append({"role": "system", "content": text})
+            else:
+                raise MessagesRequestError(
+                    f"{where}.role", f"must be 'user' or 'assistant', not {shown(role)}"
+                )
+
+    def user(self, where: str, content: Any, out: list[dict[str, Any]]) -> None:
+        if isinstance(content, str):
+            out.append({"role": "user", "content": content})
+            return
+        if not isinstance(content, list):
+            raise MessagesRequestError(
+                f"{where}.content",
+                f"must be a string or an array of blocks, not {json_type(content)}",
+            )
+        parts: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        answered: set[str] = set()
+        for j, block in enumerate(content):
+            here = f"{where}.content.{j}"
+            kind = _block_type(here, block)
+            if kind == "tool_result":
+                results.append(self.tool_result(here, block, answered, parts))
+            elif kind in ("thinking", "redacted_thinking", "tool_use"):
+                raise MessagesRequestError(f"{here}.type", f"a user message takes no {kind} block")
+            else:
+                parts.append(self.part(here, kind, block))
+        # OpenAI servers want a call's results right after the calls, before any other message:
+        # before a system note that came between the calls and the results, too.
+        at = len(out)
+        while at and out[at - 1]["role"] == "system":
+            at -= 1
+        if not (at and out[at - 1]["role"] == "assistant"):
+            at = len(out)
+        out[at:at] = results
+        if parts or not results:
+            out.append({"role": "user", "content": parts})
+
+    def part(self, here: str, kind: str, block: dict[str, Any]) -> dict[str, Any]:
+        """A text, image or document block as a canonical content part."""
+        if kind == "text":
+            return {"type": "text", "text": _string(f"{here}.text", block.get("text"))}
+        if kind == "image":
+            return self.image(here, block.get("source"))
+        if kind == "document":
+            return {"type": "text", "text": self.document(here, block)}
+        raise MessagesRequestError(f"{here}.type", f"unsupported content block type {shown(kind)}")
+
+    def image(self, here: str, source: Any) -> dict[str, Any]:
+        where = f"{here}.source"
+        if not isinstance(source, dict):
+            raise MessagesRequestError(where, f"must be an object, not {json_type(source)}")
+        kind = source.get("type")
+        if kind == "base64":
+            media_type = _string(f"{where}.media_type", source.get("media_type"))
+            if media_type not in _IMAGE_TYPES:
+                raise MessagesRequestError(
+                    f"{where}.media_type",
+                    f"must be one of {', '.join(sorted(_IMAGE_TYPES))}, not {shown(media_type)}",
+                )
+            data = _string(f"{where}.data", source.get("data"))
+            if not data:
+                raise MessagesRequestError(f"{where}.data", "the image data is empty")
+            # The data URL is checked (strict base64) where the upstream body is built.
+            return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+        if kind == "url":
+            url = _string(f"{where}.url", source.get("url"))
+            if not url[:8].lower().startswith(("http://", "https://")):
+                raise MessagesRequestError(f"{where}.url", "must be an http(s) URL")
+            self.image_urls = True
+            return {"type": "image_url", "image_url": {"url": url}}
+        raise MessagesRequestError(f"{where}.type", f"must be 'base64' or 'url', not {shown(kind)}")
+
+    def document(self, here: str, block: dict[str, Any]) -> str:
+        """A document with a text source, as svir's file block."""
+        title = block.get("title")
+        name = "document" if title is None else _string(f"{here}.title", title)
+        where = f"{here}.source"
+        source = block.get("source")
+        if not isinstance(source, dict):
+            raise MessagesRequestError(where, f"must be an object, not {json_type(source)}")
+        kind = source.get("type")
+        if kind == "text":
+            text = _string(f"{where}.data", source.get("data"))
+        elif kind == "content":
+            text = self.text_only(f"{where}.content", source.get("content"))
+        elif kind == "base64" and source.get("media_type") == "text/plain":
+            data = _string(f"{where}.data", source.get("data"))
+            try:
+                text = binascii.a2b_base64(data.encode("ascii"), strict_mode=True).decode(
+                    "utf-8-sig"
+                )
+            except (binascii.Error, UnicodeError):
+                raise MessagesRequestError(f"{where}.data", "is not base64 of UTF-8 text") from None
+        else:
+            raise MessagesRequestError(
+                where,
+                f"only text documents are supported (source type 'text', 'content', or base64 "
+                f"'text/plain'), not {shown(kind)} {shown(source.get('media_type'))}",
+            )
+        context = block.get("context")
+        if context is not None and _string(f"{here}.context", context):
+            text = f"{context}\n{text}"
+        return file_block(name, text)
+
+    def tool_result(
+        self, here: str, block: dict[str, Any], answered: set[str], images: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        call_id = _string(f"{here}.tool_use_id", block.get("tool_use_id"))
+        if call_id not in self.pending:
+            raise MessagesRequestError(
+                f"{here}.tool_use_id",
+                f"tool_result block {shown(call_id)} has no matching tool_use block in the "
+                "previous message",
+            )
+        if call_id in answered:
+            raise MessagesRequestError(
+                f"{here}.tool_use_id", f"tool_use {shown(call_id)} is answered twice"
+            )
+        answered.add(call_id)
+        content = block.get("content")
+        if content is None:
+            text = ""
+        elif isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            texts = []
+            for k, inner in enumerate(content):
+                where = f"{here}.content.{k}"
+                kind = _block_type(where, inner)
+                part = self.part(where, kind, inner)
+                if part["type"] == "text":
+                    texts.append(part["text"])
+                else:
+                    images.append(part)
+            text = "\n".join(t for t in texts if t)
+        else:
+            raise MessagesRequestError(
+                f"{here}.content",
+                f"must be a string or an array of blocks, not {json_type(content)}",
+            )
+        is_error = block.get("is_error")
+        if is_error is not None and _bool(f"{here}.is_error", is_error):
+            text = f"Error: {text}"
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    def assistant(self, where: str, content: Any) -> dict[str, Any]:
+        if isinstance(content, str):
+            return {"role": "assistant", "content": content}
+        if not isinstance(content, list):
+            raise MessagesRequestError(
+                f"{where}.content",
+                f"must be a string or an array of blocks, not {json_type(content)}",
+            )
+        texts: list[str] = []
+        reasoning: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for j, block in enumerate(content):
+            here = f"{where}.content.{j}"
+            kind = _block_type(here, block)
+            if kind == "text":
+                texts.append(_string(f"{here}.text", block.get("text")))
+            elif kind == "thinking":
+                reasoning.append(_string(f"{here}.thinking", block.get("thinking")))
+                signature = block.get("signature")
+                if signature is not None:
+                    _string(f"{here}.signature", signature)
+            elif kind == "redacted_thinking":
+                _string(f"{here}.data", block.get("data"))
+            elif kind == "tool_use":
+                calls.append(self.tool_use(here, block))
+            else:
+                raise MessagesRequestError(
+                    f"{here}.type", f"an assistant message takes no {shown(kind)} block"
+                )
+        out: dict[str, Any] = {"role": "assistant", "content": "\n".join(t for t in texts if t)}
+        thinking = "\n".join(r for r in reasoning if r)
+        if thinking:
+            out["reasoning_content"] = thinking
+        if calls:
+            out["tool_calls"] = calls
+        return out
+
+    def tool_use(self, here: str, block: dict[str, Any]) -> dict[str, Any]:
+        call_id = _string(f"{here}.id", block.get("id"))
+        if not call_id:
+            raise MessagesRequestError(f"{here}.id", "must not be empty")
+        if call_id in self.pending:
+            raise MessagesRequestError(f"{here}.id", f"tool_use id {shown(call_id)} is used twice")
+        name = _string(f"{here}.name", block.get("name"))
+        if not name:
+            raise MessagesRequestError(f"{here}.name", "must not be empty")
+        value = block.get("input")
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise MessagesRequestError(
+                f"{here}.input", f"must be an object, not {json_type(value)}"
+            )
+        try:
+            arguments = msgspec.json.encode(value).decode()
+        except (msgspec.EncodeError, UnicodeError, OverflowError, RecursionError) as exc:
+            raise MessagesRequestError(
+                f"{here}.input", f"cannot be written as JSON ({exc})"
+            ) from None
+        self.pending.add(call_id)
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    # -- tools and settings
+
+    def tools(self, tools: Any) -> list[dict[str, Any]]:
+        if not isinstance(tools, list):
+            raise MessagesRequestError("tools", f"must be an array, not {json_type(tools)}")
+        out: list[dict[str, Any]] = []
+        for k, tool in enumerate(tools):
+            where = f"tools.{k}"
+            if not isinstance(tool, dict):
+                raise MessagesRequestError(where, f"must be an object, not {json_type(tool)}")
+            kind = tool.get("type")
+            name = tool.get("name")
+            if kind not in (None, "custom"):
+                label = name if isinstance(name, str) else where
+                self.warnings.append(
+                    f"tool {label} ({kind}) dropped: only custom tools are translated"
+                )
+                continue
+            name = _string(f"{where}.name", name)
+            if not name:
+                raise MessagesRequestError(f"{where}.name", "must not be empty")
+            schema = tool.get("input_schema")
+            if not isinstance(schema, dict):
+                raise MessagesRequestError(
+                    f"{where}.input_schema", f"must be an object, not {json_type(schema)}"
+                )
+            if any(key in schema for key in _SCHEMA_DROPPED):
+                schema = {key: v for key, v in schema.items() if key not in _SCHEMA_DROPPED}
+            function: dict[str, Any] = {"name": name, "parameters": schema}
+            description = tool.get("description")
+            if description is not None:
+                function["description"] = _string(f"{where}.description", description)
+            out.append({"type": "function", "function": function})
+        return out
+
+    def tool_choice(self, choice: Any, chat: dict[str, Any]) -> None:
+        if not isinstance(choice, dict):
+            raise MessagesRequestError("tool_choice", f"must be an object, not {json_type(choice)}")
+        kind = choice.get("type")
+        if kind == "auto":
+            chat["tool_choice"] = "auto"
+        elif kind == "any":
+            chat["tool_choice"] = "required"
+        elif kind == "none":
+            chat["tool_choice"] = "none"
+        elif kind == "tool":
+            name = _string("tool_choice.name", choice.get("name"))
+            chat["tool_choice"] = {"type": "function", "function": {"name": name}}
+        else:
+            raise MessagesRequestError(
+                "tool_choice.type", f"must be 'auto', 'any', 'tool' or 'none', not {shown(kind)}"
+            )
+        parallel = choice.get("disable_parallel_tool_use")
+        if parallel is not None and _bool("tool_choice.disable_parallel_tool_use", parallel):
+            chat["parallel_tool_calls"] = False
+
+    def effort(self, thinking: Any, output_config: Any) -> str | None:
+        kind = None
+        budget: int | None = None
+        if thinking is not None:
+            if not isinstance(thinking, dict):
+                raise MessagesRequestError(
+                    "thinking", f"must be an object, not {json_type(thinking)}"
+                )
+            kind = thinking.get("type")
+            if kind == "enabled":
+                budget = thinking.get("budget_tokens")
+                if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+                    raise MessagesRequestError(
+                        "thinking.budget_tokens", f"must be a positive integer, not {shown(budget)}"
+                    )
+            elif kind not in ("disabled", "adaptive", "between_tools"):
+                raise MessagesRequestError(
+                    "thinking.type",
+                    f"must be 'enabled', 'disabled' or 'adaptive', not {shown(kind)}",
+                )
+        effort = None
+        if output_config is not None:
+            if not isinstance(output_config, dict):
+                raise MessagesRequestError(
+                    "output_config", f"must be an object, not {json_type(output_config)}"
+                )
+            value = output_config.get("effort")
+            if value is not None:
+                effort = _EFFORTS.get(value) if isinstance(value, str) else None
+                if effort is None:
+                    raise MessagesRequestError(
+                        "output_config.effort",
+                        f"must be one of {', '.join(_EFFORTS)}, not {shown(value)}",
+                    )
+            for key in output_config:
+                if key != "effort":
+                    self.warnings.append(f"output_config.{key} ignored: svir does not translate it")
+        if kind == "disabled":
+            return "none"
+        if effort is not None:
+            return effort
+        if budget is not None:
+            return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+        return None
+
+
+def _user_id(metadata: Any) -> str | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise MessagesRequestError("metadata", f"must be an object, not {json_type(metadata)}")
+    user_id = metadata.get("user_id")
+    return None if user_id is None else _string("metadata.user_id", user_id)
+
+
+def _block_type(where: str, block: Any) -> str:
+    if not isinstance(block, dict):
+        raise MessagesRequestError(where, f"must be an object, not {json_type(block)}")
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        raise MessagesRequestError(f"{where}.type", f"must be a string, not {json_type(kind)}")
+    return kind
+
+
+def _joined(a: str, b: str) -> str:
+    return f"{a}\n{b}" if a and b else a or b
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checker(what: str, ok: Callable[[Any], bool]) -> Callable[[str, Any], Any]:
+    def check(where: str, value: Any) -> Any:
+        if not ok(value):
+            raise MessagesRequestError(where, f"must be {what}, not {json_type(value)}")
+        return value
+
+    return check
+
+
+_string = _checker("a string", lambda v: isinstance(v, str))
+_bool = _checker("a boolean", lambda v: isinstance(v, bool))
+_number = _checker("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool))

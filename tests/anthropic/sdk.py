@@ -1,0 +1,150 @@
+"""The official Anthropic SDK as the test client of svir's Messages wire core: svir's bytes are
+the answer of an in-memory transport (no server, no socket), and what the SDK assembles from
+them is what a real client gets. Also a checker of the stream's grammar."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import httpx2
+
+from svir.wire.anthropic import MessageStreamEncoder
+from svir.wire.events import Event
+
+REQUEST: dict[str, Any] = {
+    "model": "claude-test",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+def client(
+    status: int, body: bytes, content_type: str = "text/event-stream"
+) -> anthropic.Anthropic:
+    """A client whose every request is answered with `status` and `body`, and not retried."""
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, headers={"content-type": content_type}, content=body)
+
+    return anthropic.Anthropic(
+        api_key="x",
+        base_url="http://svir.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(answer)),
+    )
+
+
+def encode(events: Iterable[Event], *, input_tokens: int = 0) -> bytes:
+    enc = MessageStreamEncoder(id="req1", model="claude-test", input_tokens=input_tokens)
+    return b"".join(enc.encode(e) for e in events)
+
+
+@dataclass
+class Streamed:
+    """What `messages.stream` made of a body: the final message, or the error it raised with
+    the snapshot assembled until then."""
+
+    message: Any
+    error: Exception | None
+    texts: list[str]
+
+
+def stream(body: bytes) -> Streamed:
+    texts: list[str] = []
+    with client(200, body).messages.stream(**REQUEST) as s:
+        try:
+            for event in s:
+                if event.type == "text":
+                    texts.append(event.text)
+            return Streamed(s.get_final_message(), None, texts)
+        except anthropic.APIStatusError as exc:
+            # Before message_start there is no snapshot at all.
+            snapshot = s._MessageStream__final_message_snapshot  # type: ignore[attr-defined]
+            return Streamed(snapshot, exc, texts)
+
+
+def blocks(message: Any, kind: str) -> list[Any]:
+    return [b for b in message.content if b.type == kind] if message is not None else []
+
+
+def text_of(message: Any) -> str:
+    return "".join(b.text for b in blocks(message, "text"))
+
+
+def thinking_of(message: Any) -> str:
+    return "".join(b.thinking for b in blocks(message, "thinking"))
+
+
+def frames(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """The stream as (event name, data) pairs; each frame must be exactly `event:` then `data:`."""
+    out = []
+    assert body.endswith(b"\n\n") or not body
+    for raw in body.decode().split("\n\n")[:-1]:
+        head, data = raw.split("\n")
+        assert head.startswith("event: ") and data.startswith("data: "), raw
+        name, payload = head[7:], json.loads(data[6:])
+        assert payload["type"] == name, raw
+        out.append((name, payload))
+    return out
+
+
+_DELTA_FOR = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
+
+
+def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """Assert that the stream is a well-formed Anthropic event sequence, and return its frames:
+    one message_start first (unless it is only an error), blocks numbered from 0 opened one at a
+    time, each delta of its block's type, no empty text block, a delta in every tool_use block,
+    and at the end message_delta (no block open) then message_stop, or one error; nothing after.
+    The stop_reason is tool_use exactly when a tool_use block went out."""
+    got = frames(body)
+    names = [n for n, _ in got]
+    assert names.count("message_start") <= 1
+    if names == ["error"]:
+        return got
+    assert names[0] == "message_start", names[:3]
+    open_kind: str | None = None
+    index = -1
+    deltas = 0
+    tool_use = False
+    ended = False
+    for name, data in got[1:]:
+        assert not ended, f"{name} after the end"
+        if name == "content_block_start":
+            assert open_kind is None, "a block opened inside another"
+            index += 1
+            assert data["index"] == index
+            open_kind = data["content_block"]["type"]
+            assert open_kind in _DELTA_FOR
+            if open_kind == "tool_use":
+                assert data["content_block"]["input"] == {}
+                tool_use = True
+            deltas = 0
+        elif name == "content_block_delta":
+            assert open_kind is not None and data["index"] == index
+            assert data["delta"]["type"] == _DELTA_FOR[open_kind], (open_kind, data)
+            if open_kind != "tool_use":
+                assert data["delta"][open_kind if open_kind != "text" else "text"] != ""
+            deltas += 1
+        elif name == "content_block_stop":
+            assert open_kind is not None and data["index"] == index
+            assert deltas >= 1, f"an empty {open_kind} block"
+            open_kind = None
+        elif name == "message_delta":
+            assert open_kind is None, "message_delta with a block open"
+            assert (data["delta"]["stop_reason"] == "tool_use") == tool_use
+            usage = data["usage"]
+            assert usage["input_tokens"] >= 0 and usage["output_tokens"] >= 0
+        elif name == "message_stop":
+            assert names[-2] == "message_delta"
+            ended = True
+        elif name == "error":
+            ended = True
+        else:
+            assert name == "ping", name
+    assert ended, "the stream did not end"
+    return got
