@@ -42,7 +42,6 @@ class AnswerFold:
     __slots__ = (
         "_args",
         "_by_carrier",
-        "_sealed",
         "_starts",
         "done",
         "error",
@@ -50,6 +49,7 @@ class AnswerFold:
         "finish_reason",
         "reasoning",
         "refusal",
+        "sealed",
         "text",
         "thinking_blocks",
         "usage",
@@ -69,7 +69,7 @@ class AnswerFold:
         # carries them back: {"type": "thinking", "thinking", "signature"} or
         # {"type": "redacted_thinking", "data"}; empty for every other upstream.
         self.thinking_blocks: list[dict[str, str]] = []
-        self._sealed = 0  # pieces of `reasoning` already in a sealed block
+        self.sealed = 0  # how many pieces of `reasoning` are in `thinking_blocks`
         self._starts: dict[int, ToolCallStart] = {}
         self._args: dict[int, list[str]] = {}
 
@@ -88,8 +88,8 @@ class AnswerFold:
         elif isinstance(event, RefusalDelta):
             self.refusal.append(event.text)
         elif isinstance(event, ReasoningSignature):
-            text = "".join(self.reasoning[self._sealed :])
-            self._sealed = len(self.reasoning)
+            text = "".join(self.reasoning[self.sealed :])
+            self.sealed = len(self.reasoning)
             self.thinking_blocks.append(
                 {"type": "thinking", "thinking": text, "signature": event.signature}
             )

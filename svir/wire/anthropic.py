@@ -26,6 +26,8 @@ from svir.wire.events import (
     Finish,
     Keepalive,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     Role,
     StreamError,
@@ -365,7 +367,36 @@ class MessageStreamEncoder:
             return self.error(ce)
         if isinstance(event, Role | ContentFilter):
             return self.start()
+        if isinstance(event, ReasoningSignature | RedactedReasoning):
+            return self._sealed(event)
         raise TypeError(f"not an event: {event!r}")
+
+    def _sealed(self, event: ReasoningSignature | RedactedReasoning) -> bytes:
+        """An Anthropic upstream's seal on its reasoning, passed on so that the client can send
+        the block back: the signature into the open thinking block, a redacted block as its own.
+        (Held output, after a tool call began, has no place for either.)"""
+        out = self.start()
+        if self._live_call is not None:
+            return out
+        if isinstance(event, ReasoningSignature):
+            if self._block != "thinking":
+                return out
+            delta = {"type": "signature_delta", "signature": event.signature}
+            return out + _frame(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": self._index, "delta": delta},
+            )
+        out += self._close()
+        self._index += 1
+        block = {"type": "redacted_thinking", "data": event.data}
+        return (
+            out
+            + _frame(
+                "content_block_start",
+                {"type": "content_block_start", "index": self._index, "content_block": block},
+            )
+            + _frame("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        )
 
     def error(self, ce: ClientError) -> bytes:
         """End the stream with one `error` event, and nothing after it."""
@@ -518,11 +549,11 @@ class MessageAggregator(AnswerFold):
     __slots__ = ()
 
     def message(self, *, id: str, model: str, input_tokens: int = 0) -> dict[str, Any]:
-        content: list[dict[str, Any]] = []
-        if self.reasoning:
-            content.append(
-                {"type": "thinking", "thinking": "".join(self.reasoning), "signature": ""}
-            )
+        # An Anthropic upstream's blocks as they came (signed), then any other reasoning.
+        content: list[dict[str, Any]] = list(self.thinking_blocks)
+        unsealed = "".join(self.reasoning[self.sealed :])
+        if unsealed:
+            content.append({"type": "thinking", "thinking": unsealed, "signature": ""})
         text = "".join(self.text) + "".join(self.refusal)
         if text:
             content.append({"type": "text", "text": text})

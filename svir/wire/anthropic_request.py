@@ -405,6 +405,9 @@ class _Translation:
             )
         texts: list[str] = []
         reasoning: list[str] = []
+        # The blocks an Anthropic upstream takes back as they were (svir.wire.anthropic_upstream
+        # reads `thinking_blocks`; every other upstream's body leaves it out).
+        sealed: list[dict[str, str]] = []
         calls: list[dict[str, Any]] = []
         for j, block in enumerate(content):
             here = f"{where}.content.{j}"
@@ -414,10 +417,13 @@ class _Translation:
             elif kind == "thinking":
                 reasoning.append(_string(f"{here}.thinking", block.get("thinking")))
                 signature = block.get("signature")
-                if signature is not None:
-                    _string(f"{here}.signature", signature)
+                if signature is not None and _string(f"{here}.signature", signature):
+                    sealed.append(
+                        {"type": "thinking", "thinking": reasoning[-1], "signature": signature}
+                    )
             elif kind == "redacted_thinking":
-                _string(f"{here}.data", block.get("data"))
+                data = _string(f"{here}.data", block.get("data"))
+                sealed.append({"type": "redacted_thinking", "data": data})
             elif kind == "tool_use":
                 calls.append(self.tool_use(here, block))
             else:
@@ -428,6 +434,8 @@ class _Translation:
         thinking = "\n".join(r for r in reasoning if r)
         if thinking:
             out["reasoning_content"] = thinking
+        if sealed:
+            out["thinking_blocks"] = sealed
         if calls:
             out["tool_calls"] = calls
         return out

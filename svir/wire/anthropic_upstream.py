@@ -2,8 +2,10 @@
 a Messages request, and the Messages stream decoded into canonical events (docs/anthropic.md).
 
 The canonical request is OpenAI's chat request plus three keys that only this direction reads,
-so that a conversation that came in as Anthropic (or from a client that keeps them, as LiteLLM's
-do) loses nothing a later turn needs; `build_messages` drops them for every other upstream:
+so that a conversation that came in as Anthropic (svir.wire.anthropic_request writes them) or
+from a client that keeps them (LiteLLM's names; svir's non-streamed answer carries
+`thinking_blocks`) loses nothing a later turn needs; `build_messages` drops them for every other
+upstream:
 
 - `thinking_blocks` on an assistant message: its reasoning blocks in order, each
   `{"type": "thinking", "thinking", "signature"}` or `{"type": "redacted_thinking", "data"}`.
@@ -24,6 +26,7 @@ from typing import Any, Final
 
 import msgspec
 
+from svir.wire.anthropic import finish_reason, tool_input
 from svir.wire.classify import classify_stream_error
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
 from svir.wire.events import (
@@ -52,7 +55,6 @@ from svir.wire.toolcalls import ToolCall
 __all__ = [
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
-    "FINISH_FOR_STOP_REASON",
     "THINKING_BUDGETS",
     "AnthropicStreamDecoder",
     "messages_body",
@@ -70,18 +72,6 @@ DEFAULT_MAX_TOKENS: Final = 4096
 THINKING_BUDGETS: Final[Mapping[str, int]] = {"low": 1024, "medium": 4096, "high": 16384}
 _MIN_BUDGET: Final = 1024
 
-# Anthropic's stop reasons as OpenAI's finish reasons. The stop sequence itself is kept apart
-# (`AnthropicStreamDecoder.stop_sequence`); `pause_turn` is a server-tool pause, an answer that
-# ended for now.
-FINISH_FOR_STOP_REASON: Final[Mapping[str, str]] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
 
 _TEXT_PARTS: Final = frozenset({"text", "input_text"})
 # Sampling settings Anthropic refuses while thinking is on (temperature and top_k at all, top_p
@@ -231,15 +221,14 @@ def _assistant_blocks(
 ) -> list[dict[str, Any]]:
     blocks = _thinking_blocks(f"{where}.thinking_blocks", original.get("thinking_blocks"))
     blocks.extend(_text_blocks(msg["content"], original))
-    for k, call in enumerate(msg.get("tool_calls") or ()):
+    for call in msg.get("tool_calls") or ():
         fn = call["function"]
-        here = f"{where}.tool_calls[{k}].function.arguments"
         blocks.append(
             {
                 "type": "tool_use",
                 "id": call["id"],
                 "name": fn["name"],
-                "input": _tool_input(here, fn["arguments"]),
+                "input": tool_input(fn["arguments"]),
             }
         )
     return _mark_last(blocks, original)
@@ -274,20 +263,6 @@ def _thinking_blocks(where: str, value: Any) -> list[dict[str, Any]]:
                 f"{here}.type must be 'thinking' or 'redacted_thinking', not {shown(kind)}"
             )
     return blocks
-
-
-def _tool_input(where: str, arguments: str) -> Any:
-    if not arguments.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        raise BodyError(
-            f"{where} is not JSON; Anthropic takes a tool call's input as an object"
-        ) from None
-    if not isinstance(value, dict):
-        raise BodyError(f"{where} must be a JSON object, not {json_type(value)}")
-    return value
 
 
 def _tool_result(msg: Mapping[str, Any], original: Mapping[str, Any]) -> dict[str, Any]:
@@ -699,7 +674,7 @@ class AnthropicStreamDecoder:
 
     def _done(self, out: list[Event]) -> None:
         self._role(out)
-        reason = FINISH_FOR_STOP_REASON.get(self.stop_reason or "")
+        reason = finish_reason(self.stop_reason)
         if reason is None:
             reason = "tool_calls" if self._tools else "stop"
         self.finish_reason = reason
