@@ -39,6 +39,15 @@ TOOL = {
 }
 
 
+MODELS = {
+    "data": [
+        {"type": "model", "id": "claude-opus-4-1", "display_name": "Claude Opus 4.1"},
+        {"type": "model", "id": "claude-haiku-4-5", "display_name": "Claude Haiku 4.5"},
+    ],
+    "has_more": False,
+}
+
+
 def anthropic_error(status: int, type_: str, message: str, **headers: str) -> MockResponse:
     body = {"type": "error", "error": {"type": type_, "message": message}}
     return MockResponse.json(body, status, {"request-id": "req_011", **headers})
@@ -52,6 +61,8 @@ class Anthropic:
 
     def __call__(self, request: MockRequest) -> MockResponse:
         self.requests.append(request)
+        if request.method == "GET":
+            return MockResponse.json(MODELS)
         model = request.json()["model"]
         if model == "overloaded":
             return anthropic_error(529, "overloaded_error", "Overloaded")
@@ -68,9 +79,9 @@ class Anthropic:
 
 
 class Svir:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, config: str = CONFIG) -> None:
         self.upstream = Anthropic()
-        text = CONFIG + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
+        text = config + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
         app = build_app(
             parse_config(text), {"ANTHROPIC_API_KEY": KEY}, transport=MockTransport(self.upstream)
         )
@@ -277,3 +288,18 @@ async def test_relay_is_refused_for_the_anthropic_kind() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(CONFIG + "relay = true\n")
     assert info.value.field == "providers[0].relay"
+
+
+async def test_models_are_listed_from_anthropics_list(tmp_path: Path) -> None:
+    s = Svir(tmp_path, CONFIG.replace("discover = false", "discover = true"))
+    await s.lifespan.start()
+    try:
+        listed = [m.id async for m in s.client.models.list()]
+    finally:
+        await s.http.aclose()
+        await s.lifespan.stop()
+    assert {"claude/claude-opus-4-1", "claude/claude-haiku-4-5", "claude/text"} <= set(listed)
+    (request,) = [r for r in s.upstream.requests if r.method == "GET"]
+    assert request.url == "https://api.anthropic.com/v1/models?limit=1000"
+    assert request.headers["x-api-key"] == KEY
+    assert request.headers["anthropic-version"] == "2023-06-01"
