@@ -1,5 +1,5 @@
 """Anthropic's Messages API: svir speaks Anthropic to the server (`/v1/messages`, the key in
-`x-api-key` with `anthropic-version`), and reads its event stream (docs/anthropic.md).
+`x-api-key` with `anthropic-version`) and reads its event stream (docs/providers.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """svir speaking Anthropic's Messages API to an upstream: the canonical chat request rewritten as
-a Messages request, and the Messages stream decoded into canonical events (docs/anthropic.md).
+a Messages request, and the Messages stream decoded into canonical events (docs/providers.md,
+`anthropic`).
 
 The canonical request is OpenAI's chat request plus three keys that only this direction reads,
 so that a conversation that came in as Anthropic (svir.wire.anthropic_request writes them) or

@@ -181,7 +181,7 @@ class CompletionAggregator(AnswerFold):
             msg["reasoning_content"] = "".join(self.reasoning)
         if self.thinking_blocks:
             # LiteLLM's key for the same blocks: a client that sends the message back as it got
-            # it lets the next turn carry the signatures (docs/anthropic.md).
+            # it lets the next turn carry the signatures (docs/providers.md, `anthropic`).
             msg["thinking_blocks"] = self.thinking_blocks
         if self.refusal:
             msg["refusal"] = "".join(self.refusal)
