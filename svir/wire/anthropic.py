@@ -342,9 +342,11 @@ class MessageStreamEncoder:
         """The bytes for one event (possibly empty)."""
         if self.ended:
             return b""
-        if isinstance(event, TextDelta | RefusalDelta):
+        if isinstance(event, TextDelta):
             if self._block == "text" and self._live_call is None:  # the common case
                 return self._text_prefix + _enc(event.text) + _DELTA_END if event.text else b""
+            return self._content("text", event.text)
+        if isinstance(event, RefusalDelta):
             return self._content("text", event.text)
         if isinstance(event, ReasoningDelta):
             return self._content("thinking", event.text)

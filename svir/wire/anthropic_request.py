@@ -140,22 +140,14 @@ def translate_request(body: Any) -> MessagesRequest:
         chat["stream"] = _bool("stream", stream)
     max_tokens = body.get("max_tokens")
     if max_tokens is not None:
-        if not _is_int(max_tokens) or max_tokens < 1:
-            raise MessagesRequestError(
-                "max_tokens", f"must be a positive integer, not {shown(max_tokens)}"
-            )
-        chat["max_tokens"] = max_tokens
+        chat["max_tokens"] = _integer("max_tokens", max_tokens, 1)
     for key in ("temperature", "top_p"):
         value = body.get(key)
         if value is not None:
             chat[key] = _number(key, value)
     top_k = body.get("top_k")
     if top_k is not None:
-        if not _is_int(top_k) or top_k < 0:
-            raise MessagesRequestError(
-                "top_k", f"must be a non-negative integer, not {shown(top_k)}"
-            )
-        chat["top_k"] = top_k
+        chat["top_k"] = _integer("top_k", top_k, 0)
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list):
@@ -535,11 +527,7 @@ class _Translation:
                 )
             kind = thinking.get("type")
             if kind == "enabled":
-                budget = thinking.get("budget_tokens")
-                if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-                    raise MessagesRequestError(
-                        "thinking.budget_tokens", f"must be a positive integer, not {shown(budget)}"
-                    )
+                budget = _integer("thinking.budget_tokens", thinking.get("budget_tokens"), 1)
             elif kind not in ("disabled", "adaptive", "between_tools"):
                 raise MessagesRequestError(
                     "thinking.type",
@@ -593,8 +581,11 @@ def _joined(a: str, b: str) -> str:
     return f"{a}\n{b}" if a and b else a or b
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _integer(where: str, value: Any, least: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        what = "a positive integer" if least == 1 else f"an integer of at least {least}"
+        raise MessagesRequestError(where, f"must be {what}, not {shown(value)}")
+    return value
 
 
 def _checker(what: str, ok: Callable[[Any], bool]) -> Callable[[str, Any], Any]:
