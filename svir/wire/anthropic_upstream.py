@@ -29,7 +29,8 @@ import msgspec
 
 from svir.wire.anthropic import finish_reason, tool_input
 from svir.wire.classify import classify_stream_error
-from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
+from svir.wire.decoder import ChatDecoder
+from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
     Done,
     Event,
@@ -40,7 +41,6 @@ from svir.wire.events import (
     ReasoningSignature,
     RedactedReasoning,
     Role,
-    StreamError,
     TextDelta,
     ToolCallDelta,
     ToolCallStart,
@@ -49,8 +49,7 @@ from svir.wire.events import (
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import split_data_url
 from svir.wire.request import build_messages
-from svir.wire.speed import TokenRate
-from svir.wire.sse import DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, SSEComment, SSEEvent, SSEParser
+from svir.wire.sse import DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, SSEEvent
 from svir.wire.toolcalls import ToolCall
 
 __all__ = [
@@ -407,11 +406,9 @@ class _ToolBlock:
         self.start_input = start_input
 
 
-class AnthropicStreamDecoder:
-    """Feed an Anthropic Messages stream's bytes; get canonical events, with the interface
-    `svir.wire.decoder.ChatDecoder` names. Never raises on bad input: a stream that breaks the
-    protocol ends with a `StreamError` of kind `protocol`, one without `message_stop` is
-    incomplete.
+class AnthropicStreamDecoder(ChatDecoder):
+    """Feed an Anthropic Messages stream's bytes; get canonical events. A stream without
+    `message_stop` is incomplete, one that breaks the protocol a `protocol` error.
 
     Thinking is reasoning under the `reasoning_content` carrier: it comes in a field of its own,
     never inline, and that is the key svir's answers and threads keep it under. A thinking
@@ -431,64 +428,19 @@ class AnthropicStreamDecoder:
     ) -> None:
         # think_tags and tool_names are the canonical decoder's options: Anthropic sends
         # thinking apart and tool names whole, so neither changes anything here.
-        self._sse = SSEParser(max_line=max_line, max_event=max_event)
-        self._clock = clock
-        self.rate = TokenRate()
-        self.id = ""
-        self.model = ""
-        self.created = 0
-        self.reasoning_carrier: ReasoningCarrier | None = None
-        self.finish_reason: str | None = None
+        super().__init__(max_line=max_line, max_event=max_event, clock=clock)
         self.stop_reason: str | None = None
         self.stop_sequence: str | None = None
-        self.usage: Usage | None = None
-        self.error: UpstreamError | None = None
-        self.complete = False
         self._usage = _Usage()
         self._blocks: dict[int, str | _ToolBlock] = {}
         self._tools: list[_ToolBlock] = []
         self._role_sent = False
-        self._ended = False
-        self._visible = 0
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        return self.rate.tokens_per_second
 
     @property
     def tool_calls(self) -> list[ToolCall]:
         return [ToolCall(t.index, t.id, t.name, "".join(t.args)) for t in self._tools]
 
-    def feed(self, data: bytes) -> list[Event]:
-        if self._ended:
-            return []
-        out: list[Event] = []
-        try:
-            items = self._sse.feed(data)
-        except SSEError as exc:
-            self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
-            return out
-        for item in items:
-            if self._ended:
-                break
-            self._item(item, out)
-        self._tick()
-        return out
-
-    def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:
-        if self._ended:
-            return []
-        out: list[Event] = []
-        self._item(item, out)
-        self._tick()
-        return out
-
-    def close(self) -> list[Event]:
-        """The connection ended; without `message_stop` the answer is incomplete."""
-        if self._ended:
-            return []
-        self._sse.close()
-        out: list[Event] = []
+    def _cut(self, out: list[Event]) -> None:
         self._fail(
             UpstreamError(
                 ErrorKind.INCOMPLETE,
@@ -497,34 +449,8 @@ class AnthropicStreamDecoder:
             ),
             out,
         )
-        return out
 
-    def fail(self, error: UpstreamError) -> list[Event]:
-        if self._ended:
-            return []
-        out: list[Event] = []
-        self._fail(error, out)
-        return out
-
-    def _tick(self) -> None:
-        if self._visible:
-            if self._clock is not None:
-                self.rate.tick(self._clock(), self._visible)
-            self._visible = 0
-
-    def _fail(self, error: UpstreamError, out: list[Event]) -> None:
-        self.error = error
-        self._ended = True
-        out.append(StreamError(error))
-
-    def _protocol(self, message: str, out: list[Event]) -> None:
-        self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)
-
-    def _item(self, item: SSEEvent | SSEComment, out: list[Event]) -> None:
-        if type(item) is SSEComment:
-            out.append(Keepalive(item.text))
-            return
-        assert isinstance(item, SSEEvent)
+    def _event(self, item: SSEEvent, out: list[Event]) -> None:
         try:
             ev = _event_decoder.decode(item.data)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
