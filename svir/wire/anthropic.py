@@ -210,13 +210,24 @@ def tool_input(arguments: str) -> dict[str, Any]:
     without parameters, or a server that sent none) are `{}`; arguments that are not a JSON
     object (a model's broken output) are `{}` too, since `input` can hold nothing else, and the
     tool then refuses the call in words the model can act on."""
+    found = _json_object(arguments)
+    return {} if found is None else found
+
+
+def _json_object(arguments: str) -> dict[str, Any] | None:
     if not arguments.strip():
-        return {}
+        return None
     try:
         value = msgspec.json.decode(arguments)
     except (msgspec.DecodeError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _input_json(arguments: str) -> str:
+    """A tool_use block's input as the JSON text of its one input_json_delta: the model's own
+    text when it is an object, else `{}` (the same input `tool_input` gives)."""
+    return arguments if _json_object(arguments) is not None else "{}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,16 +263,20 @@ class MessageStreamEncoder:
     failure, one `error` event and nothing after it. Blocks come one at a time, each
     `content_block_start`, its deltas, `content_block_stop`:
 
-    - reasoning is a `thinking` block (with `signature: ""`: svir has no signature to give, and
-      no `signature_delta` is sent, as a gateway's thinking cannot be verified; clients send
-      the empty signature back, and the request side takes it);
+    - reasoning is a `thinking` block, with `signature: ""` at its start (svir signs nothing: a
+      signature of its own would verify nowhere; clients send the empty one back, and the
+      request side takes it);
     - text, and a refusal (the model's own words declining; Anthropic has no refusal block, and
       its `refusal` stop_reason is a safety classifier stopping the stream, which is what a
       content-filter finish is, so a refusal is shown as the text it is), is a `text` block,
       opened on the first non-empty piece only, so there is never an empty text block;
-    - a tool call is a `tool_use` block with `input: {}` at its start, then its arguments as
-      `input_json_delta`s; a call whose arguments were empty gets one `{}` delta, so that every
-      tool_use block has at least one delta (clients that parse only the deltas get `{}`).
+    - a tool call is a `tool_use` block with `input: {}` at its start, and its arguments as one
+      `input_json_delta` when it closes: the model's JSON text as it came when it is an object,
+      `{}` when it is empty or not an object (the input the non-streamed message gives). They
+      are not passed on piece by piece because clients parse the pieces as partial JSON (the
+      SDKs do) and fail the whole stream on a model's broken arguments, and `input` can hold
+      only an object; a client acts on a call only once its block is complete anyway. So every
+      tool_use block has its one delta, however the upstream sent the arguments.
 
     Switching between reasoning and text closes the open block and opens the other, so a
     thinking_delta never lands in a text block. Once a tool call is open it stays open until the
@@ -283,8 +298,8 @@ class MessageStreamEncoder:
         "_held_calls",
         "_index",
         "_input_tokens",
-        "_live_args",
         "_live_call",
+        "_live_parts",
         "_started",
         "_text_prefix",
         "_tool_use",
@@ -304,7 +319,7 @@ class MessageStreamEncoder:
         self._index = -1  # the open (or last) block's index
         self._text_prefix = b""
         self._live_call: int | None = None
-        self._live_args = False
+        self._live_parts: list[str] = []
         self._held: list[_Held] = []
         self._held_calls: dict[int, _Held] = {}
         self._tool_use = False
@@ -462,8 +477,8 @@ class MessageStreamEncoder:
         if self._block is None:
             return b""
         out = b""
-        if self._block == "tool_use" and not self._live_args:
-            out = self._delta("tool_use", "{}")
+        if self._block == "tool_use":
+            out = self._delta("tool_use", _input_json("".join(self._live_parts)))
         self._block = None
         return out + _frame(
             "content_block_stop", {"type": "content_block_stop", "index": self._index}
@@ -478,16 +493,13 @@ class MessageStreamEncoder:
             return out
         out += self._close() + self._open("tool_use", event)
         self._live_call = event.index
-        self._live_args = False
+        self._live_parts = []
         return out
 
     def _tool_delta(self, event: ToolCallDelta) -> bytes:
         if event.index == self._live_call:
-            if not event.arguments:
-                return b""
-            if event.arguments.strip():
-                self._live_args = True
-            return self._delta("tool_use", event.arguments)
+            self._live_parts.append(event.arguments)
+            return b""
         held = self._held_calls.get(event.index)
         if held is not None:
             held.parts.append(event.arguments)
@@ -497,14 +509,11 @@ class MessageStreamEncoder:
     def _end(self) -> bytes:
         out = self.start() + self._close()
         for held in self._held:
-            text = "".join(held.parts)
             if held.kind == "tool_use":
                 out += self._open("tool_use", held.start)
-                self._live_args = bool(text.strip())
-                if self._live_args:
-                    out += self._delta("tool_use", text)
+                self._live_parts = held.parts
             else:
-                out += self._open(held.kind) + self._delta(held.kind, text)
+                out += self._open(held.kind) + self._delta(held.kind, "".join(held.parts))
             out += self._close()
         self._held.clear()
         self._held_calls.clear()

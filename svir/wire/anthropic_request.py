@@ -37,7 +37,9 @@ for any JSON value. What the translation does, field by field:
   `adaptive` alone leaves the upstream's default.
 - `metadata.user_id` (a string; Claude Code's is JSON text) is returned as `user_id`, not sent on.
 - Any other field (`context_management`, `container`, `mcp_servers`, `service_tier`, …) is
-  ignored with a warning, as is `output_config.format`.
+  ignored with a warning.
+- `output_config.format` (`{type: json_schema, schema}`, structured outputs) ->
+  `response_format: {type: json_schema, json_schema: {name: "output", schema}}`.
 """
 
 from __future__ import annotations
@@ -167,9 +169,16 @@ def translate_request(body: Any) -> MessagesRequest:
     choice = body.get("tool_choice")
     if choice is not None:
         t.tool_choice(choice, chat)
-    effort = t.effort(body.get("thinking"), body.get("output_config"))
+    output_config = body.get("output_config")
+    if output_config is not None and not isinstance(output_config, dict):
+        raise MessagesRequestError(
+            "output_config", f"must be an object, not {json_type(output_config)}"
+        )
+    effort = t.effort(body.get("thinking"), output_config or {})
     if effort is not None:
         chat["reasoning_effort"] = effort
+    if output_config:
+        t.output_format(output_config, chat)
     user_id = _user_id(body.get("metadata"))
 
     for key in body:
@@ -517,7 +526,7 @@ class _Translation:
         if parallel is not None and _bool("tool_choice.disable_parallel_tool_use", parallel):
             chat["parallel_tool_calls"] = False
 
-    def effort(self, thinking: Any, output_config: Any) -> str | None:
+    def effort(self, thinking: Any, output_config: dict[str, Any]) -> str | None:
         kind = None
         budget: int | None = None
         if thinking is not None:
@@ -534,22 +543,14 @@ class _Translation:
                     f"must be 'enabled', 'disabled' or 'adaptive', not {shown(kind)}",
                 )
         effort = None
-        if output_config is not None:
-            if not isinstance(output_config, dict):
+        value = output_config.get("effort")
+        if value is not None:
+            effort = _EFFORTS.get(value) if isinstance(value, str) else None
+            if effort is None:
                 raise MessagesRequestError(
-                    "output_config", f"must be an object, not {json_type(output_config)}"
+                    "output_config.effort",
+                    f"must be one of {', '.join(_EFFORTS)}, not {shown(value)}",
                 )
-            value = output_config.get("effort")
-            if value is not None:
-                effort = _EFFORTS.get(value) if isinstance(value, str) else None
-                if effort is None:
-                    raise MessagesRequestError(
-                        "output_config.effort",
-                        f"must be one of {', '.join(_EFFORTS)}, not {shown(value)}",
-                    )
-            for key in output_config:
-                if key != "effort":
-                    self.warnings.append(f"output_config.{key} ignored: svir does not translate it")
         if kind == "disabled":
             return "none"
         if effort is not None:
@@ -557,6 +558,26 @@ class _Translation:
         if budget is not None:
             return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
         return None
+
+    def output_format(self, output_config: dict[str, Any], chat: dict[str, Any]) -> None:
+        for key, value in output_config.items():
+            if key == "format" and value is not None:
+                where = "output_config.format"
+                if not isinstance(value, dict) or value.get("type") != "json_schema":
+                    raise MessagesRequestError(
+                        where, "must be {type: 'json_schema', schema: {...}}"
+                    )
+                schema = value.get("schema")
+                if not isinstance(schema, dict):
+                    raise MessagesRequestError(
+                        f"{where}.schema", f"must be an object, not {json_type(schema)}"
+                    )
+                chat["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "output", "schema": schema},
+                }
+            elif key != "effort":
+                self.warnings.append(f"output_config.{key} ignored: svir does not translate it")
 
 
 def _user_id(metadata: Any) -> str | None:

@@ -411,14 +411,25 @@ def test_unknown_fields_are_warnings_not_errors() -> None:
             "service_tier": "auto",
             "brand_new": 1,
             "cache_control": {"type": "ephemeral"},
-            "output_config": {"format": {"type": "json_schema"}},
+            "output_config": {"effort": "low", "task_budget": 9},
         }
     )
     assert sorted(got.warnings) == [
         "brand_new ignored: svir does not translate it",
-        "output_config.format ignored: svir does not translate it",
+        "output_config.task_budget ignored: svir does not translate it",
         "service_tier ignored: svir does not translate it",
     ]
+
+
+def test_structured_output_is_a_json_schema_response_format() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    got = chat(output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert got["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema},
+    }
+    validate_chat_request(got)
+    assert "response_format" not in chat(output_config={"format": None})
 
 
 # -- mistakes, named
@@ -623,6 +634,29 @@ def test_unknown_fields_are_warnings_not_errors() -> None:
             "one of",
         ),
         (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "output_config": 1},
+            "output_config",
+            "must be an object",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "output_config": {"format": {"type": "json_schema", "schema": []}},
+            },
+            "output_config.format.schema",
+            "must be an object",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "output_config": {"format": {"type": "text"}},
+            },
+            "output_config.format",
+            "json_schema",
+        ),
+        (
             {
                 "model": "m",
                 "messages": [{"role": "user", "content": "x"}],
@@ -794,7 +828,18 @@ BODY = st.fixed_dictionaries(
             )
         ),
         "output_config": mostly(
-            st.fixed_dictionaries({}, optional={"effort": mostly(st.sampled_from(["low", "max"]))})
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "effort": mostly(st.sampled_from(["low", "max"])),
+                    "format": mostly(
+                        st.fixed_dictionaries(
+                            {"type": mostly(st.just("json_schema"))},
+                            optional={"schema": mostly(st.just({"type": "object"}))},
+                        )
+                    ),
+                },
+            )
         ),
         "metadata": mostly(
             st.fixed_dictionaries({}, optional={"user_id": mostly(st.text(max_size=3))})

@@ -4,11 +4,13 @@ client assemble from svir's events, and the bugs peers' gateways shipped, each p
 from __future__ import annotations
 
 import anthropic
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svir.wire.anthropic import MessageStreamEncoder
+from svir.wire.answer import AnswerFold
+from svir.wire.anthropic import MessageStreamEncoder, stop_reason, tool_input
 from svir.wire.classify import ClientError
 from svir.wire.decoder import StreamDecoder
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -343,3 +345,84 @@ def test_any_event_sequence_is_a_well_formed_stream(events: list[Event]) -> None
             e.text for e in events[:end] if isinstance(e, TextDelta | ReasoningDelta | RefusalDelta)
         )
         assert sorted(sent) == sorted(want)
+
+
+# -- any upstream stream, through svir's decoder, as the SDK assembles it
+
+PIECE = st.text(alphabet='ab {}":,<>/think', max_size=5)
+
+
+@st.composite
+def upstream_streams(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """An OpenAI-dialect chat stream: content, reasoning under either key, refusals, tool-call
+    pieces of up to three calls in any order (the id and name on a call's first piece), empty
+    `tool_calls` arrays, a finish, usage, and `[DONE]` or a cut; and whether think tags are on."""
+    chunks = [{"role": "assistant", "content": ""}]
+    opened: set[int] = set()
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(
+            st.sampled_from(
+                ["content", "reasoning_content", "reasoning", "refusal", "tool", "empty"]
+            )
+        )
+        if kind == "tool":
+            index = draw(st.integers(0, 2))
+            piece: dict = {"index": index, "function": {"arguments": draw(PIECE)}}
+            if index not in opened:
+                opened.add(index)
+                piece.update(id=f"call_{index}", type="function")
+                piece["function"]["name"] = "tool"
+            chunks.append({"tool_calls": [piece]})
+        elif kind == "empty":
+            chunks.append({"content": draw(PIECE), "tool_calls": []})
+        else:
+            chunks.append({kind: draw(PIECE)})
+    lines = [
+        b"data: "
+        + msgspec.json.encode({"id": "x", "model": "m", "choices": [{"index": 0, "delta": d}]})
+        + b"\n\n"
+        for d in chunks
+    ]
+    if draw(st.booleans()):
+        finish = draw(st.sampled_from(["stop", "length", "tool_calls"]))
+        lines.append(
+            b"data: "
+            + msgspec.json.encode(
+                {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+            )
+            + b"\n\n"
+        )
+        lines.append(
+            b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}}\n\n'
+        )
+    if draw(st.integers(0, 3)):
+        lines.append(b"data: [DONE]\n\n")
+    return b"".join(lines), draw(st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(upstream_streams())
+def test_any_upstream_stream_reaches_the_sdk_as_the_fold_has_it(case: tuple[bytes, bool]) -> None:
+    raw, think_tags = case
+    dec = StreamDecoder(think_tags=think_tags)
+    events = [*dec.feed(raw), *dec.close()]
+    body = encode(events)
+    check_grammar(body)
+    got = stream(body)
+    fold = AnswerFold()
+    for e in events:
+        fold.add(e)
+    if fold.error is not None:
+        assert isinstance(got.error, anthropic.APIStatusError)
+        return
+    assert got.error is None
+    m = got.message
+    # Text and refusal share the text blocks in the order they came; the fold keeps them apart.
+    if fold.refusal:
+        assert sorted(text_of(m)) == sorted("".join(fold.text) + "".join(fold.refusal))
+    else:
+        assert text_of(m) == "".join(fold.text)
+    assert thinking_of(m) == "".join(fold.reasoning)
+    calls = sorted((c.id, c.name, tool_input(c.arguments)) for c in fold.tool_calls())
+    assert sorted((b.id, b.name, b.input) for b in blocks(m, "tool_use")) == calls
+    assert m.stop_reason == stop_reason(fold.finish_reason, tool_use=bool(calls))
