@@ -180,7 +180,8 @@ def _text_blocks(text: str, original: Mapping[str, Any]) -> list[dict[str, Any]]
             if part["text"]:
                 blocks.append(_marked({"type": "text", "text": part["text"]}, part))
     elif text:
-        blocks.append({"type": "text", "text": text})
+        # Parts folded into one text (text files with it): their last mark goes on it.
+        blocks = _folded_mark([{"type": "text", "text": text}], parts)
     return _mark_last(blocks, original)
 
 
@@ -194,12 +195,18 @@ def _user_blocks(content: str | list[dict[str, Any]], original: Mapping[str, Any
             blocks.append({"type": "text", "text": part["text"]})
         else:
             blocks.append(_image(part["image_url"]["url"]))
-    parts = original.get("content")
-    if isinstance(parts, list) and any(isinstance(p, dict) and "cache_control" in p for p in parts):
-        # The parts were folded together: the last mark among them goes on the last block.
-        last = next(p for p in reversed(parts) if isinstance(p, dict) and "cache_control" in p)
-        blocks[-1] = _marked(blocks[-1], last)
-    return _mark_last(blocks, original)
+    return _mark_last(_folded_mark(blocks, original.get("content")), original)
+
+
+def _folded_mark(blocks: list[dict[str, Any]], parts: Any) -> list[dict[str, Any]]:
+    """`blocks` made of `parts` folded together (their text joined): the last cache mark among
+    the parts goes on the last block, which caches all that the mark did and more."""
+    if blocks and isinstance(parts, list):
+        for part in reversed(parts):
+            if isinstance(part, dict) and isinstance(part.get("cache_control"), dict):
+                blocks[-1] = _marked(blocks[-1], part)
+                break
+    return blocks
 
 
 def _image(url: Any) -> dict[str, Any]:

@@ -199,6 +199,28 @@ def test_a_cache_mark_on_a_part_folded_with_an_image_goes_on_the_last_block() ->
     assert blocks[1]["cache_control"] == mark
 
 
+def test_a_cache_mark_on_a_part_folded_with_a_file_stays() -> None:
+    mark = {"type": "ephemeral"}
+    file = {"filename": "a.txt", "file_data": "data:text/plain;base64,aGk="}
+    got = body(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "read", "cache_control": mark},
+                    {"type": "file", "file": file},
+                ],
+            }
+        ]
+    )
+    (block,) = got["messages"][0]["content"]
+    assert block == {
+        "type": "text",
+        "text": 'read\n<file name="a.txt">\nhi\n</file>',
+        "cache_control": mark,
+    }
+
+
 def test_signed_thinking_goes_back_as_it_came_and_unsigned_reasoning_does_not() -> None:
     blocks = [
         {"type": "redacted_thinking", "data": "ENCRYPTED"},
