@@ -451,8 +451,8 @@ BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
     ("uvicorn / httptools", lambda f: "uvicorn/" in f or "httptools" in f),
     ("svir chat core (chat.py)", lambda f: "svir/chat.py" in f),
     (
-        "svir app (edges/app.py, asgi.py)",
-        lambda f: "svir/edges/app.py" in f or "svir/edges/asgi.py" in f,
+        "svir app and front ends (edges/app.py, frontends/)",
+        lambda f: "svir/edges/app.py" in f or "svir/frontends/" in f,
     ),
     ("asyncio / uvloop", lambda f: "asyncio/" in f or "uvloop" in f),
 ]

@@ -8,8 +8,9 @@ The tree (`+` a class here, `-` one elsewhere that it relates to):
   auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
   svir.threads.service.store_errors (a StoreError as the threads API answers it)
 * RequestError                 a client's request svir will not send upstream; becomes a 400
-* OllamaError                  an answer in Ollama's shape, `{"error": message}` and a status
-* BodyTooLarge                 the request body is over the configured limit; becomes a 413
+* OllamaError                  a request Ollama's translation refuses (a message and a status);
+                               its front end raises it as a GatewayError, in Ollama's shape
+* BodyTooLarge                 the request body is over its route's limit; becomes a 413
 * ClientGone                   the client left before its body was read; nothing is answered
 * ConfigError                  a configuration that cannot be used (`<file>: <field>: <reason>`)
 * LimitsUnavailable            the limits' backend is unreachable: calls are refused
@@ -139,7 +140,11 @@ class RequestError(Exception):
 
 
 class BodyTooLarge(Exception):
-    """The request body is over the configured limit."""
+    """The request body is over `limit` bytes (the route's limit); answered as body_too_large."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is over {limit} bytes")
+        self.limit = limit
 
 
 class ClientGone(Exception):

@@ -28,8 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svir.config import parse_config
-from svir.edges import managed, ollama_api, threads_api
+from svir.edges import managed
 from svir.edges.app import App
+from svir.edges.server import thread_service
+from svir.frontends import ollama, openai_chat, threads
 from svir.log import JSONFormatter
 from svir.providers.adapt import AnswerValidator
 from svir.threads.service import ThreadService
@@ -184,6 +186,52 @@ async def test_deep_json_is_a_400_on_every_front_end(svir: Harness, body: str) -
     await still_answers(svir)
 
 
+async def test_a_body_over_its_limit_is_the_same_413_on_every_front_end(svir: Harness) -> None:
+    assert svir.http is not None
+    thread = await new_thread(svir)
+    for n, (path, shape) in enumerate(ROUTES):
+        rid = f"big-{n}"
+        headers = {"x-request-id": rid, "content-type": "application/json"}
+        limit = svir.config.server.max_body_bytes
+        if path.startswith("/admin"):
+            headers["authorization"] = f"Bearer {ADMIN_KEY}"
+            limit = 64 * 1024  # the admin API's own limit
+        content = b'"' + b"x" * limit + b'"'
+        r = await svir.http.post(path.format(thread=thread), content=content, headers=headers)
+        words = f"The request body is larger than the limit of {limit} bytes"
+        if shape == "openai":
+            error = assert_openai_error(r, 413, rid)
+            assert (error["code"], error["message"]) == ("request_too_large", words), path
+        else:
+            assert assert_ollama_error(r, 413, rid) == words, path
+    await still_answers(svir)
+
+
+async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir: Harness) -> None:
+    assert svir.http is not None
+    thread = await new_thread(svir)
+    cases = [
+        ("GET", "/v1/nothing", 404, "openai", None),
+        ("DELETE", "/v1/models", 405, "openai", "GET"),
+        ("GET", "/v1/chat/completions", 405, "openai", "POST"),
+        ("GET", "/api/generate", 404, "ollama", None),
+        ("GET", "/api/chat", 405, "ollama", "POST"),
+        ("PUT", f"/v1/threads/{thread}", 405, "openai", "DELETE, GET, POST"),
+        ("GET", f"/v1/threads/{thread}/continue", 405, "openai", "POST"),
+        ("GET", f"/v1/threads/{thread}/nothing", 404, "openai", None),
+        ("PUT", "/admin/keys", 405, "openai", "GET, POST"),
+        ("GET", "/admin/nothing", 404, "openai", None),
+    ]
+    for method, path, status, shape, allow in cases:
+        r = await svir.http.request(method, path)
+        if shape == "openai":
+            error = assert_openai_error(r, status)
+            assert error["code"] == ("not_found" if status == 404 else "method_not_allowed")
+        else:
+            assert path in assert_ollama_error(r, status)
+        assert r.headers.get("allow") == allow, (method, path)
+
+
 @pytest.mark.parametrize(("tools", "kind"), [(5, "a number"), (True, "a boolean")])
 async def test_a_wrong_tools_is_the_same_400_everywhere(
     svir: Harness, tools: Any, kind: str
@@ -312,7 +360,7 @@ async def test_a_failure_after_the_response_started_is_logged_once_and_not_answe
         await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
         raise RuntimeError("broke mid-stream")
 
-    app.add_route("GET", "/half", half)
+    app.routes.add("GET", "/half", half)
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
@@ -440,7 +488,8 @@ async def managed_app(
     )
     app = App(config, {})
     managed.install(app)
-    ollama_api.install(app)
+    openai_chat.install(app)
+    ollama.install(app)
     async with running(app):
         yield app, tmp_path
 
@@ -515,7 +564,7 @@ async def test_an_unknown_model_of_a_managed_provider_is_a_404_for_threads(
         f'[providers.managed.models]\nx = "{Path(__file__)}"\n'
     )
     app = App(config, {})
-    threads_api.install(app)
+    threads.install(app, thread_service(app))
     async with running(app):
         r = await call(app, "/v1/threads", {"model": "m/nope"})
         error = assert_openai_error(r, 404)

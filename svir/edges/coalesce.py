@@ -32,9 +32,10 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from svir.asgi import Receive, Scope, Send
 from svir.chat import unique_id
 from svir.config import ServerConfig
-from svir.edges.asgi import JSON_HEADERS, Receive, Scope, Send, headers_with, send_json
+from svir.frontends.http import JSON_HEADERS, headers_with, send_json
 from svir.wire.classify import ClientError, error_body
 
 log = logging.getLogger("svir.server")

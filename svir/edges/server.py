@@ -17,6 +17,8 @@ from typing import Any
 
 from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
+from svir.store import default_url, make_store
+from svir.threads.service import ThreadService
 from svir.transport import Transport
 
 log = logging.getLogger("svir.server")
@@ -34,15 +36,25 @@ def build_app(
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
     """
-    from svir.edges import managed, ollama_api, threads_api
+    from svir.edges import managed
+    from svir.frontends import ollama, openai_chat, threads
     from svir.keys import service as keys_service
 
     app = App(config, environ, transport=transport)
     keys_service.install(app)
-    ollama_api.install(app)
-    threads_api.install(app)
+    # The client protocols, one line each (svir.frontends says where a new one goes).
+    openai_chat.install(app)
+    ollama.install(app)
+    threads.install(app, thread_service(app))
     managed.install(app)
     return app
+
+
+def thread_service(app: App) -> ThreadService:
+    """The threads API's service over the store `[store] url` names (default: a file under the
+    user's data directory), not opened yet: its front end opens it at start-up."""
+    store = make_store(app.config.store.url or default_url(app.environ))
+    return ThreadService(store, app.gateway, app.config.store)
 
 
 def worker_refusal(config: Config, workers: int) -> str | None:

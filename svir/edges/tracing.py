@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from svir import __version__
+from svir.asgi import Scope, header
 from svir.config import TelemetryConfig
-from svir.edges.asgi import Scope, header
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
 
 if TYPE_CHECKING:

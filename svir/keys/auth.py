@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from svir.edges.asgi import Scope, header
+from svir.asgi import Scope, header
 from svir.errors import auth_error
 from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord

@@ -16,18 +16,18 @@ import math
 import time
 from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import parse_qsl
 
+from svir.asgi import Receive, Scope, Send
 from svir.edges.app import VERBOSE, App
-from svir.edges.asgi import Receive, Scope, Send, read_body, send_json
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
 from svir.errors import (
-    BodyTooLarge,
     GatewayError,
     LimitsUnavailable,
     auth_error,
     request_error,
 )
+from svir.frontends.http import query_params, read_json, send_json
+from svir.frontends.routes import Handler
 from svir.keys.auth import Authenticator, bearer_token, current_key
 from svir.keys.gate import Gate
 from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
@@ -38,7 +38,6 @@ from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBack
 from svir.store import default_url, make_store
 from svir.store.base import SqlStore
 from svir.wire.classify import ClientError
-from svir.wire.jsonbody import decode_body
 
 __all__ = ["KeysService", "install", "parse_since"]
 
@@ -321,7 +320,7 @@ class KeysService:
     ) -> int:
         headers = {"x-request-id": rid}
         key = current_key()
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        query = query_params(scope)
         now = time.time()
         try:
             since = parse_since(query.get("since"), now, start_of_day(now))
@@ -369,71 +368,85 @@ class KeysService:
         if token is None or not hmac.compare_digest(token, self.admin_key.encode()):
             raise auth_error("This needs svir's admin key.", code="invalid_admin_key")
 
-    async def admin(
-        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
-    ) -> int:
-        headers = {"x-request-id": rid}
-        method: str = scope["method"]
-        parts = [p for p in scope["path"].split("/") if p][1:]
+    def _admin_keys(self, scope: Scope) -> KeyStore:
+        """The key store, for a request with the admin key once svir has started."""
         self._check_admin(scope)
         keys = self.keys
         if keys is None or self.store is None:
-            raise GatewayError(
-                ClientError(503, "server_error", "starting", "svir is starting.")
-            )
-        if parts == ["keys"] and method == "POST":
-            body = await self._read_json(scope, receive)
-            try:
-                spec = spec_from_json(body)
-            except ValueError as exc:
-                raise request_error(str(exc)) from None
-            record, secret = await keys.create(spec)
-            self.auth.forget()
-            fields["created_key"] = record.id
-            log.info("key created", extra={"fields": {"key_id": record.id, "name": spec.name}})
-            await send_json(send, 201, {**record.public(), "key": secret}, headers)
-            return 201
-        if parts == ["keys"] and method == "GET":
-            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-            every = query.get("all") in ("1", "true")
-            records = await keys.list(include_revoked=every)
-            data = [r.public() for r in records]
-            await send_json(send, 200, {"object": "list", "data": data}, headers)
-            return 200
-        if len(parts) in (2, 3) and parts[0] == "keys":
-            key_id = parts[1]
-            if not is_key_id(key_id):
-                raise _no_key(key_id)
-            revoke = (len(parts) == 2 and method == "DELETE") or (
-                parts[2:] == ["revoke"] and method == "POST"
-            )
-            if revoke:
-                revoked = await keys.revoke(key_id)
-                if revoked is None:
-                    raise _no_key(key_id)
-                self.auth.forget()
-                log.info("key revoked", extra={"fields": {"key_id": key_id}})
-                await send_json(send, 200, revoked.public(), headers)
-                return 200
-            if len(parts) == 2 and method == "GET":
-                found = await keys.get(key_id)
-                if found is None:
-                    raise _no_key(key_id)
-                try:
-                    figures = await self.backend.figures(found.id, found.limits)
-                except LimitsUnavailable:
-                    figures = Figures()
-                view = {**found.public(), "usage": limits_view(found.limits, figures)}
-                await send_json(send, 200, view, headers)
-                return 200
-        if parts == ["usage"] and method == "GET":
-            return await self._admin_usage(scope, send, headers)
-        raise request_error(
-            f"No admin route {method} {scope['path']}", status=404, code="not_found"
-        )
+            raise GatewayError(ClientError(503, "server_error", "starting", "svir is starting."))
+        return keys
 
-    async def _admin_usage(self, scope: Scope, send: Send, headers: dict[str, str]) -> int:
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    def admin_routes(self) -> list[tuple[str, str, Handler]]:
+        return [
+            ("POST", "/admin/keys", self.create_key),
+            ("GET", "/admin/keys", self.list_keys),
+            ("GET", "/admin/keys/{key_id}", self.get_key),
+            ("DELETE", "/admin/keys/{key_id}", self.revoke_key),
+            ("POST", "/admin/keys/{key_id}/revoke", self.revoke_key),
+            ("GET", "/admin/usage", self.admin_usage),
+        ]
+
+    async def create_key(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        keys = self._admin_keys(scope)
+        body = await read_json(scope, receive, _MAX_ADMIN_BODY, empty={})
+        try:
+            spec = spec_from_json(body)
+        except ValueError as exc:
+            raise request_error(str(exc)) from None
+        record, secret = await keys.create(spec)
+        self.auth.forget()
+        fields["created_key"] = record.id
+        log.info("key created", extra={"fields": {"key_id": record.id, "name": spec.name}})
+        await send_json(send, 201, {**record.public(), "key": secret}, {"x-request-id": rid})
+        return 201
+
+    async def list_keys(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        keys = self._admin_keys(scope)
+        query = query_params(scope)
+        every = query.get("all") in ("1", "true")
+        records = await keys.list(include_revoked=every)
+        data = [r.public() for r in records]
+        await send_json(send, 200, {"object": "list", "data": data}, {"x-request-id": rid})
+        return 200
+
+    async def get_key(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        keys = self._admin_keys(scope)
+        key_id = _key_id(scope)
+        found = await keys.get(key_id)
+        if found is None:
+            raise _no_key(key_id)
+        try:
+            figures = await self.backend.figures(found.id, found.limits)
+        except LimitsUnavailable:
+            figures = Figures()
+        view = {**found.public(), "usage": limits_view(found.limits, figures)}
+        await send_json(send, 200, view, {"x-request-id": rid})
+        return 200
+
+    async def revoke_key(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        keys = self._admin_keys(scope)
+        key_id = _key_id(scope)
+        revoked = await keys.revoke(key_id)
+        if revoked is None:
+            raise _no_key(key_id)
+        self.auth.forget()
+        log.info("key revoked", extra={"fields": {"key_id": key_id}})
+        await send_json(send, 200, revoked.public(), {"x-request-id": rid})
+        return 200
+
+    async def admin_usage(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        self._admin_keys(scope)
+        query = query_params(scope)
         now = time.time()
         try:
             since = parse_since(query.get("since"), now, now - 86400)
@@ -447,19 +460,9 @@ class KeysService:
             await self.ledger.flush()
         key = query.get("key")
         rows = await summarize(self.store, since=since, key=key if key else ALL_KEYS, by=by)
-        await send_json(
-            send, 200, {"object": "usage", "since": since, "until": now, "data": rows}, headers
-        )
+        body = {"object": "usage", "since": since, "until": now, "data": rows}
+        await send_json(send, 200, body, {"x-request-id": rid})
         return 200
-
-    async def _read_json(self, scope: Scope, receive: Receive) -> Any:
-        from svir.edges.asgi import header
-
-        try:
-            raw = await read_body(receive, _MAX_ADMIN_BODY, header(scope, b"content-length"))
-        except BodyTooLarge:
-            raise request_error("The body is too large", status=413) from None
-        return decode_body(raw) if raw else {}
 
 
 def _key_view(key: KeyRecord | None) -> dict[str, Any] | None:
@@ -468,6 +471,14 @@ def _key_view(key: KeyRecord | None) -> dict[str, Any] | None:
     view = key.public()
     view.pop("limits", None)
     return view
+
+
+def _key_id(scope: Scope) -> str:
+    """The key a route's path names: a 404 unless it is one's form."""
+    key_id: str = scope["path_params"]["key_id"]
+    if not is_key_id(key_id):
+        raise _no_key(key_id)
+    return key_id
 
 
 def _no_key(key_id: str) -> GatewayError:
@@ -491,13 +502,14 @@ def install(app: App, *, backend: Backend | None = None, span_exporter: Any = No
         app.add_guard(service.metrics.request_guard())
         service.metrics.watch_attempts(policy)
         service.metrics.registry.collectors.append(service._ledger_metrics)
-        app.add_route("GET", "/metrics", service.serve_metrics)
+        app.routes.add("GET", "/metrics", service.serve_metrics)
     app.add_guard(service.auth.guard)
     app.add_guard(service.verbose_health_guard)
     app.gateway.add_interceptor(service.gate)
     app.model_filters.append(_listed_for_key)
-    app.mount("/admin/", service.admin)
-    app.add_route("GET", "/v1/usage", service.usage)
+    for method, template, handler in service.admin_routes():
+        app.routes.add(method, template, handler)
+    app.routes.add("GET", "/v1/usage", service.usage)
     app.on_startup(service.startup)
     app.on_shutdown(service.shutdown)
     return service

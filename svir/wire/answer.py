@@ -1,7 +1,7 @@
 """The one fold of normalized events into an answer, for every front end that does not stream it
 event by event: the OpenAI `chat.completion` (`encoder.CompletionAggregator`), Ollama's
-non-streamed answer and its tool-call line (`svir.ollama`), the assistant message the threads API
-stores, and the terminal client's transcript.
+non-streamed answer and its tool-call line (`svir.frontends.ollama_translate`), the assistant
+message the threads API stores, and the terminal client's transcript.
 
 `AnswerFold` only collects; each front end renders the result in its own shape, and decides there
 what it keeps (OpenAI keeps reasoning and refusal apart, Ollama joins refusal to content, the

@@ -10,6 +10,8 @@ import httpx
 
 from svir.config import Config, parse_config
 from svir.edges.app import App
+from svir.edges.server import thread_service
+from svir.frontends import ollama, openai_chat, threads
 from svir.keys.service import KeysService, install
 from tests.support.asgi import Lifespan
 
@@ -93,14 +95,11 @@ class Harness:
         self.environ = {"SVIR_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
         self.app = App(self.config, self.environ)
         self.service: KeysService = install(self.app, span_exporter=span_exporter)
+        openai_chat.install(self.app)
         if "ollama" in fronts:
-            from svir.edges import ollama_api
-
-            ollama_api.install(self.app)
+            ollama.install(self.app)
         if "threads" in fronts:
-            from svir.edges import threads_api
-
-            threads_api.install(self.app)
+            threads.install(self.app, thread_service(self.app))
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svir.config import ProviderConfig
-from svir.edges import ollama_api
 from svir.edges.app import App
 from svir.errors import OllamaError, RequestError
-from svir.ollama import to_openai_request
+from svir.frontends import ollama
+from svir.frontends.ollama_translate import to_openai_request
 from svir.providers import build_upstream_body, get_kind, validate_chat_request
 from svir.wire.errors import BodyError
 from tests.support.stub import down_upstream_app
@@ -163,10 +163,11 @@ def test_translation_is_a_request_or_a_clean_400(body: Any) -> None:
 
 # The whole handler, in process.
 
+
 @pytest.fixture(scope="module")
 def app() -> App:
     app = down_upstream_app()
-    ollama_api.install(app)
+    ollama.install(app)
     return app
 
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from svir.config import parse_config
-from svir.edges import ollama_api
 from svir.edges.app import App
+from svir.frontends import ollama
 from svir.wire.errors import ErrorKind, UpstreamError
 
 CONFIG = """
@@ -42,7 +42,7 @@ async def request(app: App, method: str, path: str, body: Any = None) -> httpx.R
 
 
 async def test_load_starts_a_managed_server(app: App) -> None:
-    ollama_api.install(app)
+    ollama.install(app)
     started: list[str] = []
 
     async def ensure(model_id: str) -> str:
@@ -59,7 +59,7 @@ async def test_load_starts_a_managed_server(app: App) -> None:
 
 
 async def test_a_load_that_fails_is_an_ollama_error(app: App) -> None:
-    ollama_api.install(app)
+    ollama.install(app)
 
     async def ensure(model_id: str) -> str:
         raise UpstreamError(ErrorKind.TIMEOUT, "llama-server did not become healthy")
@@ -72,9 +72,9 @@ async def test_a_load_that_fails_is_an_ollama_error(app: App) -> None:
 
 async def test_ps_forgets_a_model_after_the_keep_alive(app: App) -> None:
     clock = Clock()
-    api = ollama_api.OllamaAPI(app, clock=clock)
+    api = ollama.OllamaAPI(app, clock=clock)
     for method, path, handler in api.routes():
-        app.add_route(method, path, handler)
+        app.routes.add(method, path, handler)
     api.recent["lab/m"] = clock.now
     api.recent["lab/old"] = clock.now - 200
     r = await request(app, "GET", "/api/ps")
@@ -90,7 +90,7 @@ async def test_ps_forgets_a_model_after_the_keep_alive(app: App) -> None:
 
 
 async def test_show_needs_a_model(app: App) -> None:
-    ollama_api.install(app)
+    ollama.install(app)
     for body in ({}, {"model": ""}, {"model": 3}, [1]):
         r = await request(app, "POST", "/api/show", body)
         assert r.status_code == 400 and set(r.json()) == {"error"}

@@ -9,7 +9,7 @@ import pytest
 
 from svir.config import ProviderConfig
 from svir.errors import OllamaError
-from svir.ollama import (
+from svir.frontends.ollama_translate import (
     capabilities_guess,
     done_reason,
     model_name,

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from svir.edges.asgi import Receive, Scope, Send
+from svir.asgi import Receive, Scope, Send
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 

@@ -10,6 +10,7 @@ from svir.chat import ChatCall
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import request_error
+from svir.frontends import openai_chat
 
 CONFIG = """
 [server]
@@ -26,6 +27,7 @@ models = ["m"]
 
 def down_upstream_app() -> App:
     app = App(parse_config(CONFIG), {})
+    openai_chat.install(app)
 
     async def open_chat(
         request: dict[str, Any], *, request_id: str, fields: Any = None, blobs: Any = None

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from svir.config import StoreConfig, parse_config
-from svir.edges.threads_api import ANONYMOUS, owner_of
 from svir.errors import ConfigError, GatewayError
+from svir.frontends.threads import ANONYMOUS, owner_of
 from svir.providers import KINDS, build_upstream_body
 from svir.store import MessageRecord, ThreadRecord, default_url
 from svir.threads import frames

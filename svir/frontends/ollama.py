@@ -1,10 +1,14 @@
-"""Ollama's API on svir's port, over the same gateway, providers and models as `/v1`.
+"""Ollama's native API on svir's port, over the same gateway, providers and models as `/v1`.
 
 Routes: `POST /api/chat` (NDJSON stream, or one object with `"stream": false`), `GET /api/tags`,
 `POST /api/show`, `GET /api/version`, `GET /api/ps`; any other `/api/` path is a 404 in
 Ollama's error shape. Errors are `{"error": "<message>"}` with the status svir's `/v1` would
 give; a stream that fails after its first line ends with one `{"error": ...}` line. A client
-that disconnects stops its upstream request at once. The translation itself is `svir.ollama`.
+that disconnects stops its upstream request at once.
+
+The translation both ways is pure and tested on its own, in svir.frontends.ollama_translate: the
+request becomes the canonical chat request there, and the canonical events become NDJSON lines
+(`NDJSONEncoder`) or one answer (`ChatAggregator`, over the shared fold svir.wire.answer).
 """
 
 from __future__ import annotations
@@ -15,20 +19,21 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import msgspec
+
 from svir import __version__
+from svir.asgi import Receive, Scope, Send
 from svir.chat import ChatCall, Route
-from svir.edges.app import App, Handler, call_fields, until_disconnect
-from svir.edges.asgi import (
-    Receive,
-    Scope,
-    Send,
-    header,
-    headers_with,
-    read_body,
+from svir.errors import GatewayError, OllamaError, RequestError, request_error
+from svir.frontends.http import (
+    NDJSON_HEADERS,
+    call_fields,
+    read_json,
     send_json,
+    send_stream,
+    until_disconnect,
 )
-from svir.errors import GatewayError, OllamaError, RequestError
-from svir.ollama import (
+from svir.frontends.ollama_translate import (
     OLLAMA_API_VERSION,
     ChatAggregator,
     Metrics,
@@ -42,45 +47,46 @@ from svir.ollama import (
     tags_entry,
     to_openai_request,
 )
+from svir.frontends.routes import Handler, Host
 from svir.policy.bounded import BoundedMap
 from svir.providers import validate_chat_request
-from svir.wire.classify import ClientError, to_client_error
+from svir.wire.classify import to_client_error
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage
-from svir.wire.jsonbody import decode_body
 
-__all__ = ["NDJSON_HEADERS", "OllamaAPI", "install"]
+__all__ = ["OllamaAPI", "error_shape", "install"]
 
-NDJSON_HEADERS = (
-    (b"content-type", b"application/x-ndjson"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-)
 # How long `/api/ps` lists a model after svir last served it: Ollama's default keep-alive.
 KEEP_ALIVE_SECONDS = 300.0
 _NS = 1_000_000_000
 
 
-def install(app: App) -> OllamaAPI:
+def install(app: Host) -> OllamaAPI:
     """Serve Ollama's API from `app`, its errors in Ollama's shape."""
     api = OllamaAPI(app)
     for method, path, handler in api.routes():
-        app.add_route(method, path, handler, error_shape)
-    app.mount("/api/", api.not_found, error_shape)
+        app.routes.add(method, path, handler, error_shape)
+    app.routes.errors_under("/api/", error_shape)
     return api
 
 
-def error_shape(error: ClientError) -> dict[str, str]:
+def error_shape(exc: GatewayError) -> dict[str, str]:
     """An error answer as Ollama gives it: `{"error": "<message>"}`."""
-    return {"error": error.message}
+    return {"error": exc.error.message}
+
+
+def _refusal(exc: OllamaError) -> GatewayError:
+    """The translation's refusal (an OllamaError), as the app's error mapper answers it."""
+    return request_error(exc.message, status=exc.status, code="invalid_request")
 
 
 class OllamaAPI:
     """The handlers; `recent` remembers when each model was last served, for `/api/ps`."""
 
-    def __init__(self, app: App, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, app: Host, *, clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.clock = clock
+        self.max_body_bytes = app.config.server.max_body_bytes
         # Bounded (svir.policy.bounded): a server may serve whatever model id a client sends.
         self.recent: BoundedMap[str, float] = app.router.bounded()
 
@@ -102,7 +108,7 @@ class OllamaAPI:
         fields["api"] = "ollama"
         label = ""
         try:
-            body = await self._read_json(scope, receive)
+            body = await read_json(scope, receive, self.max_body_bytes)
             request = to_openai_request(body)
             # Ollama answers with the name the client asked for, tag and all.
             label = body.get("model") or body.get("name")
@@ -113,15 +119,15 @@ class OllamaAPI:
             work = self._serve_chat(request, label, send, rid, fields)
             return await until_disconnect(receive, work)
         except OllamaError as exc:
-            fields["error"] = "invalid_request"
-            return await _send_error(send, exc.status, exc.message, headers)
+            raise _refusal(exc) from None
         except GatewayError as exc:
-            # As the app would answer it (svir.edges.app), but in Ollama's words for a model it
-            # does not have, which need the name the client asked for.
+            # In Ollama's words for a model it does not have, which need the name the client
+            # asked for; the app's error mapper answers it.
             ce = exc.error
-            fields["error"] = ce.code or ce.type
-            message = error_message(ce, label)
-            return await _send_error(send, ce.status, message, {**headers, **ce.headers})
+            if ce.code != "model_not_found":
+                raise
+            ce = msgspec.structs.replace(ce, message=error_message(ce, label))
+            raise GatewayError(ce, exc.upstream) from None
 
     async def _load(
         self,
@@ -176,7 +182,7 @@ class OllamaAPI:
                 await send_json(send, 200, answer, headers)
                 return 200
             encoder = NDJSONEncoder(model=label, metrics=metrics)
-            await _send_ndjson(send, _lines(call, encoder), headers)
+            await send_stream(send, _lines(call, encoder), headers, NDJSON_HEADERS)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -195,9 +201,8 @@ class OllamaAPI:
     async def show(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        headers = {"x-request-id": rid}
         try:
-            body = await self._read_json(scope, receive)
+            body = await read_json(scope, receive, self.max_body_bytes)
             if not isinstance(body, dict):
                 raise OllamaError("the request body must be a JSON object")
             given = body.get("model") or body.get("name")
@@ -206,11 +211,11 @@ class OllamaAPI:
             name = model_name(given)
             fields["model"] = name
             route = self._route(name)
-            answer = show_response(name, route.provider.name, route.model_id, route.kind.name)
-            await send_json(send, 200, answer, headers)
-            return 200
         except OllamaError as exc:
-            return await _send_error(send, exc.status, exc.message, headers)
+            raise _refusal(exc) from None
+        answer = show_response(name, route.provider.name, route.model_id, route.kind.name)
+        await send_json(send, 200, answer, {"x-request-id": rid})
+        return 200
 
     async def ps(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -236,25 +241,7 @@ class OllamaAPI:
         await send_json(send, 200, answer, {"x-request-id": rid})
         return 200
 
-    async def not_found(
-        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
-    ) -> int:
-        method, path = scope["method"], scope["path"]
-        if any(p == path for _, p, _ in self.routes()):
-            return await _send_error(
-                send, 405, f"{method} is not allowed on {path}", {"x-request-id": rid}
-            )
-        return await _send_error(
-            send, 404, f"svir does not serve {method} {path}", {"x-request-id": rid}
-        )
-
     # Helpers
-
-    async def _read_json(self, scope: Scope, receive: Receive) -> Any:
-        raw = await read_body(
-            receive, self.app.config.server.max_body_bytes, header(scope, b"content-length")
-        )
-        return decode_body(raw)
 
     def _route(self, name: str) -> Route:
         """Where a model name goes (for a configured route, its first target), or an
@@ -286,28 +273,6 @@ async def _lines(call: ChatCall, encoder: NDJSONEncoder) -> AsyncIterator[bytes]
             yield data
     if not encoder.ended:  # not reached: the events always end with Done or an error
         yield error_line("the upstream stream ended without an answer")
-
-
-async def _send_ndjson(send: Send, lines: AsyncIterator[bytes], headers: dict[str, str]) -> None:
-    """Send the 200 only with the first line: an earlier failure is still an HTTP error."""
-    first = await anext(lines, None)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": headers_with(NDJSON_HEADERS, headers),
-        }
-    )
-    if first is not None:
-        await send({"type": "http.response.body", "body": first, "more_body": True})
-        async for data in lines:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _send_error(send: Send, status: int, message: str, headers: dict[str, str]) -> int:
-    await send_json(send, status, {"error": message}, headers)
-    return status
 
 
 def _metrics(call: ChatCall, usage: Usage | None) -> Metrics:

@@ -1,0 +1,31 @@
+"""The front ends: one module per client protocol svir speaks, all over the same gateway.
+
+A front end has two jobs: turn its protocol's request into the canonical chat request (the
+OpenAI-shaped dict the gateway takes, checked by svir.providers), and turn the canonical events
+of the chat call (svir.wire.events) into its protocol's bytes when streamed, or into its answer
+when not (through the one fold of events into an answer, svir.wire.answer). Each module has the
+same shape: a docstring naming the protocol and its routes, and `install(app)`, which adds its
+routes to the app's route table (`app.routes.add(method, template, handler, error_shape)`) and
+any start-up and shut-down hooks. A handler reads its body with `svir.frontends.http`, raises
+what goes wrong, and leaves every error answer to the app's one error mapper (svir.edges.app),
+which answers in the shape the route registered.
+
+    openai_chat.py        OpenAI Chat Completions: /v1/chat/completions, /v1/models
+    ollama.py             Ollama's native API: /api/chat, /api/tags, /api/show, /api/ps, ...
+    ollama_translate.py   its translation both ways, pure (no IO), tested on its own
+    threads.py            svir's threads API, /v1/threads (the threads themselves: svir.threads)
+    http.py               the plumbing they share: body with its limit, JSON, SSE/NDJSON, ...
+    routes.py             the one router (path templates, 404 and 405) and `Host`, the app's face
+
+A new client protocol (Anthropic Messages, OpenAI Responses, legacy completions, embeddings) is
+one new module here, `svir/frontends/<protocol>.py` (with a pure `<protocol>_translate.py`
+beside it when its translation is big enough to test on its own), plus one line in
+`svir.edges.server.build_app` that installs it. Its tests go in `tests/<protocol>/` (or
+`tests/test_<protocol>.py` for a small one): the translation tested as pure functions, the
+handlers in process over `svir.testing.MockTransport` (see tests/test_policy_inprocess.py), and
+its error shape added to tests/test_bad_input.py's routes.
+
+Layer: front ends import the core (svir.chat, svir.gateway, svir.policy, svir.providers), the
+errors and the wire core; the app and the composition root (svir.edges) import front ends, never
+the other way (tests/test_layers.py).
+"""

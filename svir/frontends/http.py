@@ -1,0 +1,210 @@
+"""The plumbing every front end shares, written once: the request id, the request body read within
+its limit (a 413 past it) and decoded as JSON within the depth limit, JSON answers, streamed
+answers (SSE or NDJSON) that send their 200 only with their first bytes, the watch that stops a
+request's work the moment its client disconnects, and the log fields of a finished chat call.
+
+What a handler raises is answered by the app's one error mapper (svir.edges.app); nothing here
+answers an error itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from typing import Any, Final
+from urllib.parse import parse_qsl
+
+import msgspec
+
+from svir.asgi import Receive, Scope, Send, header
+from svir.chat import ChatCall, unique_id
+from svir.errors import BodyTooLarge, ClientGone
+from svir.wire.jsonbody import decode_body
+
+__all__ = [
+    "JSON_HEADERS",
+    "NDJSON_HEADERS",
+    "SSE_HEADERS",
+    "call_fields",
+    "headers_with",
+    "query_params",
+    "read_body",
+    "read_json",
+    "request_id_of",
+    "send_json",
+    "send_stream",
+    "until_disconnect",
+]
+
+_encode = msgspec.json.encode
+JSON_HEADERS = ((b"content-type", b"application/json"),)
+SSE_HEADERS = (
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+NDJSON_HEADERS = (
+    (b"content-type", b"application/x-ndjson"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+_SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+_DONE_FRAME = b"data: [DONE]\n\n"
+_REQUIRED: Final[Any] = object()
+
+
+def request_id_of(scope: Scope) -> str:
+    """The client's request id when it is sane, else a new one."""
+    given = header(scope, b"x-request-id")
+    if given is not None and _SANE_REQUEST_ID.fullmatch(given):
+        return given.decode()
+    return unique_id()
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | bytearray:
+    """The whole request body, refusing more than `limit` bytes (BodyTooLarge) before reading
+    them; ClientGone if the client leaves first."""
+    declared = header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(limit)
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientGone
+    body = message.get("body", b"")
+    if not message.get("more_body"):
+        if len(body) > limit:
+            raise BodyTooLarge(limit)
+        return bytes(body)
+    buf = bytearray(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        buf += message.get("body", b"")
+        if len(buf) > limit:
+            raise BodyTooLarge(limit)
+        if not message.get("more_body"):
+            return buf  # msgspec decodes any buffer: no second copy of a large body
+
+
+async def read_json(scope: Scope, receive: Receive, limit: int, *, empty: Any = _REQUIRED) -> Any:
+    """The request body as JSON (svir.wire.jsonbody's decoder, with its depth limit), read as
+    `read_body` reads it. A blank body is `empty` when one is given, else not JSON (BadJSON)."""
+    raw = await read_body(scope, receive, limit)
+    if empty is not _REQUIRED and not raw.strip():
+        return empty
+    return decode_body(raw)
+
+
+def query_params(scope: Scope) -> dict[str, str]:
+    """The request's query parameters (the last of a repeated name; a blank value kept as "")."""
+    raw: bytes = scope.get("query_string") or b""
+    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+
+
+def headers_with(
+    base: Iterable[tuple[bytes, bytes]], extra: dict[str, str]
+) -> list[tuple[bytes, bytes]]:
+    return [*base, *((k.lower().encode(), v.encode()) for k, v in extra.items())]
+
+
+async def send_json(
+    send: Send, status: int, obj: Any, extra_headers: dict[str, str] | None = None
+) -> None:
+    body = _encode(obj)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": headers_with(JSON_HEADERS, extra_headers or {}),
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_stream(
+    send: Send,
+    stream: AsyncIterator[bytes],
+    headers: dict[str, str],
+    kind: Iterable[tuple[bytes, bytes]] = SSE_HEADERS,
+) -> None:
+    """Send a streamed 200 (`kind`: its content headers, SSE unless NDJSON_HEADERS) only with the
+    first bytes: an earlier failure is still an HTTP error.
+
+    A piece that ends with SSE's `[DONE]` frame is the last one: it goes out with the end of the
+    response in the same send (one write fewer per stream); the stream is then run to its end.
+    """
+    first = await anext(stream, None)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": headers_with(kind, headers),
+        }
+    )
+    if first is not None:
+        if first.endswith(_DONE_FRAME):
+            await send({"type": "http.response.body", "body": first, "more_body": False})
+            await _drain(stream)
+            return
+        await send({"type": "http.response.body", "body": first, "more_body": True})
+        async for data in stream:
+            if data.endswith(_DONE_FRAME):
+                await send({"type": "http.response.body", "body": data, "more_body": False})
+                await _drain(stream)
+                return
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """Run a stream whose answer is complete to its end (its bookkeeping runs on the way)."""
+    async for _ in stream:
+        pass
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
+    """Run `work`, cancelling it the moment the client disconnects.
+
+    `work` runs in the calling task (no second task per request): the watcher cancels this task
+    when the client goes, and the cancellation is answered here as a 499.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if gone and task.uncancel() == 0:
+            return 499  # the client went away: nothing is left to answer
+        raise
+    finally:
+        watcher.cancel()
+
+
+def call_fields(call: ChatCall, fields: dict[str, Any]) -> None:
+    s = call.stats
+    fields["upstream_request_id"] = s.upstream_request_id
+    fields["upstream_id"] = s.upstream_id
+    fields["finish_reason"] = s.finish_reason
+    if s.error_kind:
+        fields["error_kind"] = s.error_kind
+    if s.first_token_ms is not None:
+        fields["ttft_ms"] = s.first_token_ms
+    if s.tokens_per_second is not None:
+        fields["tokens_per_second"] = round(s.tokens_per_second, 2)
+    if s.usage is not None:
+        fields["prompt_tokens"] = s.usage.prompt_tokens
+        fields["completion_tokens"] = s.usage.completion_tokens

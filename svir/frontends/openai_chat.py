@@ -1,0 +1,92 @@
+"""OpenAI's Chat Completions API: `POST /v1/chat/completions` (SSE stream, or one completion with
+`"stream": false`) and `GET /v1/models`.
+
+The request is already the canonical chat request (the shared checks of svir.providers validate
+it); the canonical events become OpenAI's bytes by the wire core's encoder (svir.wire.encoder),
+through the chat call. A client that disconnects stops its upstream request at once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from svir.asgi import Receive, Scope, Send
+from svir.frontends.http import (
+    call_fields,
+    read_body,
+    send_json,
+    send_stream,
+    until_disconnect,
+)
+from svir.frontends.routes import Host
+from svir.providers import validate_chat_request
+from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
+from svir.wire.jsonbody import decode_body
+
+__all__ = ["OpenAIChat", "install"]
+
+CREATED = 1700000000  # /v1/models needs a `created`; svir does not know when a model was made
+
+
+def install(app: Host) -> OpenAIChat:
+    """Serve OpenAI's chat completions and model list from `app`."""
+    api = OpenAIChat(app)
+    app.routes.add("POST", "/v1/chat/completions", api.chat_completions)
+    app.routes.add("GET", "/v1/models", api.list_models)
+    return api
+
+
+class OpenAIChat:
+    def __init__(self, app: Host) -> None:
+        self.app = app
+        self.gateway = app.gateway
+        self.max_body_bytes = app.config.server.max_body_bytes
+
+    async def list_models(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        models = await self.app.models()
+        data = [
+            {"id": model, "object": "model", "created": CREATED, "owned_by": owner}
+            for model, owner in models
+        ]
+        await send_json(send, 200, {"object": "list", "data": data}, {"x-request-id": rid})
+        return 200
+
+    async def chat_completions(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        raw = await read_body(scope, receive, self.max_body_bytes)
+        # Large image data stays in `raw` and is spliced into the upstream body (§2.3).
+        blobs: Blobs | None = None
+        skeleton = raw
+        if len(raw) >= MIN_BLOB:
+            skeleton, blobs = extract_blobs(raw, new_token(os.urandom(15)))
+        request = validate_chat_request(decode_body(skeleton))
+        del skeleton
+        fields["stream"] = bool(request.get("stream"))
+        return await until_disconnect(receive, self._serve_chat(request, send, rid, fields, blobs))
+
+    async def _serve_chat(
+        self,
+        request: dict[str, Any],
+        send: Send,
+        rid: str,
+        fields: dict[str, Any],
+        blobs: Blobs | None = None,
+    ) -> int:
+        headers = {"x-request-id": rid}
+        call = await self.gateway.open_chat(request, request_id=rid, fields=fields, blobs=blobs)
+        headers.update(call.headers)
+        try:
+            if not request.get("stream"):
+                completion = await call.complete()
+                await send_json(send, 200, completion, headers)
+                return 200
+            stream = call.stream()
+            await send_stream(send, stream, headers)
+            return 200
+        finally:
+            call.close()  # at once, also when cancelled: the upstream stops with the client
+            call_fields(call, fields)
