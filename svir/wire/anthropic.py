@@ -18,7 +18,6 @@ import msgspec
 
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError, to_client_error
-from svir.wire.errors import ErrorKind
 from svir.wire.events import (
     ContentFilter,
     Done,
@@ -45,7 +44,6 @@ __all__ = [
     "MessageStreamEncoder",
     "anthropic_error",
     "error_body",
-    "error_kind",
     "error_type",
     "finish_reason",
     "message_id",
@@ -95,22 +93,6 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     "overloaded_error": 529,
 }
 
-# What each Anthropic error type is as svir's ErrorKind, for an Anthropic upstream's failures.
-# An overloaded or failing API is transient (retried, fallen back from); billing and permission
-# are the upstream refusing svir's account, as an auth failure is.
-_ERROR_KINDS: Final[Mapping[str, ErrorKind]] = {
-    "invalid_request_error": ErrorKind.REJECTED,
-    "authentication_error": ErrorKind.AUTH,
-    "billing_error": ErrorKind.AUTH,
-    "permission_error": ErrorKind.AUTH,
-    "not_found_error": ErrorKind.MODEL_NOT_FOUND,
-    "request_too_large": ErrorKind.REJECTED,
-    "rate_limit_error": ErrorKind.RATE_LIMITED,
-    "api_error": ErrorKind.TRANSIENT,
-    "timeout_error": ErrorKind.TIMEOUT,
-    "overloaded_error": ErrorKind.TRANSIENT,
-}
-
 # Anthropic's words for a prompt over the context, which Claude Code matches on (it compacts the
 # conversation when it reads them) along with the two numbers after them.
 OVERFLOW_START: Final = "prompt is too long"
@@ -149,28 +131,6 @@ def error_type(status: int, code: str | None = None) -> str:
         if known == status and name not in ("timeout_error", "billing_error"):
             return name
     return "api_error" if status >= 500 else "invalid_request_error"
-
-
-def error_kind(type: str | None, status: int | None = None) -> ErrorKind:
-    """svir's ErrorKind for an Anthropic error type (the status decides when the type is unknown
-    or missing); a `prompt is too long` is told apart by its words, by the caller."""
-    if type is not None:
-        kind = _ERROR_KINDS.get(type)
-        if kind is not None:
-            return kind
-    if status is None:
-        return ErrorKind.OTHER
-    if status in (401, 402, 403):
-        return ErrorKind.AUTH
-    if status == 404:
-        return ErrorKind.MODEL_NOT_FOUND
-    if status == 429:
-        return ErrorKind.RATE_LIMITED
-    if status in (408, 504):
-        return ErrorKind.TIMEOUT
-    if status >= 500:
-        return ErrorKind.TRANSIENT
-    return ErrorKind.REJECTED
 
 
 def error_body(type: str, message: str) -> dict[str, Any]:
