@@ -40,6 +40,7 @@ __all__ = [
     "ERROR_STATUS",
     "FINISH_REASONS",
     "STOP_REASONS",
+    "THINKING_KEY",
     "MessageAggregator",
     "MessageStreamEncoder",
     "anthropic_error",
@@ -92,6 +93,12 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
+
+# The canonical chat request's key for an Anthropic client's own `thinking` object: the
+# request side (svir.wire.anthropic_request) writes it beside the `reasoning_effort` it stands
+# for, the anthropic upstream kind sends it as it is, and every other kind's body leaves it out
+# (svir.providers.request), since Kimi and others read a `thinking` of their own.
+THINKING_KEY: Final = "anthropic_thinking"
 
 # Anthropic's words for a prompt over the context, which Claude Code matches on (it compacts the
 # conversation when it reads them) along with the two numbers after them.
@@ -205,14 +212,15 @@ def _frame(name: str, data: Any) -> bytes:
 
 class _Held:
     """Output that waits for the open tool_use block to close: a later call, or text or
-    reasoning after the calls began."""
+    reasoning (with its seal) after the calls began."""
 
-    __slots__ = ("kind", "parts", "start")
+    __slots__ = ("kind", "parts", "signature", "start")
 
     def __init__(self, kind: str, start: ToolCallStart | None = None) -> None:
-        self.kind = kind  # "text", "thinking" or "tool_use"
+        self.kind = kind  # "text", "thinking", "redacted_thinking" (data in parts) or "tool_use"
         self.start = start
         self.parts: list[str] = []
+        self.signature: str | None = None  # a thinking block's, which closes it
 
 
 class MessageStreamEncoder:
@@ -225,7 +233,11 @@ class MessageStreamEncoder:
 
     - reasoning is a `thinking` block, with `signature: ""` at its start (svir signs nothing: a
       signature of its own would verify nowhere; clients send the empty one back, and the
-      request side takes it);
+      request side takes it). An Anthropic upstream's signature (`ReasoningSignature`) is the
+      block's last delta, `signature_delta`, and closes it, as Anthropic's stream does; one
+      with no reasoning before it (Anthropic's omitted thinking display) is a thinking block of
+      the signature alone. A `RedactedReasoning` is a `redacted_thinking` block, whole at its
+      start, with no delta;
     - text, and a refusal (the model's own words declining; Anthropic has no refusal block, and
       its `refusal` stop_reason is a safety classifier stopping the stream, which is what a
       content-filter finish is, so a refusal is shown as the text it is), is a `text` block,
@@ -350,30 +362,41 @@ class MessageStreamEncoder:
 
     def _sealed(self, event: ReasoningSignature | RedactedReasoning) -> bytes:
         """An Anthropic upstream's seal on its reasoning, passed on so that the client can send
-        the block back: the signature into the open thinking block, a redacted block as its own.
-        (Held output, after a tool call began, has no place for either.)"""
+        the block back: the signature closing its thinking block, a redacted block as its own;
+        held in order, like the reasoning, once a tool call began."""
         out = self.start()
         if self._live_call is not None:
-            return out
-        if isinstance(event, ReasoningSignature):
-            if self._block != "thinking":
+            if isinstance(event, RedactedReasoning):
+                held = _Held("redacted_thinking")
+                held.parts.append(event.data)
+                self._held.append(held)
                 return out
-            delta = {"type": "signature_delta", "signature": event.signature}
-            return out + _frame(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": self._index, "delta": delta},
-            )
-        out += self._close()
-        self._index += 1
-        block = {"type": "redacted_thinking", "data": event.data}
-        return (
-            out
-            + _frame(
-                "content_block_start",
-                {"type": "content_block_start", "index": self._index, "content_block": block},
-            )
-            + _frame("content_block_stop", {"type": "content_block_stop", "index": self._index})
+            last = self._held[-1] if self._held else None
+            if last is None or last.kind != "thinking" or last.signature is not None:
+                last = _Held("thinking")
+                self._held.append(last)
+            last.signature = event.signature
+            return out
+        if isinstance(event, RedactedReasoning):
+            return out + self._close() + self._redacted(event.data)
+        if self._block != "thinking":
+            out += self._close() + self._open("thinking")
+        return out + self._signature(event.signature) + self._close()
+
+    def _signature(self, signature: str) -> bytes:
+        delta = {"type": "signature_delta", "signature": signature}
+        return _frame(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._index, "delta": delta},
         )
+
+    def _redacted(self, data: str) -> bytes:
+        self._index += 1
+        block = {"type": "redacted_thinking", "data": data}
+        return _frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": self._index, "content_block": block},
+        ) + _frame("content_block_stop", {"type": "content_block_stop", "index": self._index})
 
     def error(self, ce: ClientError) -> bytes:
         """End the stream with one `error` event, and nothing after it."""
@@ -390,7 +413,7 @@ class MessageStreamEncoder:
             return self.start()
         if self._live_call is not None:
             last = self._held[-1] if self._held else None
-            if last is None or last.kind != kind:
+            if last is None or last.kind != kind or last.signature is not None:
                 last = _Held(kind)
                 self._held.append(last)
             last.parts.append(text)
@@ -469,11 +492,18 @@ class MessageStreamEncoder:
     def _end(self) -> bytes:
         out = self.start() + self._close()
         for held in self._held:
+            if held.kind == "redacted_thinking":
+                out += self._redacted(held.parts[0])
+                continue
             if held.kind == "tool_use":
                 out += self._open("tool_use", held.start)
                 self._live_parts = held.parts
             else:
-                out += self._open(held.kind) + self._delta(held.kind, "".join(held.parts))
+                out += self._open(held.kind)
+                if held.parts:
+                    out += self._delta(held.kind, "".join(held.parts))
+                if held.signature is not None:
+                    out += self._signature(held.signature)
             out += self._close()
         self._held.clear()
         self._held_calls.clear()
