@@ -16,8 +16,10 @@ upstream:
   (a message's mark on its last block).
 - `is_error` on a tool message: the tool result's `is_error`.
 
-Also read when present: `top_k`, and `thinking` (Anthropic's own object, sent as it is; otherwise
-`reasoning_effort` sets it).
+Also read when present: `top_k`, and Anthropic's own thinking object, sent as it is: under
+`THINKING_KEY` (an Anthropic client's, which no other kind is sent) or `thinking` (LiteLLM's
+name, which OpenAI-compatible kinds such as Kimi also read); otherwise `reasoning_effort` sets
+it. `build_upstream_body` leaves THINKING_KEY and tools' `cache_control` out for every other kind.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.wire.anthropic import finish_reason, tool_input
+from svir.wire.anthropic import THINKING_KEY, finish_reason, tool_input
 from svir.wire.classify import classify_stream_error
 from svir.wire.decoder import ChatDecoder
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
@@ -295,7 +297,9 @@ def _mark_last(blocks: list[dict[str, Any]], original: Mapping[str, Any]) -> lis
 
 
 def _thinking(client: Mapping[str, Any]) -> dict[str, Any] | None:
-    given = client.get("thinking")
+    given = client.get(THINKING_KEY)
+    if not isinstance(given, dict):
+        given = client.get("thinking")
     if isinstance(given, dict):
         return given
     effort = client.get("reasoning_effort")
