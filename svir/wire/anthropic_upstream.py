@@ -100,7 +100,7 @@ def messages_body(client: Mapping[str, Any], model_id: str) -> dict[str, Any]:
     for i, (msg, original) in enumerate(zip(built, originals, strict=True)):
         role = msg["role"]
         if role in ("system", "developer"):
-            blocks = _text_blocks(msg["content"], original)
+            blocks = _mark_last(_text_blocks(msg["content"], original), original)
             if not turns:
                 system.extend(blocks)
             else:
@@ -174,7 +174,8 @@ def _add(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -
 
 def _text_blocks(text: str, original: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A text-only message's blocks: one per text part when it came in parts (each keeps its
-    mark), else one of its text; none for empty text, which Anthropic refuses."""
+    mark), else one of its text; none for empty text, which Anthropic refuses. The message's own
+    mark is the caller's to place (`_mark_last`)."""
     parts = original.get("content")
     blocks: list[dict[str, Any]] = []
     if isinstance(parts, list) and all(p.get("type") in _TEXT_PARTS for p in parts):
@@ -184,12 +185,12 @@ def _text_blocks(text: str, original: Mapping[str, Any]) -> list[dict[str, Any]]
     elif text:
         # Parts folded into one text (text files with it): their last mark goes on it.
         blocks = _folded_mark([{"type": "text", "text": text}], parts)
-    return _mark_last(blocks, original)
+    return blocks
 
 
 def _user_blocks(content: str | list[dict[str, Any]], original: Mapping[str, Any]) -> list[Any]:
     if isinstance(content, str):
-        return _text_blocks(content, original)
+        return _mark_last(_text_blocks(content, original), original)
     # Content with images: its text joined in one part, then the images (build_messages).
     blocks: list[dict[str, Any]] = []
     for part in content:

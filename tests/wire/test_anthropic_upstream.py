@@ -273,6 +273,16 @@ def test_an_empty_assistant_turn_is_left_out_and_its_neighbours_merge() -> None:
     ]
 
 
+def test_an_assistant_messages_mark_goes_on_its_last_block_only() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    mark = {"type": "ephemeral"}
+    msg = {"role": "assistant", "content": "Looking.", "tool_calls": [call], "cache_control": mark}
+    got = body([user("a"), msg, {"role": "tool", "tool_call_id": "c1", "content": "r"}])
+    text, tool_use = got["messages"][1]["content"]
+    assert text == {"type": "text", "text": "Looking."}
+    assert tool_use["type"] == "tool_use" and tool_use["cache_control"] == mark
+
+
 def test_tools_and_tool_choice() -> None:
     bare = {"type": "function", "function": {"name": "now"}, "cache_control": {"type": "ephemeral"}}
     got = body([user("x")], tools=[TOOL, bare], tool_choice="required")
