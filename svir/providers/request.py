@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from svir.errors import RequestError
 from svir.providers.base import ProviderKind, ProviderSettings
-from svir.wire.anthropic import THINKING_KEY
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.request import build_messages
 
@@ -29,9 +29,9 @@ __all__ = [
 _REBUILT: Final = frozenset(
     {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens"}
 )
-# Fields never copied: the rebuilt ones, and an Anthropic client's thinking object, which only
-# the anthropic kind's own body builder reads (svir.wire.anthropic_upstream).
-_NOT_COPIED: Final = _REBUILT | {THINKING_KEY}
+# Fields never copied: the rebuilt ones, and an Anthropic client's thinking object and effort,
+# which only the anthropic kind's own body builder reads (svir.wire.anthropic_upstream).
+_NOT_COPIED: Final = _REBUILT | {THINKING_KEY, EFFORT_KEY}
 # A tool's cache mark (Anthropic's, which the Messages request side keeps for an Anthropic
 # upstream): OpenAI-compatible servers take no such key on a tool, and OpenAI refuses it.
 _TOOL_MARK: Final = "cache_control"

@@ -37,6 +37,7 @@ from svir.wire.events import (
 )
 
 __all__ = [
+    "EFFORT_KEY",
     "ERROR_STATUS",
     "FINISH_REASONS",
     "STOP_REASONS",
@@ -99,6 +100,9 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
 # for, the anthropic upstream kind sends it as it is, and every other kind's body leaves it out
 # (svir.providers.request), since Kimi and others read a `thinking` of their own.
 THINKING_KEY: Final = "anthropic_thinking"
+# Likewise an Anthropic client's `output_config.effort` as it came (`max` included), beside the
+# `reasoning_effort` it stands for.
+EFFORT_KEY: Final = "anthropic_effort"
 
 # Anthropic's words for a prompt over the context, which Claude Code matches on (it compacts the
 # conversation when it reads them) along with the two numbers after them.

@@ -40,7 +40,8 @@ for any JSON value. What the translation does, field by field:
   `thinking: {type: enabled, budget_tokens}` by budget (below 4096 low, below 16384 medium, else
   high: Claude Code's "think" 4000, "think hard" 10000 and "ultrathink" 31999 fall one in each);
   `adaptive` alone leaves the upstream's default. The `thinking` object itself goes along under
-  `THINKING_KEY`, which an Anthropic upstream is sent as it came and no other upstream sees.
+  `THINKING_KEY`, and `output_config.effort` under `EFFORT_KEY`, which an Anthropic upstream is
+  sent as they came and no other upstream sees.
 - `metadata.user_id` (a string; Claude Code's is JSON text) is returned as `user_id`, not sent on.
 - Any other field (`context_management`, `container`, `mcp_servers`, `service_tier`, …) is
   ignored with a warning.
@@ -56,7 +57,7 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.wire.anthropic import THINKING_KEY
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.request import file_block
@@ -189,6 +190,8 @@ def translate_request(body: Any) -> MessagesRequest:
         # Anthropic's own setting, for an Anthropic upstream to send as it came; no other
         # upstream's body has it (build_upstream_body leaves it out).
         chat[THINKING_KEY] = thinking
+    if output_config and output_config.get("effort") is not None:
+        chat[EFFORT_KEY] = output_config["effort"]
     if output_config:
         t.output_format(output_config, chat)
     user_id = _user_id(body.get("metadata"))

@@ -19,7 +19,8 @@ upstream:
 Also read when present: `top_k`, and Anthropic's own thinking object, sent as it is: under
 `THINKING_KEY` (an Anthropic client's, which no other kind is sent) or `thinking` (LiteLLM's
 name, which OpenAI-compatible kinds such as Kimi also read); otherwise `reasoning_effort` sets
-it. `build_upstream_body` leaves THINKING_KEY and tools' `cache_control` out for every other kind.
+it. An Anthropic client's `output_config.effort`, under `EFFORT_KEY`, goes back as it came.
+`build_upstream_body` leaves both keys and tools' `cache_control` out for every other kind.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.wire.anthropic import THINKING_KEY, finish_reason, tool_input
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY, finish_reason, tool_input
 from svir.wire.classify import classify_stream_error
 from svir.wire.decoder import ChatDecoder
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
@@ -134,6 +135,9 @@ def messages_body(client: Mapping[str, Any], model_id: str) -> dict[str, Any]:
     body["max_tokens"] = limit
     if thinking:
         body["thinking"] = thinking
+    effort = client.get(EFFORT_KEY)
+    if isinstance(effort, str):
+        body["output_config"] = {"effort": effort}
     if not thinking or thinking.get("type") == "disabled":
         for key in _NOT_WITH_THINKING:
             value = client.get(key)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svir.providers.request import validate_chat_request
-from svir.wire.anthropic import THINKING_KEY
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.anthropic_request import MessagesRequestError, count_tokens, translate_request
 from svir.wire.errors import BodyError
 from svir.wire.request import build_messages
@@ -151,6 +151,7 @@ def test_claude_code_first_turn() -> None:
         "tool_choice": "auto",
         "reasoning_effort": "medium",
         THINKING_KEY: {"type": "adaptive"},
+        EFFORT_KEY: "medium",
     }
     assert got.stream and not got.image_urls
     assert got.user_id == body["metadata"]["user_id"]

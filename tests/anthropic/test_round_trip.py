@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from svir.providers import build_upstream_body, get_kind
-from svir.wire.anthropic import THINKING_KEY
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.anthropic_request import translate_request
 from svir.wire.anthropic_upstream import messages_body
 
@@ -90,15 +90,17 @@ def upstream_body(kind: str, chat: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "thinking",
+    ("thinking", "effort"),
     [
-        {"type": "enabled", "budget_tokens": 5000},
-        {"type": "adaptive"},
-        {"type": "disabled"},
+        ({"type": "enabled", "budget_tokens": 5000}, None),
+        ({"type": "adaptive"}, "max"),
+        ({"type": "disabled"}, None),
     ],
 )
-def test_what_the_client_sent_is_what_an_anthropic_upstream_gets(thinking: dict[str, Any]) -> None:
-    client = request(thinking)
+def test_what_the_client_sent_is_what_an_anthropic_upstream_gets(
+    thinking: dict[str, Any], effort: str | None
+) -> None:
+    client = request(thinking, **({"output_config": {"effort": effort}} if effort else {}))
     sent = copy.deepcopy(client)
     chat = translate_request(client).chat
     got = upstream_body("anthropic", chat)
@@ -110,6 +112,7 @@ def test_what_the_client_sent_is_what_an_anthropic_upstream_gets(thinking: dict[
     # the call it was on).
     assert got["system"] == SYSTEM
     assert got["thinking"] == thinking
+    assert got.get("output_config") == ({"effort": effort} if effort else None)
     assert got["tools"] == TOOLS
     assert got["tool_choice"] == {"type": "auto"}
     assert got["max_tokens"] == 8000
@@ -141,7 +144,8 @@ def test_claude_codes_unsigned_thinking_is_not_sent_back_to_anthropic() -> None:
 
 @pytest.mark.parametrize("kind", ["openai-compatible", "openai", "llamacpp", "vllm", "kimi"])
 def test_every_other_kind_gets_its_body_of_today(kind: str) -> None:
-    chat = translate_request(request({"type": "enabled", "budget_tokens": 5000})).chat
+    settings = request({"type": "adaptive"}, output_config={"effort": "medium"})
+    chat = translate_request(settings).chat
     got = upstream_body(kind, chat)
     system, first, assistant, ok, failed, rest = got["messages"]
     # One system string, as OpenAI-compatible servers (and their chat templates) take it.
@@ -164,10 +168,10 @@ def test_every_other_kind_gets_its_body_of_today(kind: str) -> None:
     assert got["reasoning_effort"] == "medium"
     # The client's thinking object is Anthropic's: no other kind is sent it (Kimi, which reads a
     # `thinking` of its own, gets its default).
-    assert THINKING_KEY not in got
+    assert THINKING_KEY not in got and EFFORT_KEY not in got and "output_config" not in got
     assert got.get("thinking") == ({"type": "disabled"} if kind == "kimi" else None)
     # The canonical request the other kinds were built from still holds it all.
-    assert chat[THINKING_KEY] == {"type": "enabled", "budget_tokens": 5000}
+    assert chat[THINKING_KEY] == {"type": "adaptive"} and chat[EFFORT_KEY] == "medium"
     assert chat["tools"][0]["cache_control"] == E
 
 
