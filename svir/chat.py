@@ -26,7 +26,7 @@ from svir.providers.adapt import answer_transform
 from svir.transport import StreamResponse, Transport
 from svir.wire.blobs import Blobs
 from svir.wire.classify import redact_error, to_client_error
-from svir.wire.decoder import StreamDecoder
+from svir.wire.decoder import ChatDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
 from svir.wire.events import (
@@ -227,7 +227,7 @@ class ChatCall:
         self.drop_fields = drop_fields
         self.state = _NEW
         self.stats = CallStats()
-        self._decoder = StreamDecoder(
+        self._decoder: ChatDecoder = route.kind.new_decoder(
             think_tags=route.think_tags,
             tool_names=tool_names(request),
             clock=time.perf_counter,

@@ -640,6 +640,13 @@ def _checked_provider(
     elif provider.api_version is not None:
         raise fail(f"{at}.api_version", f"applies to kind 'azure' only, not {kind.name!r}")
 
+    if provider.relay and not kind.speaks_openai:
+        raise fail(
+            f"{at}.relay",
+            f"kind {kind.name!r} streams its own protocol, which an OpenAI client cannot read;"
+            " remove relay (svir translates the stream)",
+        )
+
     models: list[str] = list(managed.models) if managed is not None else []
     for j, model in enumerate(provider.models):
         if not model.strip():

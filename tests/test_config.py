@@ -277,7 +277,7 @@ def test_missing_required_fields() -> None:
 def test_unknown_kind_lists_the_known_ones() -> None:
     error = error_of(OK_PROVIDER + '[[providers]]\nname = "b"\nkind = "foo"\nbase_url = "http://h"')
     assert error.field == "providers[1].kind"
-    assert error.reason.startswith("unknown kind 'foo' (known: azure, gemini, kimi, llamacpp,")
+    assert error.reason.startswith("unknown kind 'foo' (known: anthropic, azure, gemini, kimi,")
     assert "openai-compatible" in error.reason
 
 

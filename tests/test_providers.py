@@ -29,6 +29,7 @@ ALL_KINDS = [
     "openai-compatible",
     "openai",
     "azure",
+    "anthropic",
     "openrouter",
     "gemini",
     "kimi",
@@ -40,6 +41,8 @@ ALL_KINDS = [
     "mlx-lm",
     "mlx-vlm",
 ]
+# The kinds that are sent OpenAI's chat body (anthropic is sent a Messages request).
+OPENAI_KINDS = [n for n in ALL_KINDS if n != "anthropic"]
 
 
 def provider(kind: str, **fields: Any) -> ProviderConfig:
@@ -128,6 +131,8 @@ def test_provider_settings_override_the_kind() -> None:
 def test_auth_headers(name: str) -> None:
     kind = get_kind(name)
     expected = {"api-key": "k"} if name == "azure" else {"Authorization": "Bearer k"}
+    if name == "anthropic":
+        expected = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
     assert kind.auth_headers("k") == expected
     assert kind.auth_headers(None) == {}
     assert kind.auth_headers("") == {}
@@ -137,7 +142,7 @@ def test_auth_headers(name: str) -> None:
 # URLs
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_KINDS if n not in ("azure", "gemini")])
+@pytest.mark.parametrize("name", [n for n in OPENAI_KINDS if n not in ("azure", "gemini")])
 def test_openai_style_urls(name: str) -> None:
     kind = get_kind(name)
     p = provider(name, base_url="http://h:8080/v1")
@@ -441,7 +446,7 @@ def test_common_rewriting() -> None:
     }
 
 
-@pytest.mark.parametrize("name", ALL_KINDS)
+@pytest.mark.parametrize("name", OPENAI_KINDS)
 def test_usage_is_always_requested(name: str) -> None:
     for options in (None, {"include_usage": False}, {}):
         client = request(stream=False)
@@ -617,7 +622,7 @@ def test_client_request_is_not_touched() -> None:
     for name in ALL_KINDS:
         body = build(client, name, api_version="v1" if name == "azure" else None)
         # Changing the fields of what was built must not reach back into the client's objects.
-        body["stream_options"]["x"] = 1
+        body.setdefault("stream_options", {})["x"] = 1
         body["messages"][0]["content"] = "changed"
         body.pop("tools", None)
         assert client == before
@@ -635,7 +640,7 @@ def test_client_values_are_shared_not_copied() -> None:
     deep input (`copy.deepcopy` needs several frames a level)."""
     deep = nested(5000)
     client = request(metadata=deep, stream_options={"include_usage": False})
-    for name in ALL_KINDS:
+    for name in OPENAI_KINDS:
         body = build(client, name, api_version="v1" if name == "azure" else None)
         assert body["metadata"] is deep
         assert body["stream_options"] == {"include_usage": True}

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from svir.providers import (
+    anthropic,
     azure,
     gemini,
     kimi,
@@ -57,6 +58,7 @@ KINDS: Mapping[str, ProviderKind] = MappingProxyType(
             openai_compatible,
             openai,
             azure,
+            anthropic,
             openrouter,
             gemini,
             kimi,

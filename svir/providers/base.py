@@ -5,16 +5,19 @@ plain OpenAI-compatible chat, and the defaults each hook falls back on.
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
+from svir.wire.decoder import DecoderFactory, StreamDecoder
 from svir.wire.errors import UpstreamError
 from svir.wire.models import normalize_base_url
 from svir.wire.request import ReasoningKey
 
 __all__ = [
     "AuthHeader",
+    "BodyBuilder",
     "MaxTokensField",
     "ProviderKind",
     "ProviderSettings",
@@ -25,7 +28,9 @@ __all__ = [
 ]
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
-AuthHeader = Literal["authorization", "api-key"]
+AuthHeader = Literal["authorization", "api-key", "x-api-key"]
+# A kind's own request body, from a checked chat request and the model id upstream.
+BodyBuilder = Callable[[Mapping[str, Any], str], dict[str, Any]]
 
 
 class ProviderSettings(Protocol):
@@ -115,14 +120,32 @@ class ProviderKind:
     adapt_body: Callable[[dict[str, Any]], dict[str, Any]] = field(default=unchanged_body)
     chat_url: Callable[[str, str, ProviderSettings], str] = field(default=openai_chat_url)
     models_url: Callable[[str, ProviderSettings], str] = field(default=openai_models_url)
+    # Sent with the key on every request (Anthropic's `anthropic-version`).
+    api_headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # For a server that does not speak OpenAI's chat API: the body it takes instead of
+    # `build_upstream_body`'s (the kind's drop_params and adapt_body still apply), and the
+    # decoder of the stream it answers with.
+    build_body: BodyBuilder | None = None
+    new_decoder: DecoderFactory = field(default=StreamDecoder)
+
+    @property
+    def speaks_openai(self) -> bool:
+        """Whether the server takes and streams OpenAI's chat API (so its frames can be relayed)."""
+        return self.build_body is None
 
     def auth_headers(self, key: str | None) -> dict[str, str]:
         """The headers that carry `key` to this kind of server; none without a key."""
         if not key:
             return {}
         if self.auth_header == "api-key":
-            return {"api-key": key}
-        return {"Authorization": f"Bearer {key}"}
+            headers = {"api-key": key}
+        elif self.auth_header == "x-api-key":
+            headers = {"x-api-key": key}
+        else:
+            headers = {"Authorization": f"Bearer {key}"}
+        if self.api_headers:
+            headers.update(self.api_headers)
+        return headers
 
     def drop_params_for(self, provider: ProviderSettings) -> frozenset[str]:
         """The request fields removed before sending: the provider's list, else the kind's."""

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from svir.errors import RequestError
 from svir.providers.base import ProviderKind, ProviderSettings
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.request import build_messages
 
@@ -28,6 +29,12 @@ __all__ = [
 _REBUILT: Final = frozenset(
     {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens"}
 )
+# Fields never copied: the rebuilt ones, and an Anthropic client's thinking object and effort,
+# which only the anthropic kind's own body builder reads (svir.wire.anthropic_upstream).
+_NOT_COPIED: Final = _REBUILT | {THINKING_KEY, EFFORT_KEY}
+# A tool's cache mark (Anthropic's, which the Messages request side keeps for an Anthropic
+# upstream): OpenAI-compatible servers take no such key on a tool, and OpenAI refuses it.
+_TOOL_MARK: Final = "cache_control"
 _LIMIT_NAMES: Final = frozenset({"max_tokens", "max_completion_tokens"})
 # Tool settings that mean nothing without tools, and that OpenAI and Azure reject alone (§2.4).
 _TOOL_SETTINGS: Final = ("tool_choice", "parallel_tool_calls")
@@ -327,7 +334,12 @@ def build_upstream_body(
     kind's `adapt_body` changes them in place, it replaces them. A message that cannot be sent
     raises svir.wire.errors.BodyError, naming the message and field; it is the client's fault, to
     be answered as a bad `messages`.
+
+    A kind that speaks another API (`ProviderKind.build_body`, Anthropic's) builds its own body
+    from the same request; the dropping and the kind's `adapt_body` apply to it as to this one.
     """
+    if kind.build_body is not None:
+        return _finished(kind.build_body(client, model_id), kind, provider)
     messages = build_messages(client["messages"], reasoning_key=kind.reasoning_key)
 
     # Usage is always asked for, whatever the client wants: svir keeps it for every call, and
@@ -351,17 +363,27 @@ def build_upstream_body(
     for key, value in client.items():
         # null means "not set" in this API, and leaving it out says so to every server, including
         # those that would reject a null.
-        if key in _REBUILT or value is None:
+        if key in _NOT_COPIED or value is None:
             continue
         body[key] = value
 
     if body.get("n") == 1:
         del body["n"]
-    if not body.get("tools"):
+    tools = body.get("tools")
+    if not tools:
         # An empty tool list offers nothing, and some servers reject it as too short.
         body.pop("tools", None)
         for key in _TOOL_SETTINGS:
             body.pop(key, None)
+    elif any(_TOOL_MARK in t for t in tools):
+        body["tools"] = [{k: v for k, v in t.items() if k != _TOOL_MARK} for t in tools]
+    return _finished(body, kind, provider)
+
+
+def _finished(
+    body: dict[str, Any], kind: ProviderKind, provider: ProviderSettings
+) -> dict[str, Any]:
+    """The body without the fields the provider drops, through the kind's `adapt_body`."""
     dropped = kind.drop_params_for(provider)
     if dropped & _LIMIT_NAMES:
         # Either name means the output cap, whichever one this kind is sent.

@@ -20,6 +20,8 @@ from svir.wire.events import (
     Finish,
     ReasoningCarrier,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     StreamError,
     TextDelta,
@@ -47,7 +49,9 @@ class AnswerFold:
         "finish_reason",
         "reasoning",
         "refusal",
+        "sealed",
         "text",
+        "thinking_blocks",
         "usage",
     )
 
@@ -61,6 +65,11 @@ class AnswerFold:
         self.done = False
         self.filters: list[ContentFilter] = []
         self._by_carrier: dict[ReasoningCarrier, list[str]] = {}
+        # Reasoning blocks an upstream sealed (Anthropic's), in order, as the canonical request
+        # carries them back: {"type": "thinking", "thinking", "signature"} or
+        # {"type": "redacted_thinking", "data"}; empty for every other upstream.
+        self.thinking_blocks: list[dict[str, str]] = []
+        self.sealed = 0  # how many pieces of `reasoning` are in `thinking_blocks`
         self._starts: dict[int, ToolCallStart] = {}
         self._args: dict[int, list[str]] = {}
 
@@ -78,6 +87,14 @@ class AnswerFold:
             self._args.setdefault(event.index, [])
         elif isinstance(event, RefusalDelta):
             self.refusal.append(event.text)
+        elif isinstance(event, ReasoningSignature):
+            text = "".join(self.reasoning[self.sealed :])
+            self.sealed = len(self.reasoning)
+            self.thinking_blocks.append(
+                {"type": "thinking", "thinking": text, "signature": event.signature}
+            )
+        elif isinstance(event, RedactedReasoning):
+            self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
         elif isinstance(event, Finish):
             self.finish_reason = event.reason
         elif isinstance(event, Usage):

@@ -18,7 +18,6 @@ import msgspec
 
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError, to_client_error
-from svir.wire.errors import ErrorKind
 from svir.wire.events import (
     ContentFilter,
     Done,
@@ -26,6 +25,8 @@ from svir.wire.events import (
     Finish,
     Keepalive,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     Role,
     StreamError,
@@ -36,14 +37,15 @@ from svir.wire.events import (
 )
 
 __all__ = [
+    "EFFORT_KEY",
     "ERROR_STATUS",
     "FINISH_REASONS",
     "STOP_REASONS",
+    "THINKING_KEY",
     "MessageAggregator",
     "MessageStreamEncoder",
     "anthropic_error",
     "error_body",
-    "error_kind",
     "error_type",
     "finish_reason",
     "message_id",
@@ -94,21 +96,14 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     "overloaded_error": 529,
 }
 
-# What each Anthropic error type is as svir's ErrorKind, for an Anthropic upstream's failures.
-# An overloaded or failing API is transient (retried, fallen back from); billing and permission
-# are the upstream refusing svir's account, as an auth failure is.
-_ERROR_KINDS: Final[Mapping[str, ErrorKind]] = {
-    "invalid_request_error": ErrorKind.REJECTED,
-    "authentication_error": ErrorKind.AUTH,
-    "billing_error": ErrorKind.AUTH,
-    "permission_error": ErrorKind.AUTH,
-    "not_found_error": ErrorKind.MODEL_NOT_FOUND,
-    "request_too_large": ErrorKind.REJECTED,
-    "rate_limit_error": ErrorKind.RATE_LIMITED,
-    "api_error": ErrorKind.TRANSIENT,
-    "timeout_error": ErrorKind.TIMEOUT,
-    "overloaded_error": ErrorKind.TRANSIENT,
-}
+# The canonical chat request's key for an Anthropic client's own `thinking` object: the
+# request side (svir.wire.anthropic_request) writes it beside the `reasoning_effort` it stands
+# for, the anthropic upstream kind sends it as it is, and every other kind's body leaves it out
+# (svir.providers.request), since Kimi and others read a `thinking` of their own.
+THINKING_KEY: Final = "anthropic_thinking"
+# Likewise an Anthropic client's `output_config.effort` as it came (`max` included), beside the
+# `reasoning_effort` it stands for.
+EFFORT_KEY: Final = "anthropic_effort"
 
 # Anthropic's words for a prompt over the context, which Claude Code matches on (it compacts the
 # conversation when it reads them) along with the two numbers after them.
@@ -148,28 +143,6 @@ def error_type(status: int, code: str | None = None) -> str:
         if known == status and name not in ("timeout_error", "billing_error"):
             return name
     return "api_error" if status >= 500 else "invalid_request_error"
-
-
-def error_kind(type: str | None, status: int | None = None) -> ErrorKind:
-    """svir's ErrorKind for an Anthropic error type (the status decides when the type is unknown
-    or missing); a `prompt is too long` is told apart by its words, by the caller."""
-    if type is not None:
-        kind = _ERROR_KINDS.get(type)
-        if kind is not None:
-            return kind
-    if status is None:
-        return ErrorKind.OTHER
-    if status in (401, 402, 403):
-        return ErrorKind.AUTH
-    if status == 404:
-        return ErrorKind.MODEL_NOT_FOUND
-    if status == 429:
-        return ErrorKind.RATE_LIMITED
-    if status in (408, 504):
-        return ErrorKind.TIMEOUT
-    if status >= 500:
-        return ErrorKind.TRANSIENT
-    return ErrorKind.REJECTED
 
 
 def error_body(type: str, message: str) -> dict[str, Any]:
@@ -256,14 +229,15 @@ def _frame(name: str, data: Any) -> bytes:
 
 class _Held:
     """Output that waits for the open tool_use block to close: a later call, or text or
-    reasoning after the calls began."""
+    reasoning (with its seal) after the calls began."""
 
-    __slots__ = ("kind", "parts", "start")
+    __slots__ = ("kind", "parts", "signature", "start")
 
     def __init__(self, kind: str, start: ToolCallStart | None = None) -> None:
-        self.kind = kind  # "text", "thinking" or "tool_use"
+        self.kind = kind  # "text", "thinking", "redacted_thinking" (data in parts) or "tool_use"
         self.start = start
         self.parts: list[str] = []
+        self.signature: str | None = None  # a thinking block's, which closes it
 
 
 class MessageStreamEncoder:
@@ -276,7 +250,11 @@ class MessageStreamEncoder:
 
     - reasoning is a `thinking` block, with `signature: ""` at its start (svir signs nothing: a
       signature of its own would verify nowhere; clients send the empty one back, and the
-      request side takes it);
+      request side takes it). An Anthropic upstream's signature (`ReasoningSignature`) is the
+      block's last delta, `signature_delta`, and closes it, as Anthropic's stream does; one
+      with no reasoning before it (Anthropic's omitted thinking display) is a thinking block of
+      the signature alone. A `RedactedReasoning` is a `redacted_thinking` block, whole at its
+      start, with no delta;
     - text, and a refusal (the model's own words declining; Anthropic has no refusal block, and
       its `refusal` stop_reason is a safety classifier stopping the stream, which is what a
       content-filter finish is, so a refusal is shown as the text it is), is a `text` block,
@@ -395,7 +373,47 @@ class MessageStreamEncoder:
             return self.error(ce)
         if isinstance(event, Role | ContentFilter):
             return self.start()
+        if isinstance(event, ReasoningSignature | RedactedReasoning):
+            return self._sealed(event)
         raise TypeError(f"not an event: {event!r}")
+
+    def _sealed(self, event: ReasoningSignature | RedactedReasoning) -> bytes:
+        """An Anthropic upstream's seal on its reasoning, passed on so that the client can send
+        the block back: the signature closing its thinking block, a redacted block as its own;
+        held in order, like the reasoning, once a tool call began."""
+        out = self.start()
+        if self._live_call is not None:
+            if isinstance(event, RedactedReasoning):
+                held = _Held("redacted_thinking")
+                held.parts.append(event.data)
+                self._held.append(held)
+                return out
+            last = self._held[-1] if self._held else None
+            if last is None or last.kind != "thinking" or last.signature is not None:
+                last = _Held("thinking")
+                self._held.append(last)
+            last.signature = event.signature
+            return out
+        if isinstance(event, RedactedReasoning):
+            return out + self._close() + self._redacted(event.data)
+        if self._block != "thinking":
+            out += self._close() + self._open("thinking")
+        return out + self._signature(event.signature) + self._close()
+
+    def _signature(self, signature: str) -> bytes:
+        delta = {"type": "signature_delta", "signature": signature}
+        return _frame(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._index, "delta": delta},
+        )
+
+    def _redacted(self, data: str) -> bytes:
+        self._index += 1
+        block = {"type": "redacted_thinking", "data": data}
+        return _frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": self._index, "content_block": block},
+        ) + _frame("content_block_stop", {"type": "content_block_stop", "index": self._index})
 
     def error(self, ce: ClientError) -> bytes:
         """End the stream with one `error` event, and nothing after it."""
@@ -412,7 +430,7 @@ class MessageStreamEncoder:
             return self.start()
         if self._live_call is not None:
             last = self._held[-1] if self._held else None
-            if last is None or last.kind != kind:
+            if last is None or last.kind != kind or last.signature is not None:
                 last = _Held(kind)
                 self._held.append(last)
             last.parts.append(text)
@@ -491,11 +509,18 @@ class MessageStreamEncoder:
     def _end(self) -> bytes:
         out = self.start() + self._close()
         for held in self._held:
+            if held.kind == "redacted_thinking":
+                out += self._redacted(held.parts[0])
+                continue
             if held.kind == "tool_use":
                 out += self._open("tool_use", held.start)
                 self._live_parts = held.parts
             else:
-                out += self._open(held.kind) + self._delta(held.kind, "".join(held.parts))
+                out += self._open(held.kind)
+                if held.parts:
+                    out += self._delta(held.kind, "".join(held.parts))
+                if held.signature is not None:
+                    out += self._signature(held.signature)
             out += self._close()
         self._held.clear()
         self._held_calls.clear()
@@ -542,11 +567,11 @@ class MessageAggregator(AnswerFold):
     __slots__ = ()
 
     def message(self, *, id: str, model: str, input_tokens: int = 0) -> dict[str, Any]:
-        content: list[dict[str, Any]] = []
-        if self.reasoning:
-            content.append(
-                {"type": "thinking", "thinking": "".join(self.reasoning), "signature": ""}
-            )
+        # An Anthropic upstream's blocks as they came (signed), then any other reasoning.
+        content: list[dict[str, Any]] = list(self.thinking_blocks)
+        unsealed = "".join(self.reasoning[self.sealed :])
+        if unsealed:
+            content.append({"type": "thinking", "thinking": unsealed, "signature": ""})
         text = "".join(self.text) + "".join(self.refusal)
         if text:
             content.append({"type": "text", "text": text})

@@ -10,20 +10,25 @@ for any JSON value. What the translation does, field by field:
 
 - `system` (a string, or text blocks) is the first, system, message; a `role: "system"` message
   inside `messages`, which the protocol lacks but Claude Code sends, stays a system message where
-  it stands (the canonical request takes one anywhere).
+  it stands (the canonical request takes one anywhere). Text blocks stay text parts, so that an
+  Anthropic upstream gets the blocks back; every other upstream gets one string (build_messages).
 - content blocks: `text`; `image` (base64 as a data URL; a URL as it is, flagged `image_urls`);
   `document` with a text source (`text`, `content`, or base64 `text/plain`) as svir's file block
   (`<file name="title">` in the text); `tool_use` as the assistant's tool calls (input as JSON
   text); `tool_result` as a tool message right after the calls (its text; `is_error` says
-  "Error: " first; images in it go into a user message after the results, since a tool message
-  takes text only); `thinking` as the assistant's `reasoning_content` (never as text; its
-  signature, often "" from Claude Code, is not needed by any upstream but Anthropic's and is
-  dropped); `redacted_thinking` is dropped: its data is encrypted for Anthropic alone.
-  `cache_control` marks, citations and other hints on a block are not translated.
+  "Error: " first, and `is_error: true` on the message; images in it go into a user message
+  after the results, since a tool message takes text only); `thinking` as the assistant's
+  `reasoning_content` (never as text); signed thinking blocks and `redacted_thinking` (its data
+  is encrypted for Anthropic alone) also as `thinking_blocks`, which only an Anthropic upstream
+  is sent (an empty signature, Claude Code's, is none: no block is kept for it).
+- `cache_control` marks: on a system or content block, on its text or image part (an
+  assistant's text blocks stay parts then); on a tool_result, on its tool message; on a
+  tool_use, on its assistant message; on a tool, on the tool. svir.wire.anthropic_upstream reads
+  them there; no other upstream's body has them. Citations and other hints are not translated.
 - `tools` (custom tools): name, description, and `input_schema` as the function's parameters,
   with `$schema` taken off the schema's top (JSON Schema 2020-12's marker, which Gemini and some
   grammar compilers refuse; the schema means the same without it) and the tool's own
-  `defer_loading`, `cache_control`, `strict`, `input_examples` left out (svir has no tool search:
+  `defer_loading`, `strict`, `input_examples` left out (svir has no tool search:
   every tool is offered at once). Tools of another `type` (Anthropic's server tools: web search,
   code execution, bash, the text editor, …) are dropped with a warning: no other server runs them.
 - `tool_choice` auto / any / tool / none -> auto / required / {function name} / none;
@@ -34,7 +39,9 @@ for any JSON value. What the translation does, field by field:
   `output_config.effort` (low, medium, high, xhigh as they are, max as xhigh) when given; else
   `thinking: {type: enabled, budget_tokens}` by budget (below 4096 low, below 16384 medium, else
   high: Claude Code's "think" 4000, "think hard" 10000 and "ultrathink" 31999 fall one in each);
-  `adaptive` alone leaves the upstream's default.
+  `adaptive` alone leaves the upstream's default. The `thinking` object itself goes along under
+  `THINKING_KEY`, and `output_config.effort` under `EFFORT_KEY`, which an Anthropic upstream is
+  sent as they came and no other upstream sees.
 - `metadata.user_id` (a string; Claude Code's is JSON text) is returned as `user_id`, not sent on.
 - Any other field (`context_management`, `container`, `mcp_servers`, `service_tier`, …) is
   ignored with a warning.
@@ -50,6 +57,7 @@ from typing import Any, Final
 
 import msgspec
 
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.request import file_block
@@ -174,9 +182,16 @@ def translate_request(body: Any) -> MessagesRequest:
         raise MessagesRequestError(
             "output_config", f"must be an object, not {json_type(output_config)}"
         )
-    effort = t.effort(body.get("thinking"), output_config or {})
+    thinking = body.get("thinking")
+    effort = t.effort(thinking, output_config or {})
     if effort is not None:
         chat["reasoning_effort"] = effort
+    if thinking is not None:
+        # Anthropic's own setting, for an Anthropic upstream to send as it came; no other
+        # upstream's body has it (build_upstream_body leaves it out).
+        chat[THINKING_KEY] = thinking
+    if output_config and output_config.get("effort") is not None:
+        chat[EFFORT_KEY] = output_config["effort"]
     if output_config:
         t.output_format(output_config, chat)
     user_id = _user_id(body.get("metadata"))
@@ -210,8 +225,21 @@ class _Translation:
     def system(self, system: Any) -> list[dict[str, Any]]:
         if system is None:
             return []
-        text = self.text_only("system", system)
-        return [{"role": "system", "content": text}] if text else []
+        content = self.text_content("system", system)
+        return [{"role": "system", "content": content}] if content else []
+
+    def text_content(self, where: str, content: Any) -> str | list[dict[str, Any]]:
+        """A system text: a string as it is; text blocks as text parts, each with its cache
+        mark (an Anthropic upstream sends them back as the blocks they were; build_messages
+        joins them into one string for every other upstream), none when all are empty."""
+        if isinstance(content, str):
+            return content
+        self.text_only(where, content)
+        parts = [
+            _marked({"type": "text", "text": b["text"]}, b, f"{where}.{j}")
+            for j, b in enumerate(content)
+        ]
+        return parts if any(p["text"] for p in parts) else []
 
     def text_only(self, where: str, content: Any) -> str:
         """A string, or an array of text blocks joined with newlines."""
@@ -246,7 +274,7 @@ class _Translation:
                 self.pending = set()
                 out.append(self.assistant(where, content))
             elif role == "system":
-                text = self.text_only(f"{where}.content", content)
+                text = self.text_content(f"{where}.content", content)
                 if out and out[-1]["role"] == "system" and all(m["role"] == "system" for m in out):
                     out[-1] = {"role": "system", "content": _joined(out[-1]["content"], text)}
                 else:
@@ -276,7 +304,7 @@ class _Translation:
             elif kind in ("thinking", "redacted_thinking", "tool_use"):
                 raise MessagesRequestError(f"{here}.type", f"a user message takes no {kind} block")
             else:
-                parts.append(self.part(here, kind, block))
+                parts.append(_marked(self.part(here, kind, block), block, here))
         # OpenAI servers want a call's results right after the calls, before any other message:
         # before a system note that came between the calls and the results, too.
         at = len(out)
@@ -391,10 +419,13 @@ class _Translation:
                 f"{here}.content",
                 f"must be a string or an array of blocks, not {json_type(content)}",
             )
+        result: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": text}
         is_error = block.get("is_error")
         if is_error is not None and _bool(f"{here}.is_error", is_error):
-            text = f"Error: {text}"
-        return {"role": "tool", "tool_call_id": call_id, "content": text}
+            # The words for every upstream; the flag for an Anthropic one's tool_result.
+            result["content"] = f"Error: {text}"
+            result["is_error"] = True
+        return _marked(result, block, here)
 
     def assistant(self, where: str, content: Any) -> dict[str, Any]:
         if isinstance(content, str):
@@ -404,31 +435,49 @@ class _Translation:
                 f"{where}.content",
                 f"must be a string or an array of blocks, not {json_type(content)}",
             )
-        texts: list[str] = []
+        texts: list[dict[str, Any]] = []
         reasoning: list[str] = []
+        mark: Any = None
+        # The blocks an Anthropic upstream takes back as they were (svir.wire.anthropic_upstream
+        # reads `thinking_blocks`; every other upstream's body leaves it out).
+        sealed: list[dict[str, str]] = []
         calls: list[dict[str, Any]] = []
         for j, block in enumerate(content):
             here = f"{where}.content.{j}"
             kind = _block_type(here, block)
             if kind == "text":
-                texts.append(_string(f"{here}.text", block.get("text")))
+                text = _string(f"{here}.text", block.get("text"))
+                texts.append(_marked({"type": "text", "text": text}, block, here))
             elif kind == "thinking":
                 reasoning.append(_string(f"{here}.thinking", block.get("thinking")))
                 signature = block.get("signature")
-                if signature is not None:
-                    _string(f"{here}.signature", signature)
+                if signature is not None and _string(f"{here}.signature", signature):
+                    sealed.append(
+                        {"type": "thinking", "thinking": reasoning[-1], "signature": signature}
+                    )
             elif kind == "redacted_thinking":
-                _string(f"{here}.data", block.get("data"))
+                data = _string(f"{here}.data", block.get("data"))
+                sealed.append({"type": "redacted_thinking", "data": data})
             elif kind == "tool_use":
                 calls.append(self.tool_use(here, block))
+                # A call holds no mark of its own: the message's goes on its last block.
+                mark = _mark(here, block) or mark
             else:
                 raise MessagesRequestError(
                     f"{here}.type", f"an assistant message takes no {shown(kind)} block"
                 )
-        out: dict[str, Any] = {"role": "assistant", "content": "\n".join(t for t in texts if t)}
+        out: dict[str, Any] = {"role": "assistant"}
+        if any("cache_control" in t for t in texts):
+            out["content"] = texts
+        else:
+            out["content"] = "\n".join(t["text"] for t in texts if t["text"])
+        if mark is not None:
+            out["cache_control"] = mark
         thinking = "\n".join(r for r in reasoning if r)
         if thinking:
             out["reasoning_content"] = thinking
+        if sealed:
+            out["thinking_blocks"] = sealed
         if calls:
             out["tool_calls"] = calls
         return out
@@ -494,7 +543,7 @@ class _Translation:
             description = tool.get("description")
             if description is not None:
                 function["description"] = _string(f"{where}.description", description)
-            out.append({"type": "function", "function": function})
+            out.append(_marked({"type": "function", "function": function}, tool, where))
         return out
 
     def tool_choice(self, choice: Any, chat: dict[str, Any]) -> None:
@@ -590,8 +639,35 @@ def _block_type(where: str, block: Any) -> str:
     return kind
 
 
-def _joined(a: str, b: str) -> str:
-    return f"{a}\n{b}" if a and b else a or b
+def _joined(
+    a: str | list[dict[str, Any]], b: str | list[dict[str, Any]]
+) -> str | list[dict[str, Any]]:
+    if isinstance(a, str) and isinstance(b, str):
+        return f"{a}\n{b}" if a and b else a or b
+    return [*_parts(a), *_parts(b)]
+
+
+def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
+
+
+def _marked(part: dict[str, Any], block: dict[str, Any], where: str) -> dict[str, Any]:
+    """`part` with the cache mark of the block (at `where`) it was made of, when it has one."""
+    mark = _mark(where, block)
+    if mark is not None:
+        part["cache_control"] = mark
+    return part
+
+
+def _mark(where: str, block: dict[str, Any]) -> dict[str, Any] | None:
+    mark = block.get("cache_control")
+    if mark is not None and not isinstance(mark, dict):
+        raise MessagesRequestError(
+            f"{where}.cache_control", f"must be an object, not {json_type(mark)}"
+        )
+    return mark
 
 
 def _integer(where: str, value: Any, least: int) -> int:

@@ -45,11 +45,25 @@ _CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"}
 _TRANSIENT_TYPES = frozenset(
     {"server_error", "internal_server_error", "internalservererror", "service_unavailable"}
 )
+# Anthropic's error types that say the kind whatever the status, in an HTTP error or an
+# `event: error` in the stream: `overloaded_error` (HTTP 529) is a busy server, worth a retry.
+_ANTHROPIC_TYPE_KINDS = {
+    "overloaded_error": ErrorKind.TRANSIENT,
+    "api_error": ErrorKind.TRANSIENT,
+    "rate_limit_error": ErrorKind.RATE_LIMITED,
+    "authentication_error": ErrorKind.AUTH,
+    "permission_error": ErrorKind.AUTH,
+    "timeout_error": ErrorKind.TIMEOUT,
+}
+# Anthropic's status for an overloaded API.
+_OVERLOADED = 529
 
 # Phrases that say a context overflow outright, whatever else the message holds. The mlx-vlm ones
 # are its two refusals under a context limit (§5).
 _OVERFLOW_PHRASES = (
     "maximum context length",
+    # Anthropic's: "prompt is too long: 208310 tokens > 200000 maximum".
+    "prompt is too long",
     "exceeds the available context budget",
     "leaves no room for compacted context",
 )
@@ -93,6 +107,8 @@ _CONTEXT_TOKENS = re.compile(
 )
 # llama.cpp's "request (20056 tokens) exceeds the available context size".
 _REQUEST_TOKENS = re.compile(r"(?i)\brequest \(([0-9]{1,9}) tokens\)")
+# Anthropic's "prompt is too long: 208310 tokens > 200000 maximum".
+_PROMPT_OVER = re.compile(r"(?i)\b([0-9]{1,9}) tokens > ([0-9]{1,9}) maximum")
 
 _RETRY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _REDACTED = "[redacted]"
@@ -252,7 +268,7 @@ def classify_http_error(
         return make(kind)
     if status >= 500 and _says_model_output(fields):
         return make(ErrorKind.MODEL_OUTPUT)
-    if status in (500, 502, 503):
+    if status in (500, 502, 503, _OVERLOADED):
         return make(ErrorKind.TRANSIENT)
     if status in (400, 413, 422):
         return make(ErrorKind.REJECTED)
@@ -302,6 +318,8 @@ def classify_stream_error(payload: Any, *, event: str | None = None) -> Upstream
             kind = _kind_for_status(numeric)
         elif fields.type is not None and fields.type.lower() in _TRANSIENT_TYPES:
             kind = ErrorKind.TRANSIENT
+        elif fields.type in _ANTHROPIC_TYPE_KINDS:
+            kind = _ANTHROPIC_TYPE_KINDS[fields.type]
         elif fields.code == "rate_limit_exceeded":
             kind = ErrorKind.RATE_LIMITED
         else:
@@ -497,7 +515,7 @@ def _kind_for_status(status: int) -> ErrorKind:
         return ErrorKind.RATE_LIMITED
     if status in (408, 504):
         return ErrorKind.TIMEOUT
-    if status in (500, 502, 503):
+    if status in (500, 502, 503, _OVERLOADED):
         return ErrorKind.TRANSIENT
     if status in (400, 413, 422):
         return ErrorKind.REJECTED
@@ -517,6 +535,8 @@ def _says_model_not_found(fields: _Fields) -> bool:
     if isinstance(fields.code, str) and fields.code.lower() == "model_not_found":
         return True
     text = (fields.message or "").lower()
+    if fields.type == "not_found_error" and text.startswith("model:"):
+        return True  # Anthropic's "model: claude-x"
     return (fields.param == "model" or "model" in text) and _says_not_found(fields)
 
 
@@ -702,12 +722,13 @@ def _overflow_message(message: str, details: Mapping[str, Any]) -> str:
         return message
     ctx = _int_detail(details, "n_ctx")
     prompt = _int_detail(details, "n_prompt_tokens")
+    over = _PROMPT_OVER.search(message) if ctx is None or prompt is None else None
     if ctx is None:
         found = _CONTEXT_TOKENS.search(message)
-        ctx = int(found.group(1)) if found else None
+        ctx = int(found.group(1)) if found else int(over.group(2)) if over else None
     if prompt is None:
         found = _REQUEST_TOKENS.search(message)
-        prompt = int(found.group(1)) if found else None
+        prompt = int(found.group(1)) if found else int(over.group(1)) if over else None
     if ctx is None:
         head = f"{_OPENAI_OVERFLOW_START} exceeded by this request."
     elif prompt is None:

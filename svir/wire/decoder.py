@@ -11,7 +11,7 @@ order (finish, usage, done) never depends on the server's.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -127,22 +127,26 @@ def usage_event(u: _Usage) -> Usage:
     )
 
 
-class StreamDecoder:
-    """Feed the upstream's response bytes; get normalized events. Never raises on bad input:
-    a stream that breaks the protocol ends with a `StreamError` of kind `protocol`."""
+class ChatDecoder:
+    """What every chat stream decoder shares, whatever protocol its events speak: SSE framing
+    of bytes split anywhere, comments as keep-alives, the generation rate read once per feed,
+    and one end (`Done`, or a `StreamError` after which nothing more is decoded). A subclass
+    decodes one event (`_event`) and says what a stream cut before its end gives (`_cut`).
+    Never raises on bad input: a stream that breaks the protocol ends with a `StreamError` of
+    kind `protocol`.
+
+    `StreamDecoder` reads OpenAI's chunks; `anthropic_upstream.AnthropicStreamDecoder` reads
+    Anthropic's Messages events. A chat call holds either; the kind says which (`new_decoder`).
+    """
 
     def __init__(
         self,
         *,
-        think_tags: bool = False,
-        tool_names: Collection[str] | None = None,
         max_line: int = DEFAULT_MAX_LINE,
         max_event: int = DEFAULT_MAX_EVENT,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._sse = SSEParser(max_line=max_line, max_event=max_event)
-        self._think = ThinkSplitter() if think_tags else None
-        self._tools = ToolCallAssembler(tool_names)
         self._clock = clock
         self.rate = TokenRate()
         self.id = ""
@@ -153,8 +157,6 @@ class StreamDecoder:
         self.usage: Usage | None = None
         self.error: UpstreamError | None = None
         self.complete = False
-        self._role_sent = False
-        self._blocked = False
         self._ended = False
         self._visible = 0  # chunks that showed something in the current feed
 
@@ -166,7 +168,7 @@ class StreamDecoder:
     @property
     def tool_calls(self) -> list[ToolCall]:
         """The tool calls assembled so far."""
-        return self._tools.calls()
+        raise NotImplementedError
 
     def feed(self, data: bytes) -> list[Event]:
         """Decode more response bytes."""
@@ -210,18 +212,13 @@ class StreamDecoder:
         self._visible = 0
 
     def close(self) -> list[Event]:
-        """The connection ended. Without `[DONE]` the answer is incomplete, never a success."""
+        """The connection ended: without the protocol's end the answer is incomplete, never a
+        success."""
         if self._ended:
             return []
         self._sse.close()
         out: list[Event] = []
-        self._flush_think(out)
-        self._fail(
-            UpstreamError(
-                ErrorKind.INCOMPLETE, "the upstream stream ended before [DONE]", in_stream=True
-            ),
-            out,
-        )
+        self._cut(out)
         return out
 
     def fail(self, error: UpstreamError) -> list[Event]:
@@ -236,6 +233,49 @@ class StreamDecoder:
         self.error = error
         self._ended = True
         out.append(StreamError(error))
+
+    def _protocol(self, message: str, out: list[Event]) -> None:
+        self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)
+
+    def _event(self, ev: SSEEvent, out: list[Event]) -> None:
+        raise NotImplementedError
+
+    def _cut(self, out: list[Event]) -> None:
+        raise NotImplementedError
+
+
+class StreamDecoder(ChatDecoder):
+    """Feed the upstream's response bytes; get normalized events. Never raises on bad input:
+    a stream that breaks the protocol ends with a `StreamError` of kind `protocol`."""
+
+    def __init__(
+        self,
+        *,
+        think_tags: bool = False,
+        tool_names: Collection[str] | None = None,
+        max_line: int = DEFAULT_MAX_LINE,
+        max_event: int = DEFAULT_MAX_EVENT,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(max_line=max_line, max_event=max_event, clock=clock)
+        self._think = ThinkSplitter() if think_tags else None
+        self._tools = ToolCallAssembler(tool_names)
+        self._role_sent = False
+        self._blocked = False
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls assembled so far."""
+        return self._tools.calls()
+
+    def _cut(self, out: list[Event]) -> None:
+        self._flush_think(out)
+        self._fail(
+            UpstreamError(
+                ErrorKind.INCOMPLETE, "the upstream stream ended before [DONE]", in_stream=True
+            ),
+            out,
+        )
 
     def _event(self, ev: SSEEvent, out: list[Event]) -> None:
         data = ev.data
@@ -381,5 +421,14 @@ class StreamDecoder:
         self.complete = True
         self._ended = True
 
-    def _protocol(self, message: str, out: list[Event]) -> None:
-        self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)
+
+class DecoderFactory(Protocol):
+    """Makes a call's decoder from the options of the route (a kind's `new_decoder`)."""
+
+    def __call__(
+        self,
+        *,
+        think_tags: bool = ...,
+        tool_names: Collection[str] | None = ...,
+        clock: Callable[[], float] | None = ...,
+    ) -> ChatDecoder: ...

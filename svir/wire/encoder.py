@@ -23,6 +23,8 @@ from svir.wire.events import (
     Finish,
     Keepalive,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     Role,
     StreamError,
@@ -138,7 +140,9 @@ class ChunkEncoder:
             return _KEEPALIVE
         if isinstance(event, StreamError):
             return self.error(*stream_error_fields(event.error))
-        if isinstance(event, ContentFilter):
+        if isinstance(event, ContentFilter | ReasoningSignature | RedactedReasoning):
+            # A streamed OpenAI answer has no place for a reasoning block's seal; the
+            # non-streamed one keeps it in `thinking_blocks`.
             return b""
         raise TypeError(f"not an event: {event!r}")
 
@@ -175,6 +179,10 @@ class CompletionAggregator(AnswerFold):
         }
         if self.reasoning:
             msg["reasoning_content"] = "".join(self.reasoning)
+        if self.thinking_blocks:
+            # LiteLLM's key for the same blocks: a client that sends the message back as it got
+            # it lets the next turn carry the signatures (docs/providers.md, `anthropic`).
+            msg["thinking_blocks"] = self.thinking_blocks
         if self.refusal:
             msg["refusal"] = "".join(self.refusal)
         if calls:

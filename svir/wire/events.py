@@ -38,6 +38,21 @@ class ReasoningDelta(msgspec.Struct, frozen=True, gc=False):
     carrier: ReasoningCarrier
 
 
+class ReasoningSignature(msgspec.Struct, frozen=True, gc=False):
+    """The signature that closes the reasoning block before it (Anthropic's `signature_delta`):
+    the server checks it when the block is sent back on a later turn, and refuses the block
+    without it."""
+
+    signature: str
+
+
+class RedactedReasoning(msgspec.Struct, frozen=True, gc=False):
+    """A reasoning block the server keeps encrypted (Anthropic's `redacted_thinking`): nothing to
+    show, but its `data` must go back with the turn for the model to continue from it."""
+
+    data: str
+
+
 class RefusalDelta(msgspec.Struct, frozen=True, gc=False):
     """A piece of the model's refusal (§3.2)."""
 
@@ -105,6 +120,8 @@ Event = (
     Role
     | TextDelta
     | ReasoningDelta
+    | ReasoningSignature
+    | RedactedReasoning
     | RefusalDelta
     | ToolCallStart
     | ToolCallDelta

@@ -78,7 +78,8 @@ def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:
         context = _positive_int(entry.get("context_length"))
     return ModelInfo(
         id=model_id,
-        name=_text(entry.get("name")),
+        # Anthropic's list names a model's `display_name`.
+        name=_text(entry.get("name")) or _text(entry.get("display_name")),
         owned_by=_text(entry.get("owned_by")),
         context_length=context,
         input_modalities=_modalities(entry),

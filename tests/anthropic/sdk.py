@@ -92,15 +92,26 @@ def frames(body: bytes) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-_DELTA_FOR = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
+# Each block type and the deltas it takes: a thinking block's signature_delta is its last one;
+# a redacted_thinking block comes whole in its start and takes none (Anthropic's streaming
+# reference, and the SDK's accumulator, which knows no delta for it).
+_DELTAS_FOR: dict[str, tuple[str, ...]] = {
+    "text": ("text_delta",),
+    "thinking": ("thinking_delta", "signature_delta"),
+    "tool_use": ("input_json_delta",),
+    "redacted_thinking": (),
+}
+_DELTA_FIELD = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
 
 
 def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
     """Assert that the stream is a well-formed Anthropic event sequence, and return its frames:
     one message_start first (unless it is only an error), blocks numbered from 0 opened one at a
-    time, each delta of its block's type, no empty text block, a delta in every tool_use block,
-    and at the end message_delta (no block open) then message_stop, or one error; nothing after.
-    The stop_reason is tool_use exactly when a tool_use block went out."""
+    time, each delta of its block's type and not empty, no empty text or thinking block, a delta
+    in every tool_use block, a thinking block's signature its last delta, a redacted_thinking
+    block whole (its data at its start, no delta), and at the end message_delta (no block open)
+    then message_stop, or one error; nothing after. The stop_reason is tool_use exactly when a
+    tool_use block went out."""
     got = frames(body)
     names = [n for n, _ in got]
     assert names.count("message_start") <= 1
@@ -110,6 +121,7 @@ def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
     open_kind: str | None = None
     index = -1
     deltas = 0
+    signed = False
     tool_use = False
     ended = False
     for name, data in got[1:]:
@@ -118,21 +130,31 @@ def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
             assert open_kind is None, "a block opened inside another"
             index += 1
             assert data["index"] == index
-            open_kind = data["content_block"]["type"]
-            assert open_kind in _DELTA_FOR
+            block = data["content_block"]
+            open_kind = block["type"]
+            assert open_kind in _DELTAS_FOR, open_kind
             if open_kind == "tool_use":
-                assert data["content_block"]["input"] == {}
+                assert block["input"] == {}
                 tool_use = True
+            elif open_kind == "thinking":
+                assert block["thinking"] == "" and block["signature"] == ""
+            elif open_kind == "redacted_thinking":
+                assert isinstance(block["data"], str) and block["data"]
             deltas = 0
+            signed = False
         elif name == "content_block_delta":
             assert open_kind is not None and data["index"] == index
-            assert data["delta"]["type"] == _DELTA_FOR[open_kind], (open_kind, data)
-            if open_kind != "tool_use":
-                assert data["delta"][open_kind if open_kind != "text" else "text"] != ""
+            kind = data["delta"]["type"]
+            assert kind in _DELTAS_FOR[open_kind], (open_kind, data)
+            assert not signed, "a delta after the thinking block's signature"
+            if kind in _DELTA_FIELD:
+                assert data["delta"][_DELTA_FIELD[kind]] != ""
+            signed = kind == "signature_delta"
             deltas += 1
         elif name == "content_block_stop":
             assert open_kind is not None and data["index"] == index
-            assert deltas >= 1, f"an empty {open_kind} block"
+            if open_kind != "redacted_thinking":
+                assert deltas >= 1, f"an empty {open_kind} block"
             open_kind = None
         elif name == "message_delta":
             assert open_kind is None, "message_delta with a block open"

@@ -11,13 +11,17 @@ from svir.wire.anthropic import (
     ERROR_STATUS,
     MessageAggregator,
     anthropic_error,
-    error_kind,
     error_type,
     finish_reason,
     stop_reason,
     tool_input,
 )
-from svir.wire.classify import ClientError, to_client_error
+from svir.wire.classify import (
+    ClientError,
+    classify_http_error,
+    classify_stream_error,
+    to_client_error,
+)
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
     Done,
@@ -174,15 +178,39 @@ def test_stop_and_finish_reasons_round_trip() -> None:
     assert finish_reason("something_new") == "stop"
 
 
-def test_error_kinds_of_anthropic_error_types() -> None:
-    assert error_kind("overloaded_error") is ErrorKind.TRANSIENT
-    assert error_kind("rate_limit_error") is ErrorKind.RATE_LIMITED
-    assert error_kind("authentication_error") is ErrorKind.AUTH
-    assert error_kind("not_found_error") is ErrorKind.MODEL_NOT_FOUND
-    assert error_kind("invalid_request_error") is ErrorKind.REJECTED
-    assert error_kind(None, 529) is ErrorKind.TRANSIENT
-    assert error_kind("new_error", 504) is ErrorKind.TIMEOUT
-    assert error_kind(None, 418) is ErrorKind.REJECTED
-    assert error_kind(None) is ErrorKind.OTHER
+def _http_kind(status: int, type: str | None, message: str = "x") -> ErrorKind:
+    body = (
+        b""
+        if type is None
+        else msgspec.json.encode({"type": "error", "error": {"type": type, "message": message}})
+    )
+    return classify_http_error(status, {}, body).kind
+
+
+def test_anthropic_error_types_are_classified_by_the_one_classifier() -> None:
+    # svir has one classification of upstream errors (svir.wire.classify); Anthropic's error
+    # types and statuses (ERROR_STATUS) go through it, in an HTTP answer and in the stream.
+    assert _http_kind(529, "overloaded_error") is ErrorKind.TRANSIENT
+    assert _http_kind(429, "rate_limit_error") is ErrorKind.RATE_LIMITED
+    assert _http_kind(401, "authentication_error") is ErrorKind.AUTH
+    assert _http_kind(403, "permission_error") is ErrorKind.AUTH
+    assert _http_kind(404, "not_found_error", "model: claude-x") is ErrorKind.MODEL_NOT_FOUND
+    assert _http_kind(400, "invalid_request_error") is ErrorKind.REJECTED
+    assert _http_kind(529, None) is ErrorKind.TRANSIENT
+    assert _http_kind(504, "new_error") is ErrorKind.TIMEOUT
+    assert _http_kind(418, None) is ErrorKind.OTHER
+    for type, kind in [
+        ("overloaded_error", ErrorKind.TRANSIENT),
+        ("api_error", ErrorKind.TRANSIENT),
+        ("rate_limit_error", ErrorKind.RATE_LIMITED),
+        ("authentication_error", ErrorKind.AUTH),
+        ("timeout_error", ErrorKind.TIMEOUT),
+        ("something_new", ErrorKind.OTHER),
+    ]:
+        payload = {"type": "error", "error": {"type": type, "message": "x"}}
+        assert classify_stream_error(payload, event="error").kind is kind, type
+
+
+def test_error_types_of_statuses() -> None:
     for name, status in ERROR_STATUS.items():
         assert error_type(status) == name or name in ("billing_error", "timeout_error")

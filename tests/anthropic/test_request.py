@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svir.providers.request import validate_chat_request
+from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.anthropic_request import MessagesRequestError, count_tokens, translate_request
 from svir.wire.errors import BodyError
 from svir.wire.request import build_messages
@@ -38,6 +39,7 @@ def error(body: Any) -> MessagesRequestError:
     return info.value
 
 
+EPHEMERAL = {"type": "ephemeral"}
 CALL = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}
 ASKED = {"role": "assistant", "content": [CALL]}
 
@@ -102,7 +104,14 @@ def test_claude_code_first_turn() -> None:
         "stream": True,
         "max_tokens": 32000,
         "messages": [
-            {"role": "system", "content": "You are Claude Code.\nTools follow.\nBe brief."},
+            {
+                "role": "system",
+                "content": [
+                    {"type": "text", "text": "You are Claude Code.", "cache_control": EPHEMERAL},
+                    {"type": "text", "text": "Tools follow.", "cache_control": EPHEMERAL},
+                    {"type": "text", "text": "Be brief."},
+                ],
+            },
             {"role": "user", "content": [{"type": "text", "text": "what's here?"}]},
             {"role": "system", "content": "<env>cwd: /w</env>"},
             {
@@ -118,7 +127,10 @@ def test_claude_code_first_turn() -> None:
                 ],
             },
             {"role": "tool", "tool_call_id": "toolu_1", "content": "a.txt\n"},
-            {"role": "user", "content": [{"type": "text", "text": "go on"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "go on", "cache_control": EPHEMERAL}],
+            },
         ],
         "tools": [
             {
@@ -133,10 +145,13 @@ def test_claude_code_first_turn() -> None:
                         "additionalProperties": False,
                     },
                 },
+                "cache_control": EPHEMERAL,
             }
         ],
         "tool_choice": "auto",
         "reasoning_effort": "medium",
+        THINKING_KEY: {"type": "adaptive"},
+        EFFORT_KEY: "medium",
     }
     assert got.stream and not got.image_urls
     assert got.user_id == body["metadata"]["user_id"]
@@ -145,6 +160,11 @@ def test_claude_code_first_turn() -> None:
     validate_chat_request(got.chat)
     built = build_messages(got.chat["messages"], reasoning_key="reasoning_content")
     assert built[3]["reasoning_content"] == "List it." and built[1]["content"] == "what's here?"
+    # Every upstream but Anthropic gets the system prompt as one string, without the marks.
+    assert built[0] == {
+        "role": "system",
+        "content": "You are Claude Code.\nTools follow.\nBe brief.",
+    }
 
 
 def test_a_system_note_between_the_calls_and_their_results_goes_after_the_results() -> None:
@@ -196,7 +216,7 @@ def test_tool_results_as_blocks_errors_and_images() -> None:
     assert msgs[1]["tool_calls"][1]["function"]["arguments"] == "{}"
     assert msgs[2:] == [
         {"role": "tool", "tool_call_id": "toolu_1", "content": "line 1\nline 2"},
-        {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: boom"},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: boom", "is_error": True},
         {
             "role": "user",
             "content": [

@@ -21,6 +21,8 @@ from svir.wire.events import (
     Finish,
     Keepalive,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     Role,
     StreamError,
@@ -290,8 +292,9 @@ def event_sequences(draw: st.DrawFn) -> list[Event]:
         events.append(ROLE)
     started: list[int] = []
     text = st.text(max_size=6)
+    seal = st.text(min_size=1, max_size=4)
     for _ in range(draw(st.integers(0, 14))):
-        choice = draw(st.integers(0, 7))
+        choice = draw(st.integers(0, 9))
         if choice == 0:
             events.append(TextDelta(draw(text)))
         elif choice == 1:
@@ -308,6 +311,11 @@ def event_sequences(draw: st.DrawFn) -> list[Event]:
             events.append(Keepalive(""))
         elif choice == 6:
             events.append(ContentFilter("completion", False, (), {}))
+        elif choice == 7:
+            # An Anthropic upstream's seals: after its reasoning, or alone (omitted thinking).
+            events.append(ReasoningSignature(draw(seal)))
+        elif choice == 8:
+            events.append(RedactedReasoning(draw(seal)))
         else:
             events.append(ROLE)
     end = draw(st.integers(0, 2))
@@ -345,6 +353,15 @@ def test_any_event_sequence_is_a_well_formed_stream(events: list[Event]) -> None
             e.text for e in events[:end] if isinstance(e, TextDelta | ReasoningDelta | RefusalDelta)
         )
         assert sorted(sent) == sorted(want)
+        # Every seal reaches the client, as the SDK assembles the blocks.
+        message = stream(body).message
+        sealed = [e for e in events[:end] if isinstance(e, ReasoningSignature | RedactedReasoning)]
+        assert sorted(b.signature for b in blocks(message, "thinking") if b.signature) == sorted(
+            e.signature for e in sealed if isinstance(e, ReasoningSignature)
+        )
+        assert [b.data for b in blocks(message, "redacted_thinking")] == [
+            e.data for e in sealed if isinstance(e, RedactedReasoning)
+        ]
 
 
 # -- any upstream stream, through svir's decoder, as the SDK assembles it

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from svir.wire.decoder import StreamDecoder
+from svir.wire.anthropic_upstream import AnthropicStreamDecoder
+from svir.wire.decoder import ChatDecoder, StreamDecoder
 from svir.wire.events import (
     ContentFilter,
     Done,
@@ -12,6 +13,8 @@ from svir.wire.events import (
     Finish,
     Keepalive,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     Role,
     StreamError,
@@ -22,8 +25,11 @@ from svir.wire.events import (
 )
 
 
-def decode(chunks: list[bytes], options: dict[str, Any]) -> list[Event]:
-    dec = StreamDecoder(
+def decode(chunks: list[bytes], options: dict[str, Any], server: str = "") -> list[Event]:
+    """The events of a recorded stream, through the decoder of its protocol: Anthropic's
+    Messages stream for the `anthropic` corpus, OpenAI's chunks for every other."""
+    factory = AnthropicStreamDecoder if server == "anthropic" else StreamDecoder
+    dec: ChatDecoder = factory(
         think_tags=options.get("think_tags", False), tool_names=options.get("tool_names")
     )
     events: list[Event] = []
@@ -39,6 +45,8 @@ def summarize(events: list[Event]) -> dict[str, Any]:
     refusal: list[str] = []
     carrier = None
     calls: dict[int, dict[str, Any]] = {}
+    blocks: list[dict[str, str]] = []
+    sealed = 0  # pieces of reasoning already in a sealed block
     out: dict[str, Any] = {
         "id": None,
         "model": None,
@@ -64,6 +72,12 @@ def summarize(events: list[Event]) -> dict[str, Any]:
             carrier = carrier or ev.carrier
         elif isinstance(ev, RefusalDelta):
             refusal.append(ev.text)
+        elif isinstance(ev, ReasoningSignature):
+            text = "".join(reasoning[sealed:])
+            sealed = len(reasoning)
+            blocks.append({"type": "thinking", "thinking": text, "signature": ev.signature})
+        elif isinstance(ev, RedactedReasoning):
+            blocks.append({"type": "redacted_thinking", "data": ev.data})
         elif isinstance(ev, ToolCallStart):
             assert ev.index not in calls, "a call started twice"
             calls[ev.index] = {"index": ev.index, "id": ev.id, "name": ev.name, "arguments": ""}
@@ -95,6 +109,7 @@ def summarize(events: list[Event]) -> dict[str, Any]:
     out["reasoning_carrier"] = carrier
     out["refusal"] = "".join(refusal) if refusal else None
     out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    out["thinking_blocks"] = blocks
     return out
 
 

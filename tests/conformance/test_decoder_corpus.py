@@ -13,11 +13,21 @@ from hypothesis import strategies as st
 from tests.conformance.summary import decode, matches, summarize
 
 CORPUS = Path(__file__).parent / "decoder"
-CASES = sorted(p.stem for p in CORPUS.glob("*.sse"))
+# Anthropic's Messages streams, which the upstream kind `anthropic` decodes.
+ANTHROPIC = Path(__file__).parent / "anthropic"
+CASES = sorted(p.stem for p in CORPUS.glob("*.sse")) + sorted(
+    f"anthropic/{p.stem}" for p in ANTHROPIC.glob("*.sse")
+)
 
 
 def load(name: str) -> tuple[bytes, dict]:
-    return (CORPUS / f"{name}.sse").read_bytes(), json.loads((CORPUS / f"{name}.json").read_text())
+    base = CORPUS.parent / name if name.startswith("anthropic/") else CORPUS / name
+    raw = base.with_suffix(".sse").read_bytes()
+    return raw, json.loads(base.with_suffix(".json").read_text())
+
+
+def decode_case(chunks: list[bytes], spec: dict) -> dict:
+    return summarize(decode(chunks, spec["options"], spec["server"]))
 
 
 def test_corpus_is_complete() -> None:
@@ -28,21 +38,26 @@ def test_corpus_is_complete() -> None:
         "crlf-multiline",
     }  # fmt: skip
     assert required <= set(CASES), sorted(required - set(CASES))
+    anthropic = {
+        "text", "thinking", "redacted-thinking", "tool-use", "error-overloaded", "max-tokens",
+        "refusal", "truncated",
+    }  # fmt: skip
+    assert {f"anthropic/{n}" for n in anthropic} <= set(CASES)
     for name in CASES:
-        assert (CORPUS / f"{name}.json").exists(), name
+        assert load(name)[1]["expect"], name
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_whole(name: str) -> None:
     raw, spec = load(name)
-    got = summarize(decode([raw], spec["options"]))
+    got = decode_case([raw], spec)
     assert matches(got, spec["expect"]) == []
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_byte_by_byte(name: str) -> None:
     raw, spec = load(name)
-    got = summarize(decode([raw[i : i + 1] for i in range(len(raw))], spec["options"]))
+    got = decode_case([raw[i : i + 1] for i in range(len(raw))], spec)
     assert matches(got, spec["expect"]) == []
 
 
@@ -54,5 +69,5 @@ def test_random_splits(name: str, data: st.DataObject) -> None:
     cuts = sorted(set(data.draw(st.lists(st.integers(0, len(raw)), max_size=30))))
     bounds = [0, *cuts, len(raw)]
     chunks = [raw[a:b] for a, b in itertools.pairwise(bounds)]
-    got = summarize(decode(chunks, spec["options"]))
+    got = decode_case(chunks, spec)
     assert matches(got, spec["expect"]) == []

@@ -1038,3 +1038,81 @@ def test_svirs_own_401_keeps_its_hint_when_its_client_reads_it() -> None:
     hint = "Missing API key: send it as 'Authorization: Bearer <key>' (a key svir issued)."
     body = msgspec.json.encode({"error": {"message": hint, "type": "invalid_request_error"}})
     assert classify_http_error(401, JSON, body).message == hint
+
+
+# ---------------------------------------------------------------------------------------------
+# Anthropic's errors (the upstream kind `anthropic`): `{"type":"error","error":{"type","message"}}`
+
+
+def anthropic_error(type_: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": type_, "message": message}}).encode()
+
+
+def test_anthropic_529_overloaded_is_transient_and_retried() -> None:
+    err = classify_http_error(529, JSON, anthropic_error("overloaded_error", "Overloaded"))
+    assert (err.kind, err.type, err.message) == (
+        ErrorKind.TRANSIENT,
+        "overloaded_error",
+        "Overloaded",
+    )
+    assert err.retryable
+
+
+def test_anthropic_429_keeps_retry_after() -> None:
+    body = anthropic_error("rate_limit_error", "Number of request tokens has exceeded your limit")
+    err = classify_http_error(429, {**JSON, "retry-after": "7"}, body)
+    assert (err.kind, err.retry_after) == (ErrorKind.RATE_LIMITED, 7.0)
+    assert to_client_error(err).headers == {"Retry-After": "7"}
+
+
+@pytest.mark.parametrize(
+    ("status", "type_"), [(401, "authentication_error"), (403, "permission_error")]
+)
+def test_anthropic_auth_errors(status: int, type_: str) -> None:
+    err = classify_http_error(status, JSON, anthropic_error(type_, "invalid x-api-key"))
+    assert err.kind is ErrorKind.AUTH
+    assert to_client_error(err).status == 502
+
+
+def test_anthropic_prompt_too_long_is_an_overflow_in_openais_words() -> None:
+    body = anthropic_error(
+        "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"
+    )
+    err = classify_http_error(400, JSON, body)
+    assert err.kind is ErrorKind.CONTEXT_OVERFLOW
+    ce = to_client_error(err)
+    assert (ce.status, ce.code) == (400, "context_length_exceeded")
+    assert ce.message.startswith(
+        "This model's maximum context length is 200000 tokens. However, your messages resulted in"
+        " 208310 tokens."
+    )
+
+
+def test_anthropic_unknown_model_is_model_not_found_and_a_wrong_path_is_not() -> None:
+    missing = classify_http_error(404, JSON, anthropic_error("not_found_error", "model: claude-x"))
+    assert missing.kind is ErrorKind.MODEL_NOT_FOUND
+    path = classify_http_error(404, JSON, anthropic_error("not_found_error", "Not Found"))
+    assert path.kind is ErrorKind.OTHER
+
+
+def test_anthropic_other_invalid_request_is_rejected() -> None:
+    body = anthropic_error("invalid_request_error", "max_tokens: Field required")
+    assert classify_http_error(400, JSON, body).kind is ErrorKind.REJECTED
+
+
+@pytest.mark.parametrize(
+    ("type_", "kind"),
+    [
+        ("overloaded_error", ErrorKind.TRANSIENT),
+        ("api_error", ErrorKind.TRANSIENT),
+        ("rate_limit_error", ErrorKind.RATE_LIMITED),
+        ("authentication_error", ErrorKind.AUTH),
+        ("timeout_error", ErrorKind.TIMEOUT),
+        # Not one of Anthropic's kinds that speak for themselves: as any unknown error.
+        ("invalid_request_error", ErrorKind.OTHER),
+    ],
+)
+def test_anthropic_error_event_kinds(type_: str, kind: ErrorKind) -> None:
+    payload = {"type": "error", "error": {"type": type_, "message": "m"}}
+    err = classify_stream_error(payload, event="error")
+    assert (err.kind, err.type, err.message, err.in_stream) == (kind, type_, "m", True)

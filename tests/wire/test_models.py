@@ -62,6 +62,30 @@ def test_vllm_list() -> None:
     ]
 
 
+def test_anthropic_list_names_its_models_by_display_name() -> None:
+    # GET /v1/models as Anthropic answers it (its SDK's ModelInfo and page shape).
+    body = json.dumps(
+        {
+            "data": [
+                {
+                    "type": "model",
+                    "id": "claude-sonnet-4-5-20250929",
+                    "display_name": "Claude Sonnet 4.5",
+                    "created_at": "2025-09-29T00:00:00Z",
+                },
+                {"type": "model", "id": "claude-haiku-4-5", "display_name": ""},
+            ],
+            "has_more": False,
+            "first_id": "claude-sonnet-4-5-20250929",
+            "last_id": "claude-haiku-4-5",
+        }
+    ).encode()
+    assert parse_model_list(body) == [
+        ModelInfo(id="claude-sonnet-4-5-20250929", name="Claude Sonnet 4.5"),
+        ModelInfo(id="claude-haiku-4-5"),
+    ]
+
+
 def test_llama_cpp_list_is_one_model_with_its_context_and_modalities() -> None:
     models = parse_model_list(LLAMA_MODELS)
     assert models == [
