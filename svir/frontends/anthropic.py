@@ -45,10 +45,10 @@ from svir.frontends.http import (
     until_disconnect,
 )
 from svir.frontends.routes import Host
-from svir.providers import validate_chat_request
+from svir.providers import build_upstream_body, validate_chat_request
 from svir.wire.anthropic import MessageAggregator, MessageStreamEncoder, anthropic_error
 from svir.wire.anthropic_request import MessagesRequest, MessagesRequestError, translate_request
-from svir.wire.errors import UpstreamError
+from svir.wire.errors import BodyError, UpstreamError
 from svir.wire.events import Keepalive
 from svir.wire.tokens import estimate_prompt_tokens
 
@@ -225,9 +225,13 @@ class AnthropicMessages:
                     route.release(route.model_id)
             root = base.rstrip("/").removesuffix("/v1")
             headers = {"Content-Type": "application/json", **route.kind.auth_headers(route.api_key)}
-            template = {"messages": chat["messages"]}
-            if chat.get("tools"):
-                template["tools"] = chat["tools"]
+            # What the chat call would send this server, so the template sees the same prompt.
+            sent = build_upstream_body(
+                chat, kind=route.kind, provider=route.provider, model_id=route.model_id
+            )
+            template = {"messages": sent["messages"]}
+            if sent.get("tools"):
+                template["tools"] = sent["tools"]
             timeout = route.timeouts.first_byte
             fetch = self.gateway.client.get_json_bytes
             answer = await fetch(
@@ -244,7 +248,7 @@ class AnthropicMessages:
                 body=msgspec.json.encode({"content": prompt, "add_special": True}),
             )
             tokens = msgspec.json.decode(answer)["tokens"]
-        except (UpstreamError, msgspec.DecodeError, KeyError, TypeError):
+        except (UpstreamError, BodyError, msgspec.DecodeError, KeyError, TypeError):
             return None
         return len(tokens) if isinstance(tokens, list) else None
 
