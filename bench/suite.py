@@ -22,13 +22,17 @@ Figures, per target:
 3. added latency, sequential: `--probe-requests` requests on one keep-alive connection, each
    target interleaved with the upstream directly; p50 / p99 minus direct's, non-streamed and a
    whole stream; and at c=16: `wrk -c16` p99 minus direct's (closed loop, so it includes queueing);
-4. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
+4. with `--messages`, svir targets only: the same 20-chunk stream asked through Anthropic's
+   `/v1/messages` (checked whole: message_start ... message_stop, 20 text deltas), alternating with
+   the chat stream inside each round; req/s and CPU µs per request of both, and their ratio;
+5. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
    stream = (RSS with the streams open - idle) / N; every stream must end whole), and the peak RSS
    of one request carrying a 50 MiB image.
 
 Run (needs `wrk`: `apt-get install -y wrk`):
 
-    .venv/bin/python -m bench.suite [--peers litellm,portkey,nginx] [--quick] [--out FILE]
+    .venv/bin/python -m bench.suite [--peers litellm,portkey,nginx] [--quick] [--messages]
+        [--out FILE]
 
 `--quick` is one round of 5 s figures and 200 probe requests (min = median then: said in the
 report). `--profile FILE` records svir under the streamed load with py-spy and summarizes it.
@@ -56,15 +60,18 @@ from pathlib import Path
 from bench.common import (
     CHAT,
     INSTALL_WRK,
+    MESSAGES,
     ROOT,
     STREAM_CHUNKS,
     Child,
     RssResult,
     WrkRun,
     check_completion,
+    check_messages_stream,
     check_stream,
     describe,
     free_port,
+    messages_body,
     mib,
     percentile,
     post,
@@ -81,6 +88,7 @@ from bench.common import (
 PEERS_DIR = ROOT / "bench" / ".peers"
 PEERS = ("nginx", "portkey", "litellm")
 STREAM_MODEL = f"stream-{STREAM_CHUNKS}"
+ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,9 +156,18 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)
     idle_rss: int = 0
     version: str = ""
+    kinds: tuple[str, ...] = ("json", "stream")  # "messages" too: the streamed /v1/messages
 
     def body(self, kind: str) -> bytes:
+        if kind == "messages":
+            return messages_body(self.models["stream"])
         return request_body(self.models[kind], kind == "stream")
+
+    def path(self, kind: str) -> str:
+        return MESSAGES if kind == "messages" else CHAT
+
+    def headers_for(self, kind: str) -> dict[str, str]:
+        return {**self.headers, **ANTHROPIC_HEADERS} if kind == "messages" else self.headers
 
 
 SVIR_CONFIG = """\
@@ -324,16 +341,21 @@ def start_peer(tmp: Path, name: str, up_port: int, workers: int = 1) -> Target:
 
 def check_target(t: Target) -> list[str]:
     problems = []
-    for kind in ("json", "stream"):
+    for kind in t.kinds:
         conn = http.client.HTTPConnection("127.0.0.1", t.port, timeout=30)
         try:
-            status, data = post(conn, t.body(kind), t.headers)
+            status, data = post(conn, t.body(kind), t.headers_for(kind), t.path(kind))
         finally:
             conn.close()
         if status != 200:
             problems.append(f"{t.name} {kind}: HTTP {status}: {data[:300]!r}")
             continue
-        problem = check_stream(data, STREAM_CHUNKS) if kind == "stream" else check_completion(data)
+        if kind == "messages":
+            problem = check_messages_stream(data, STREAM_CHUNKS)
+        elif kind == "stream":
+            problem = check_stream(data, STREAM_CHUNKS)
+        else:
+            problem = check_completion(data)
         if problem:
             problems.append(f"{t.name} {kind}: {problem}")
     return problems
@@ -473,6 +495,12 @@ def fmt_rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
 
 
+def cpu_us_per_request(runs: list[WrkRun], key: str) -> float:
+    """CPU µs of `key` per request, the median over runs: robust to other tenants taking the
+    cores, which moves req/s more than it moves the CPU one request costs."""
+    return statistics.median(1e4 * r.cpu.get(key, 0) / r.rps for r in runs if r.rps)
+
+
 def report(  # noqa: PLR0917
     targets: list[Target],
     direct: Target,
@@ -507,9 +535,7 @@ def report(  # noqa: PLR0917
             cells.append(f"{fmt_rate(min(rates))} / {fmt_rate(statistics.median(rates))}")
             m = med(runs)
             cpus.append(f"{m.cpu.get('target', 0):.0f}%" if t is not direct else "-")
-            # CPU per request: robust to other tenants taking the cores (the median over runs).
-            key = "upstream" if t is direct else "target"
-            us = statistics.median(1e4 * r.cpu.get(key, 0) / r.rps for r in runs if r.rps)
+            us = cpu_us_per_request(runs, "upstream" if t is direct else "target")
             per.append(f"{us:,.0f}")
             ups.append(f"{m.cpu.get('upstream', 0):.0f}%")
         name = f"{t.name} {t.version}".strip()
@@ -566,6 +592,31 @@ def report(  # noqa: PLR0917
     return out
 
 
+def messages_lines(targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]]) -> list[str]:
+    """The streamed /v1/messages beside the chat stream, for the targets that measured it."""
+    out = [
+        "",
+        f"Streamed `{MESSAGES}` beside the `{CHAT}` stream ({STREAM_CHUNKS} chunks each, the same"
+        " fake upstream, wrk -t1 -c32, alternating inside each round; medians over runs):",
+        "",
+        "| target | chat stream req/s | messages stream req/s | messages / chat req/s"
+        " | target CPU µs per request chat / messages | messages / chat CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in targets:
+        if "messages" not in t.kinds:
+            continue
+        chat, msgs = wrk32[(t.name, "stream")], wrk32[(t.name, "messages")]
+        rate_c = statistics.median(r.rps for r in chat)
+        rate_m = statistics.median(r.rps for r in msgs)
+        us_c, us_m = cpu_us_per_request(chat, "target"), cpu_us_per_request(msgs, "target")
+        out.append(
+            f"| {t.name} | {fmt_rate(rate_c)} | {fmt_rate(rate_m)} | {rate_m / rate_c:.1%}"
+            f" | {us_c:,.0f} / {us_m:,.0f} | {us_m / us_c:.2f}x |"
+        )
+    return out
+
+
 def streams_lines(r: StreamsResult) -> list[str]:
     ok = not r.errors and r.whole == r.n
     errs = ", ".join(f"{k}: {v}" for k, v in r.errors.most_common(5)) or "none"
@@ -611,6 +662,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run svir from this source tree, as `svir (other)`: before/after in one run",
     )
     parser.add_argument("--granian", action="store_true", help="also svir's app on granian")
+    parser.add_argument(
+        "--messages",
+        action="store_true",
+        help="svir targets: also the streamed /v1/messages beside the chat stream",
+    )
     parser.add_argument(
         "--svir-python",
         default="",
@@ -688,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
                 starters.append(lambda p=p: start_peer(tmp, p, up_port))
         for start in starters:
             t = start()
+            if args.messages and t.name.startswith("svir"):
+                t.kinds = ("json", "stream", "messages")
             children.append(t.child)
             targets.append(t)
             print(f"{t.name} {t.version} on :{t.port} (pid {t.child.pid})", flush=True)
@@ -701,14 +759,16 @@ def main(argv: list[str] | None = None) -> int:
 
         luas: dict[tuple[str, str], Path] = {}
         for t in [direct, *targets]:
-            for kind in ("json", "stream"):
+            for kind in t.kinds:
                 lua = tmp / f"{t.name.replace(' ', '-')}-{kind}.lua"
-                write_lua(lua, t.body(kind), t.headers)
+                write_lua(lua, t.body(kind), t.headers_for(kind))
                 luas[(t.name, kind)] = lua
         print("warm-up ...", flush=True)
         for t in [direct, *targets]:
-            for kind in ("json", "stream"):
-                run_wrk(t.port, luas[(t.name, kind)], 2, connections=32, threads=1)
+            for kind in t.kinds:
+                run_wrk(
+                    t.port, luas[(t.name, kind)], 2, connections=32, threads=1, path=t.path(kind)
+                )
         wrk32: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
         wrk16: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
         for i in range(args.runs):
@@ -716,17 +776,19 @@ def main(argv: list[str] | None = None) -> int:
                 watched = {"upstream": upstream} if t is direct else {"target": t.child}
                 if t is not direct:
                     watched["upstream"] = upstream
-                for kind in ("json", "stream"):
-                    for conns, store in ((32, wrk32), (16, wrk16)):
+                for kind in t.kinds:
+                    # The messages stream is compared at c=32 only (its c=16 p99 is not reported).
+                    levels = ((32, wrk32),) if kind == "messages" else ((32, wrk32), (16, wrk16))
+                    for conns, store in levels:
                         dur = args.duration if conns == 32 else max(3.0, args.duration / 2)
                         run = run_wrk(
-                            t.port, luas[(t.name, kind)], dur,
-                            connections=conns, threads=1, watched=watched,
+                            t.port, luas[(t.name, kind)], dur, connections=conns,
+                            threads=1, watched=watched, path=t.path(kind),
                         )  # fmt: skip
                         store[(t.name, kind)].append(run)
                         bad = f"  {run.non2xx} non-2xx, {run.errors} socket errors"
                         print(
-                            f"  run {i + 1}/{args.runs} c={conns} {t.name:12} {kind:6}"
+                            f"  run {i + 1}/{args.runs} c={conns} {t.name:12} {kind:8}"
                             f" {run.rps:10,.1f} req/s p99 {run.p99_ms:8.2f} ms"
                             + (bad if run.non2xx or run.errors else ""),
                             flush=True,
@@ -738,6 +800,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
         out += report(targets, direct, wrk32, wrk16, lat, args)
+        if args.messages:
+            out += messages_lines(targets, wrk32)
 
         svir = targets[0]
         if args.streams:
