@@ -18,10 +18,13 @@ if TYPE_CHECKING:
     from svir.keys.model import KeyRecord
     from svir.wire.blobs import Blobs
 
-__all__ = ["INTERNAL", "CallContext", "CallOutcome", "CallRecord"]
+__all__ = ["CLIENT_USER_CHARS", "INTERNAL", "CallContext", "CallOutcome", "CallRecord"]
 
 # The front end of a call that no client protocol made (tests, tools in process).
 INTERNAL = "internal"
+# The most of a client's user id that is kept: it is client input, written to every log line and
+# ledger row of the call.
+CLIENT_USER_CHARS = 200
 
 
 # msgspec Structs rather than dataclasses: one of each is made per request, and a Struct is made
@@ -48,16 +51,20 @@ class CallOutcome(msgspec.Struct):
 class CallContext(msgspec.Struct, frozen=True):
     """One chat request as the gateway sees it: its id, the front end it came in on ("openai",
     "ollama", "threads", ... or INTERNAL), the caller's key (None without keys), the large image
-    data kept out of its body, and the outcome (the only part that changes)."""
+    data kept out of its body, the end user the client named (Anthropic's `metadata.user_id`,
+    OpenAI's `user`; at most CLIENT_USER_CHARS), and the outcome (the only part that changes)."""
 
     request_id: str
     api: str
     key: KeyRecord | None = None
     blobs: Blobs | None = None
+    client_user: str | None = None
     outcome: CallOutcome = msgspec.field(default_factory=CallOutcome)
 
     def log_into(self, fields: dict[str, Any]) -> None:
         """Write the call's outcome into the request's log fields (the access log's names)."""
+        if self.client_user is not None:
+            fields["client_user"] = self.client_user
         o = self.outcome
         if o.limit is not None:
             fields["limit"] = o.limit
@@ -114,3 +121,4 @@ class CallRecord(msgspec.Struct, gc=False):
     tokens_per_second: float | None
     upstream_request_id: str | None
     upstream_id: str | None
+    client_user: str | None

@@ -155,7 +155,7 @@ async def test_a_guard_attached_to_an_opened_call_cuts_its_answer() -> None:
 
 
 def test_the_access_log_names_are_written_from_the_context() -> None:
-    ctx = CallContext("rid-5", "openai")
+    ctx = CallContext("rid-5", "openai", client_user="u-7")
     o = ctx.outcome
     o.provider, o.model, o.served_model, o.attempts = "g", "smart", "g/ok", ("f/x", "g/ok")
     o.limit, o.usage_source = "tokens_per_day", "counted"
@@ -163,6 +163,7 @@ def test_the_access_log_names_are_written_from_the_context() -> None:
     ctx.log_into(fields)
     assert fields == {
         "path": "/v1/chat/completions",
+        "client_user": "u-7",
         "limit": "tokens_per_day",
         "model": "smart",
         "served_model": "g/ok",

@@ -143,12 +143,10 @@ class AnthropicMessages:
         model: str = body["model"]
         request = validate_chat_request(translated.chat)
         fields["stream"] = translated.stream
-        if translated.user_id is not None:
-            fields["client_user"] = translated.user_id[:200]
         headers = {"x-request-id": rid}
         if translated.warnings:
             headers[WARNING_HEADER] = _warning_header(translated.warnings)
-        ctx = new_call_context(scope, rid, "anthropic")
+        ctx = new_call_context(scope, rid, "anthropic", client_user=translated.user_id)
         work = self._serve(ctx, request, model=model, send=send, headers=headers)
         return await until_disconnect(receive, work)
 

@@ -74,7 +74,8 @@ class OpenAIChat:
         request = validate_chat_request(decode_body(skeleton))
         del skeleton
         fields["stream"] = bool(request.get("stream"))
-        ctx = new_call_context(scope, rid, "openai", blobs)
+        user = request.get("user")
+        ctx = new_call_context(scope, rid, "openai", blobs, user if isinstance(user, str) else None)
         return await until_disconnect(receive, self._serve_chat(request, send, ctx))
 
     async def _serve_chat(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:

@@ -307,6 +307,7 @@ class Gate:
             tokens_per_second=None,
             upstream_request_id=None,
             upstream_id=None,
+            client_user=ctx.client_user,
         )
         for hook in self.on_settle:
             hook(ctx, record)
@@ -509,6 +510,7 @@ class Meter:
             ),
             upstream_request_id=s.upstream_request_id,
             upstream_id=s.upstream_id,
+            client_user=ctx.client_user,
         )
         for hook in gate.on_settle:
             hook(ctx, record)

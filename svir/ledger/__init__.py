@@ -1,12 +1,13 @@
-"""The usage ledger: one row per chat request (table `usage_ledger`, migration 2), written in
-batches by a background task so that no request waits on the store.
+"""The usage ledger: one row per chat request (table `usage_ledger`, migrations 2 and 3),
+written in batches by a background task so that no request waits on the store.
 
 A row holds the key, the model asked for and the one that served, the provider, the outcome, the
 tokens in, out, of reasoning and from the cache, where those counts came from ("reported" by the
 upstream, or "counted" by svir from what streamed and an estimate of the prompt), the cost in
 micro-USD, the latency, the time to the first token, the tokens per second (§3.6), and the
 request ids (svir's, the upstream's `x-request-id` and the answer's id, OpenRouter's generation
-id among them).
+id among them), and the end user the client named (`client_user`: Anthropic's `metadata.user_id`,
+OpenAI's `user`).
 """
 
 from __future__ import annotations

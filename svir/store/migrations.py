@@ -217,14 +217,19 @@ _POSTGRES_2 = (
     "CREATE INDEX usage_ledger_key_ts ON usage_ledger (key_id, ts)",
 )
 
+# 3: the end user the client named (Anthropic's `metadata.user_id`, OpenAI's `user`) in the ledger.
+_LEDGER_CLIENT_USER_3 = ("ALTER TABLE usage_ledger ADD COLUMN client_user TEXT",)
+
 MIGRATIONS: Final[dict[str, tuple[Migration, ...]]] = {
     "sqlite": (
         Migration(1, "threads, messages and attachments", _SQLITE_1),
         Migration(2, "api keys and the usage ledger", _SQLITE_2),
+        Migration(3, "the client's user in the usage ledger", _LEDGER_CLIENT_USER_3),
     ),
     "postgresql": (
         Migration(1, "threads, messages and attachments", _POSTGRES_1),
         Migration(2, "api keys and the usage ledger", _POSTGRES_2),
+        Migration(3, "the client's user in the usage ledger", _LEDGER_CLIENT_USER_3),
     ),
 }
 

@@ -50,6 +50,7 @@ def row(**kw: Any) -> CallRecord:
         "tokens_per_second": 40.0,
         "upstream_request_id": "up-1",
         "upstream_id": "gen-1",
+        "client_user": None,
     }
     base.update(kw)
     return CallRecord(**base)
@@ -169,6 +170,37 @@ async def test_a_row_per_request_end_to_end(
     ]
     admin = (await h.admin("GET", "/admin/usage?by=key")).json()["data"]
     assert admin == [{**admin[0], "key": key["id"], "requests": 3}]
+
+
+async def test_the_client_s_user_lands_in_the_row(
+    harness_factory: type[Harness], store_url: str, upstream: ScriptedServer
+) -> None:
+    h = await harness_factory(store_url=store_url, fronts=("anthropic",)).start()
+    secret, _ = await h.new_key(name="users")
+    assert (await h.chat(secret, "fake/tok-2", user="openai-user")).status_code == 200
+    assert (await h.chat(secret, "fake/tok-2", user="x" * 500)).status_code == 200
+    assert (await h.chat(secret, "fake/tok-2")).status_code == 200
+    assert h.http is not None
+    messages = {
+        "model": "fake/tok-2",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "metadata": {"user_id": '{"session_id": "s-1"}'},
+    }
+    r = await h.http.post("/v1/messages", json=messages, headers={"x-api-key": secret})
+    assert r.status_code == 200, r.text
+    await h.flush()
+    store = h.service.store
+    assert store is not None
+    async with store.transaction(write=False) as tx:
+        sql = "SELECT api, client_user FROM usage_ledger ORDER BY id"
+        rows = [(r["api"], r["client_user"]) for r in await tx.fetch(sql)]
+    assert rows == [
+        ("openai", "openai-user"),
+        ("openai", "x" * 200),  # client input, bounded as in the access log
+        ("openai", None),
+        ("anthropic", '{"session_id": "s-1"}'),
+    ]
 
 
 def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: ScriptedServer) -> None:
