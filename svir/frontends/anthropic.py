@@ -32,7 +32,7 @@ import msgspec
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
-from svir.chat import ChatCall
+from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
     SSE_HEADERS,
@@ -207,20 +207,26 @@ class AnthropicMessages:
         applied, then tokenized), or None where svir cannot ask: another kind of server, a model
         no route has, a server that fails to answer."""
         try:
-            target = self.gateway.policy.route_for(chat["model"]).targets
+            # A model without a configured route is resolved by route_for, once, as the policy
+            # does it (the Route found is kept in `resolved`).
+            resolved: dict[str, Route] = {}
+            target = self.gateway.policy.route_for(chat["model"], resolved).targets
             if not target:
                 return None
-            route = self.app.router.resolve(target[0].model)
+            model = target[0].model
+            route = resolved.get(model) or self.app.router.resolve(model)
         except (GatewayError, RequestError):
             return None
         if route.kind.name not in TOKENIZING_KINDS:
             return None
+        held = False
         try:
             base = route.base_url
             if route.ensure is not None:
                 base = await route.ensure(route.model_id)
-                if route.release is not None:
-                    route.release(route.model_id)
+                # Held until both answers are in, as a chat call holds it: a swap may not stop
+                # the server between the template and the tokens.
+                held = route.release is not None
             root = base.rstrip("/").removesuffix("/v1")
             headers = {"Content-Type": "application/json", **route.kind.auth_headers(route.api_key)}
             # What the chat call would send this server, so the template sees the same prompt.
@@ -248,6 +254,9 @@ class AnthropicMessages:
             tokens = msgspec.json.decode(answer)["tokens"]
         except (UpstreamError, BodyError, msgspec.DecodeError, KeyError, TypeError):
             return None
+        finally:
+            if held and route.release is not None:
+                route.release(route.model_id)
         return len(tokens) if isinstance(tokens, list) else None
 
 
