@@ -5,19 +5,16 @@ tests/conformance/anthropic, and its errors), with every request svir sent it ch
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from svir.config import ConfigError, parse_config
-from svir.edges.server import build_app
-from svir.testing import MockRequest, MockResponse, MockTransport
-from tests.support.asgi import Lifespan
+from svir.testing import MockRequest, MockResponse
+from tests.support.inprocess import InProcess
 
 CORPUS = Path(__file__).parent / "conformance" / "anthropic"
 KEY = "sk-ant-api03-test-key-0123456789"
@@ -78,38 +75,20 @@ class Anthropic:
         return [r.json() for r in self.requests]
 
 
-class Svir:
+class Svir(InProcess):
     def __init__(self, tmp: Path, config: str = CONFIG) -> None:
         self.upstream = Anthropic()
-        text = config + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
-        app = build_app(
-            parse_config(text), {"ANTHROPIC_API_KEY": KEY}, transport=MockTransport(self.upstream)
-        )
-        self.slept: list[float] = []
-        policy = app.gateway.policy
-        policy._sleep = self.sleep
-        policy._rng = random.Random(1)
-        self.lifespan = Lifespan(app)
-        self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://svir", timeout=20
-        )
-        self.client = openai.AsyncOpenAI(
-            api_key="k", base_url="http://svir/v1", max_retries=0, http_client=self.http
-        )
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
+        super().__init__(tmp, config, self.upstream, {"ANTHROPIC_API_KEY": KEY})
 
 
 @pytest.fixture
 async def svir(tmp_path: Path) -> AsyncIterator[Svir]:
     s = Svir(tmp_path)
-    await s.lifespan.start()
+    await s.start()
     try:
         yield s
     finally:
-        await s.http.aclose()
-        await s.lifespan.stop()
+        await s.stop()
 
 
 def user(text: str) -> dict[str, Any]:
@@ -292,12 +271,11 @@ async def test_relay_is_refused_for_the_anthropic_kind() -> None:
 
 async def test_models_are_listed_from_anthropics_list(tmp_path: Path) -> None:
     s = Svir(tmp_path, CONFIG.replace("discover = false", "discover = true"))
-    await s.lifespan.start()
+    await s.start()
     try:
         listed = [m.id async for m in s.client.models.list()]
     finally:
-        await s.http.aclose()
-        await s.lifespan.stop()
+        await s.stop()
     assert {"claude/claude-opus-4-1", "claude/claude-haiku-4-5", "claude/text"} <= set(listed)
     (request,) = [r for r in s.upstream.requests if r.method == "GET"]
     assert request.url == "https://api.anthropic.com/v1/models?limit=1000"

@@ -7,22 +7,17 @@ test waits for real time except the first-byte timeout's."""
 from __future__ import annotations
 
 import email.utils
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
-from svir.config import Timeouts, parse_config
-from svir.edges.app import App
-from svir.edges.server import build_app
-from svir.policy.resilience import Timing
+from svir.config import Timeouts
 from svir.testing import MockResponse, MockTransport
 from svir.wire.errors import ErrorKind, UpstreamError
-from tests.support.asgi import Lifespan
+from tests.support.inprocess import InProcess
 from tests.support.upstream import ScriptedUpstream, error
 
 BASE = "http://upstream.test/v1"
@@ -82,31 +77,12 @@ targets = [{ model = "f/ok" }, { model = "g/ok" }]
 )
 
 
-class Svir:
+class Svir(InProcess):
     """The app over the scripted upstream, with the policy's sleep and clock recorded."""
 
     def __init__(self, tmp: Path) -> None:
         self.faults = ScriptedUpstream(retry_after="1")
-        self.transport = MockTransport(self.faults)
-        text = CONFIG + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
-        self.slept: list[float] = []
-        self.now = 1000.0
-        timing = Timing(sleep=self.sleep, rng=random.Random(1), clock=lambda: self.now)
-        self.app: App = build_app(parse_config(text), {}, transport=self.transport, timing=timing)
-        self.lifespan = Lifespan(self.app)
-        self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=self.app), base_url="http://svir", timeout=20
-        )
-        self.client = openai.AsyncOpenAI(
-            api_key="k", base_url="http://svir/v1", max_retries=0, http_client=self.http
-        )
-
-    def bodies(self) -> list[dict[str, Any]]:
-        """Every request body the upstream got, in order."""
-        return [r.json() for r in self.transport.requests]
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
+        super().__init__(tmp, CONFIG, self.faults)
 
     async def ask(self, model: str, **kw: Any) -> Any:
         return await self.client.chat.completions.with_raw_response.create(
@@ -126,12 +102,11 @@ class Svir:
 @pytest.fixture
 async def svir(tmp_path: Path) -> AsyncIterator[Svir]:
     s = Svir(tmp_path)
-    await s.lifespan.start()
+    await s.start()
     try:
         yield s
     finally:
-        await s.http.aclose()
-        await s.lifespan.stop()
+        await s.stop()
 
 
 async def test_transient_failures_are_retried_before_the_first_byte(svir: Svir) -> None:

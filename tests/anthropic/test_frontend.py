@@ -14,10 +14,10 @@ import httpx2
 import pytest
 
 from svir.config import parse_config
-from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from tests.support.asgi import Lifespan
+from tests.support.inprocess import InProcess
 from tests.support.upstream import broken, token_stream
 
 ADMIN_KEY = "admin-test-key-0123456789"
@@ -115,23 +115,18 @@ class Upstream:
         raise AssertionError(f"unscripted model {model!r}")
 
 
-class Svir:
+class Svir(InProcess):
     def __init__(self, tmp: Path, extra: str = "") -> None:
         self.upstream = Upstream()
-        text = CONFIG + extra + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
-        self.app: App = build_app(
-            parse_config(text),
-            {"SVIR_ADMIN_KEY": ADMIN_KEY},
-            transport=MockTransport(self.upstream),
-        )
-        self.lifespan = Lifespan(self.app)
-        self.http = httpx2.AsyncClient(
+        super().__init__(tmp, CONFIG + extra, self.upstream, {"SVIR_ADMIN_KEY": ADMIN_KEY})
+        # The Anthropic SDK takes its own httpx (httpx2), not the harness's.
+        self.http2 = httpx2.AsyncClient(
             transport=httpx2.ASGITransport(app=self.app), base_url="http://svir", timeout=20
         )
 
-    def client(self, api_key: str = "unused", **kw: Any) -> anthropic.AsyncAnthropic:
+    def anthropic(self, api_key: str = "unused", **kw: Any) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
-            api_key=api_key, base_url="http://svir", max_retries=0, http_client=self.http, **kw
+            api_key=api_key, base_url="http://svir", max_retries=0, http_client=self.http2, **kw
         )
 
     async def new_key(self, **spec: Any) -> str:
@@ -144,16 +139,19 @@ class Svir:
         key: str = r.json()["key"]
         return key
 
+    async def stop(self) -> None:
+        await self.http2.aclose()
+        await super().stop()
+
 
 @pytest.fixture
 async def svir(tmp_path: Path) -> AsyncIterator[Svir]:
     s = Svir(tmp_path)
-    await s.lifespan.start()
+    await s.start()
     try:
         yield s
     finally:
-        await s.http.aclose()
-        await s.lifespan.stop()
+        await s.stop()
 
 
 HI = [{"role": "user", "content": "hi"}]
@@ -171,14 +169,14 @@ TOOLS: list[Any] = [
 
 
 async def test_create_answers_a_message(svir: Svir) -> None:
-    m = await svir.client().messages.create(model="up/ok", max_tokens=64, messages=HI)
+    m = await svir.anthropic().messages.create(model="up/ok", max_tokens=64, messages=HI)
     assert [b.type for b in m.content] == ["text"]
     assert m.content[0].text == "hello world"  # type: ignore[union-attr]
     assert m.stop_reason == "end_turn" and m.role == "assistant" and m.model == "up/ok"
 
 
 async def test_stream_assembles_thinking_text_and_usage(svir: Svir) -> None:
-    async with svir.client().messages.stream(model="up/thinks", max_tokens=64, messages=HI) as s:
+    async with svir.anthropic().messages.stream(model="up/thinks", max_tokens=64, messages=HI) as s:
         texts = [e.text async for e in s if e.type == "text"]
         m = await s.get_final_message()
     assert "".join(texts) == "Forty-two."
@@ -189,7 +187,7 @@ async def test_stream_assembles_thinking_text_and_usage(svir: Svir) -> None:
 
 
 async def test_stream_assembles_a_tool_call_with_tool_use_stop(svir: Svir) -> None:
-    client = svir.client()
+    client = svir.anthropic()
     async with client.messages.stream(
         model="up/tools", max_tokens=64, messages=HI, tools=TOOLS
     ) as s:
@@ -208,7 +206,7 @@ async def test_stream_assembles_a_tool_call_with_tool_use_stop(svir: Svir) -> No
 async def test_the_upstream_gets_the_translated_request_and_no_client_headers(
     svir: Svir,
 ) -> None:
-    client = svir.client(default_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
+    client = svir.anthropic(default_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
     history: list[Any] = [
         {"role": "user", "content": "Weather in Oslo?"},
         {
@@ -260,14 +258,14 @@ async def test_beta_query_is_the_same_route_and_warnings_go_in_a_header(svir: Sv
 
 
 async def test_an_alias_maps_a_claude_model(svir: Svir) -> None:
-    m = await svir.client().messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=HI)
+    m = await svir.anthropic().messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=HI)
     assert m.model == "claude-sonnet-4-5"
     assert svir.upstream.bodies()[0]["model"] == "ok"
 
 
 async def test_an_unmapped_claude_model_is_a_404_saying_what_to_configure(svir: Svir) -> None:
     with pytest.raises(anthropic.NotFoundError) as caught:
-        await svir.client().messages.create(model="claude-opus-4-1", max_tokens=8, messages=HI)
+        await svir.anthropic().messages.create(model="claude-opus-4-1", max_tokens=8, messages=HI)
     body = caught.value.body
     assert isinstance(body, dict) and body["type"] == "error"
     assert body["error"]["type"] == "not_found_error"
@@ -276,7 +274,7 @@ async def test_an_unmapped_claude_model_is_a_404_saying_what_to_configure(svir: 
 
 async def test_an_overflow_is_a_bad_request_saying_prompt_is_too_long(svir: Svir) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
-        await svir.client().messages.create(model="up/overflow", max_tokens=8, messages=HI)
+        await svir.anthropic().messages.create(model="up/overflow", max_tokens=8, messages=HI)
     assert "prompt is too long: 20 tokens > 8 maximum" in caught.value.message
     body = caught.value.body
     assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
@@ -291,7 +289,7 @@ async def test_a_stream_broken_after_output_ends_in_one_error_event(svir: Svir) 
     names = [line[7:] for line in r.text.split("\n") if line.startswith("event: ")]
     assert names[0] == "message_start" and names[-1] == "error" and names.count("error") == 1
     with pytest.raises(anthropic.APIStatusError):
-        async with svir.client().messages.stream(
+        async with svir.anthropic().messages.stream(
             model="up/late-break", max_tokens=8, messages=HI
         ) as s:
             await s.get_final_message()
@@ -302,7 +300,7 @@ async def test_bad_input_is_a_400_in_anthropics_shape(svir: Svir) -> None:
     assert r.status_code == 400
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
     with pytest.raises(anthropic.BadRequestError) as caught:
-        await svir.client().messages.create(
+        await svir.anthropic().messages.create(
             model="up/ok",
             max_tokens=8,
             messages=[
@@ -319,7 +317,7 @@ async def test_bad_input_is_a_400_in_anthropics_shape(svir: Svir) -> None:
 async def test_an_image_url_to_an_upstream_without_images_is_refused(svir: Svir) -> None:
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
     with pytest.raises(anthropic.BadRequestError) as caught:
-        await svir.client().messages.create(
+        await svir.anthropic().messages.create(
             model="blind/ok",
             max_tokens=8,
             messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}],
@@ -332,19 +330,18 @@ async def test_a_body_over_the_limit_and_an_unknown_path_answer_in_anthropics_sh
     tmp_path: Path,
 ) -> None:
     s = Svir(tmp_path, "\n[server]\nmax_body_bytes = 1024\n")
-    await s.lifespan.start()
+    await s.start()
     try:
         r = await s.http.post("/v1/messages", content=b"x" * 2048)
         assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
         r = await s.http.post("/v1/messages/batches", json={})
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     finally:
-        await s.http.aclose()
-        await s.lifespan.stop()
+        await s.stop()
 
 
 async def test_count_tokens_estimates_and_says_so(svir: Svir) -> None:
-    client = svir.client()
+    client = svir.anthropic()
     small = await client.messages.with_raw_response.count_tokens(model="up/ok", messages=HI)
     assert small.headers["x-svir-token-count"] == "estimate"
     counted = (await small.parse()).input_tokens
@@ -356,7 +353,7 @@ async def test_count_tokens_estimates_and_says_so(svir: Svir) -> None:
 
 
 async def test_models_list_in_anthropics_shape_with_anthropic_version(svir: Svir) -> None:
-    page = await svir.client().models.list()
+    page = await svir.anthropic().models.list()
     ids = [m.id for m in page.data]
     assert "up/ok" in ids
     assert all(m.type == "model" for m in page.data)
@@ -376,14 +373,14 @@ async def test_the_root_answers_200(svir: Svir) -> None:
 
 async def test_svir_keys_by_x_api_key_and_their_errors(svir: Svir) -> None:
     key = await svir.new_key(rpm=1)
-    m = await svir.client(api_key=key).messages.create(model="up/ok", max_tokens=8, messages=HI)
+    m = await svir.anthropic(api_key=key).messages.create(model="up/ok", max_tokens=8, messages=HI)
     assert m.content[0].text == "hello world"  # type: ignore[union-attr]
     with pytest.raises(anthropic.RateLimitError) as limited:
-        await svir.client(api_key=key).messages.create(model="up/ok", max_tokens=8, messages=HI)
+        await svir.anthropic(api_key=key).messages.create(model="up/ok", max_tokens=8, messages=HI)
     body = limited.value.body
     assert isinstance(body, dict) and body["error"]["type"] == "rate_limit_error"
     with pytest.raises(anthropic.AuthenticationError) as refused:
-        await svir.client(api_key="sk-wrong").messages.create(
+        await svir.anthropic(api_key="sk-wrong").messages.create(
             model="up/ok", max_tokens=8, messages=HI
         )
     body = refused.value.body
@@ -391,7 +388,7 @@ async def test_svir_keys_by_x_api_key_and_their_errors(svir: Svir) -> None:
     # Bearer works too (ANTHROPIC_AUTH_TOKEN in Claude Code).
     bearer = await svir.new_key()
     client = anthropic.AsyncAnthropic(
-        auth_token=bearer, base_url="http://svir", max_retries=0, http_client=svir.http
+        auth_token=bearer, base_url="http://svir", max_retries=0, http_client=svir.http2
     )
     assert (await client.messages.create(model="up/ok", max_tokens=8, messages=HI)).content
 
