@@ -379,12 +379,13 @@ def to_client_error(err: UpstreamError, *, before_first_byte: bool = True) -> Cl
     kind = err.kind
     if kind is ErrorKind.AUTH:
         status_text = f" (HTTP {err.status})" if err.status is not None else ""
-        # The server's own words may quote the key it refused; they stay out.
+        # The server's own words say why (a wrong key, a missing one, a model not allowed); a
+        # credential they quote is redacted (`redact`), as the caller's key already was.
         ce = ClientError(
             502,
             "upstream_error",
             "upstream_auth_error",
-            f"The model server refused svir's credentials{status_text}.",
+            f"The model server refused svir's credentials{status_text}: {message}",
         )
     elif kind is ErrorKind.RATE_LIMITED:
         if err.retry_after is not None and math.isfinite(err.retry_after):
