@@ -131,12 +131,12 @@ def listen(host: str, port: int) -> socket.socket:
             )
             raise ListenError(
                 f"port {port} is already in use on {host}{ollama}. Pick another port:"
-                f" `svir serve --port {other}`, `make serve ARGS=\"--port {other}\"`, or"
+                f' `svir serve --port {other}`, `make serve ARGS="--port {other}"`, or'
                 " [server] port in the config file"
             ) from None
         raise ListenError(
             f"cannot listen on {where}: {exc.strerror or exc}. Pick another address or port"
-            f" (`svir serve --host 127.0.0.1 --port {other}`, `make serve ARGS=\"--port"
+            f' (`svir serve --host 127.0.0.1 --port {other}`, `make serve ARGS="--port'
             f' {other}"`)'
         ) from None
     sock.set_inheritable(True)

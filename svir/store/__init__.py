@@ -72,9 +72,7 @@ def with_store_url(
     if config.store.url:
         return config, None
     url = default_url(environ, config_path)
-    config = msgspec.structs.replace(
-        config, store=msgspec.structs.replace(config.store, url=url)
-    )
+    config = msgspec.structs.replace(config, store=msgspec.structs.replace(config.store, url=url))
     warning = None
     path = sqlite_path(url)
     shared = sqlite_path(default_url(environ))
@@ -83,7 +81,7 @@ def with_store_url(
             warning = (
                 f"this config's store is now {path} (each config file has its own); the store"
                 f" {shared} that every svir used before stays as it is, and is still the one of"
-                f' svir without a config. To keep using it with this config, set [store] url ='
+                f" svir without a config. To keep using it with this config, set [store] url ="
                 f' "{SQLITE}{shared}" in {config_path}'
             )
     return config, warning
