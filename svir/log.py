@@ -43,8 +43,7 @@ _second: tuple[int, str] = (-1, "")
 def iso_time(created: float) -> str:
     """`created` (unix time) as ISO-8601 UTC with milliseconds: 2026-01-02T03:04:05.123Z."""
     global _second
-    whole = int(created)
-    millis = int((created - whole) * 1000)
+    whole, millis = divmod(round(created * 1000), 1000)
     second = _second  # one read: another thread may swap it meanwhile
     if second[0] != whole:
         second = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
