@@ -13,7 +13,9 @@ import functools
 import logging
 import os
 import resource
+import signal
 import socket
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -255,6 +257,12 @@ def run(
     log.info(message, extra={"fields": fields, "banner": block})
     status = 0
     server: uvicorn.Server | None = None
+    # uvicorn stops on SIGTERM and then raises it again: caught here, so that the stop line is
+    # said first, and raised once more after it (the exit status stays the signal's).
+    terminated = False
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         if workers == 1:
             server = uvicorn.Server(uvicorn.Config(build_app(config, os.environ), **settings))
@@ -272,8 +280,12 @@ def run(
             Multiprocess(worker, sockets=[sock]).run()
     except KeyboardInterrupt:  # uvicorn raises the signal it caught again once it stopped
         pass
+    except _Terminated:
+        terminated = True
     finally:
         sock.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if server is not None and not server.started:
         status = 3
     if status:
@@ -283,7 +295,17 @@ def run(
             f"svir stopped listening on {url_of(host, port)}",
             extra={"fields": {"url": url_of(host, port)}},
         )
+    if terminated:
+        signal.raise_signal(signal.SIGTERM)
     return status
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (raised again by uvicorn once it stopped serving)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def open_files_needed(max_connections: int) -> int:
