@@ -583,17 +583,12 @@ def located(error: UpstreamError, route: Route, base: str) -> UpstreamError:
         message = f"{error.message} ({where}: {hint})"
     else:
         message = f"{where}: {error.message}"
-    return UpstreamError(
-        error.kind,
-        message,
-        status=error.status,
-        code=error.code,
-        type=error.type,
-        param=error.param,
-        retry_after=error.retry_after,
-        in_stream=error.in_stream,
-        details=error.details,
-    )
+    # The same error in other words: every other field and the details as they were.
+    out = UpstreamError.__new__(UpstreamError)
+    out.__dict__.update(error.__dict__)
+    out.message = message
+    out.args = (message,)
+    return out
 
 
 def _error_frame(err: UpstreamError) -> bytes:

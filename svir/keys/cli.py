@@ -335,16 +335,22 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def keys_state(config: Config) -> str:
-    """Whether svir's keys are on, for the start-up banner."""
-    from svir.errors import StoreError
+def _has_keys(config: Config) -> bool:
+    """Whether the config's store holds a key (KeyStore.configured); StoreError if unreadable."""
     from svir.keys.store import KeyStore
 
     async def configured(store: SqlStore) -> int:
         return 1 if await KeyStore(store).configured() else 0
 
+    return bool(asyncio.run(_with_store(config, configured)))
+
+
+def keys_state(config: Config) -> str:
+    """Whether svir's keys are on, for the start-up banner."""
+    from svir.errors import StoreError
+
     try:
-        on = asyncio.run(_with_store(config, configured))
+        on = _has_keys(config)
     except StoreError as exc:
         return f"unknown: cannot read the store ({exc})"
     if on:
@@ -357,16 +363,11 @@ def check_listen(config: Config, host: str, allow_open: bool) -> str | None:
     unless told otherwise (`--allow-open` or `[auth] allow_open_non_loopback`)."""
     from svir.errors import StoreError
     from svir.keys.auth import is_loopback
-    from svir.keys.store import KeyStore
 
     if is_loopback(host) or allow_open or config.auth.allow_open_non_loopback:
         return None
-
-    async def configured(store: SqlStore) -> int:
-        return 1 if await KeyStore(store).configured() else 0
-
     try:
-        has_keys = asyncio.run(_with_store(config, configured))
+        has_keys = _has_keys(config)
     except StoreError as exc:
         return f"cannot read the keys to decide whether {host} is safe: {exc}"
     if has_keys:
