@@ -447,10 +447,10 @@ class Prober:
         self.on_step("models")
         try:
             self.models = self.conn.list_models(client)
-        except Unreachable:
-            raise  # naming a model would not make the server answer
         except ClientFailure as exc:
             if self.model is None:
+                if isinstance(exc, Unreachable):
+                    raise  # naming a model would not make the server answer
                 raise ClientFailure(f"{exc}; name the model with --model") from None
             self.models = []
         if self.model is None:
