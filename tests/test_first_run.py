@@ -136,7 +136,8 @@ def test_a_refused_key_says_the_variable_is_unset_and_quotes_the_server(
     error = r.json()["error"]
     assert error["code"] == "upstream_auth_error"
     message = error["message"]
-    assert "Incorrect API key provided" in message  # the server's own words
+    assert "Incorrect API key provided: [redacted]." in message  # the server's own words
+    assert "sk-" not in message  # ... without the (masked) key it quoted
     assert f"its api_key_env is {UNSET_KEY}, which is not set" in message
     assert "provider 'keyed' at http://127.0.0.1:" in message
 

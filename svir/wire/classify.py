@@ -116,7 +116,8 @@ _REDACTED = "[redacted]"
 # `Bearer <key>` is not made of them, and words ("a Bearer token") are not credentials: a token
 # counts when it has a digit and 8 characters, or 20 characters whatever they are.
 _BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9\-._~+/]+=*)")
-_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
+# A key, or the masked key a server quotes back ("sk-proj-****abcd"): neither is shown.
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-*]{8,}")
 # How much of an error's details is read for secrets: anything deeper or past the count is
 # dropped, not shown unread.
 _DETAILS_DEPTH = 8
