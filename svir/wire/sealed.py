@@ -47,8 +47,11 @@ def seal_reasoning(key: bytes, text: str, *, nonce: bytes, key_id: str = "1") ->
     if not _KEY_ID.fullmatch(key_id):
         raise ValueError("a key id is 1 to 32 ASCII letters, digits, '_' or '-'")
     sealed = AESGCM(key).encrypt(nonce, text.encode("utf-8", "surrogatepass"), _aad(key_id))
-    body = base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
-    return f"{TOKEN_PREFIX}.{key_id}.{body}"
+    return f"{TOKEN_PREFIX}.{key_id}.{_b64(nonce + sealed)}"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def sealed_key_id(token: str) -> str | None:
@@ -79,7 +82,9 @@ def unseal_reasoning(keys: bytes | Mapping[str, bytes], token: str) -> str | Non
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     except (binascii.Error, ValueError):
         return None
-    if len(raw) < NONCE_BYTES + _TAG_BYTES:
+    # Only the one encoding seal_reasoning writes: base64 ignores stray characters and the
+    # spare bits of the last one, which would let other strings pass for the same token.
+    if len(raw) < NONCE_BYTES + _TAG_BYTES or _b64(raw) != body:
         return None
     try:
         plain = AESGCM(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(key_id))
