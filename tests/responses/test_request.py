@@ -64,6 +64,11 @@ def output(call_id: str, out: Any = "ok") -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": out}
 
 
+def chat_call(call_id: str, name: str = "exec_command", args: str = '{"cmd":"ls"}'):
+    """A call as the canonical assistant message holds it."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
 EXEC = {
     "type": "function",
     "name": "exec_command",
@@ -183,13 +188,7 @@ def test_codex_second_turn_is_one_assistant_message_then_the_result() -> None:
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [
-                {
-                    "id": "call_Ab1",
-                    "type": "function",
-                    "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'},
-                }
-            ],
+            "tool_calls": [chat_call("call_Ab1")],
         },
         {"role": "tool", "tool_call_id": "call_Ab1", "content": "a.txt\nb.txt"},
     ]
@@ -229,16 +228,8 @@ def test_codex_third_turn_folds_reasoning_text_and_calls() -> None:
             "role": "assistant",
             "content": "Listing.",
             "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'},
-                },
-                {
-                    "id": "call_2",
-                    "type": "function",
-                    "function": {"name": "mcp__files__read", "arguments": "{}"},
-                },
+                chat_call("call_1"),
+                chat_call("call_2", "mcp__files__read", "{}"),
             ],
             "reasoning_content": "ls",
         },
