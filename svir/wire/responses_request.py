@@ -286,6 +286,7 @@ def translate_request(
         t.item(f"previous_response_id: item {k}", item, stored=True)
     input_items = [t.item(f"input[{k}]", item) for k, item in enumerate(items)]
     t.close_turn()
+    t.unanswered()
     if not any(m["role"] != "system" for m in messages):
         raise ResponsesRequestError("input", "must hold at least one message or item")
     chat["messages"] = messages
@@ -393,6 +394,7 @@ class _Translation:
         self.turn: _Turn | None = None
         # call_id -> the assistant message holding the call; answered ones are removed.
         self.calls: dict[str, dict[str, Any]] = {}
+        self.call_at: dict[str, str] = {}
         self.answered: set[str] = set()
         # Messages made of a tool result's images (a tool message takes text only).
         self.image_messages: set[int] = set()
@@ -842,6 +844,7 @@ class _Translation:
             {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
         )
         self.calls[call_id] = turn.message
+        self.call_at[call_id] = where
         return dict(item)
 
     def function_call_output(self, where: str, item: dict[str, Any]) -> dict[str, Any]:
@@ -873,6 +876,19 @@ class _Translation:
         if images:
             self.place_images(images, assistant)
         return dict(item)
+
+    def unanswered(self) -> None:
+        """A call without its output is a mistake, as OpenAI says ("No tool output found"):
+        no chat server takes an assistant's tool calls without a result for each."""
+        for call_id in self.calls:
+            where = self.call_at[call_id]
+            if where.startswith("input["):
+                where = f"{where}.call_id"
+                what = f"function_call {shown(call_id)}"
+            else:
+                where = "input"
+                what = f"the previous response's function_call {shown(call_id)}"
+            raise ResponsesRequestError(where, f"{what} has no function_call_output in input")
 
     def _after_results(self, assistant: dict[str, Any]) -> int:
         """The index after the assistant message and the tool results right after it."""

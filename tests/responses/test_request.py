@@ -856,6 +856,7 @@ def test_seal_refuses_bad_arguments(kwargs: dict[str, Any], words: str) -> None:
             "input[0].content[0]",
         ),
         ({"model": "m", "input": [user("q"), output("nope")]}, "input[1].call_id"),
+        ({"model": "m", "input": [user("q"), call("c"), user("next")]}, "input[1].call_id"),
         (
             {"model": "m", "input": [user("q"), call("c"), output("c"), output("c")]},
             "input[3].call_id",
@@ -945,6 +946,9 @@ def test_an_output_answering_a_call_of_the_history() -> None:
     assert translate_request({"model": "m", "input": [output("call_h")]}, history=history).chat[
         "messages"
     ][-1] == {"role": "tool", "tool_call_id": "call_h", "content": "ok"}
+    # A call of the previous response left unanswered is a mistake, as OpenAI says.
+    got = error({"model": "m", "input": [user("and?")]}, history=history)
+    assert got.param == "input" and "'call_h' has no function_call_output" in got.message
     # Answered in the history already: a second answer is a mistake.
     got = error({"model": "m", "input": [output("call_h")]}, history=[*history, output("call_h")])
     assert got.param == "input[0].call_id"
