@@ -28,8 +28,10 @@ OpenAI's error shape; nothing else escapes for any JSON value. Field by field:
 - tools: `function` tools as chat functions (`strict` kept); a `namespace` tool's functions
   offered as one flat function each (`<namespace>__<name>`, made unique and at most 64
   characters), which `names` maps back to (namespace, name) for the output, and which a
-  history's `function_call` with a `namespace` is sent as; `additional_tools` input items (what
-  Codex sends instead of `tools` to a model it knows as OpenAI's) add their tools the same way.
+  history's `function_call` with a `namespace` is sent as; the default namespace `functions`
+  (where Responses-lite clients put their top-level tools) is offered under the bare names;
+  `additional_tools` input items (what Codex sends instead of `tools` to a model it knows as
+  OpenAI's) add their tools the same way.
   Tool types no upstream of svir runs (web_search, file_search, image_generation, computer,
   local_shell, shell, apply_patch, mcp, code_interpreter, custom/grammar tools, tool_search) are
   dropped with a warning, as are items those tools leave in a history.
@@ -60,6 +62,7 @@ from svir.wire.jsonbody import TypeChecks, json_type, shown
 from svir.wire.request import file_text, split_text
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "ResponsesRequest",
     "ResponsesRequestError",
     "flat_tool_name",
@@ -210,11 +213,23 @@ _ID_PREFIXES: Final = {
     "reasoning": "rs",
     "additional_tools": "at",
 }
+# The namespace of top-level tools (codex-rs's DEFAULT_FUNCTION_NAMESPACE): a Responses-lite
+# client wraps its plain functions in it, and takes a call back with or without it.
+DEFAULT_NAMESPACE: Final = "functions"
 _IMAGE_DETAILS: Final = frozenset({"auto", "low", "high"})
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # OpenAI's limit on a function's name, which the flat names of namespace tools stay within.
 _NAME_LIMIT: Final = 64
+
+
+def _unoffered_name(namespace: str, name: str) -> str:
+    """The flat name of a call to a namespace function no longer offered: its own name in the
+    default namespace, or in one named after itself (how the Agents SDK marks a deferred
+    top-level function), else the name the namespace's function would have had."""
+    if namespace in (DEFAULT_NAMESPACE, "", name):
+        return name
+    return flat_tool_name(namespace, name)
 
 
 def flat_tool_name(namespace: str, name: str) -> str:
@@ -455,14 +470,19 @@ class _Translation:
         description = tool.get("description")
         if description is not None:
             description = _check.string(f"{here}.description", description)
-        if ns is None:
+        if ns is None or ns[0] == DEFAULT_NAMESPACE:
+            # A top-level function, or one of the default namespace's (Responses-lite clients
+            # such as Codex wrap their top-level tools in it): offered under its own name.
             flat = name
             if flat in self.offered:
-                if flat in self.names:
+                if self.names.get(flat, (DEFAULT_NAMESPACE,))[0] != DEFAULT_NAMESPACE:
                     raise ResponsesRequestError(
                         f"{here}.name", f"{shown(name)} is also a namespace tool's flat name"
                     )
                 return  # the same tool again (tools and additional_tools): offered once
+            if ns is not None:
+                self.flat[(ns[0], name)] = flat
+                self.names[flat] = (ns[0], name)
         else:
             key = (ns[0], name)
             if key in self.flat:
@@ -838,7 +858,7 @@ class _Translation:
         flat = name
         if ns is not None:
             ns = _check.string(f"{where}.namespace", ns)
-            flat = self.flat.get((ns, name)) or flat_tool_name(ns, name)
+            flat = self.flat.get((ns, name)) or _unoffered_name(ns, name)
         turn = self.open_turn()
         turn.calls.append(
             {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}

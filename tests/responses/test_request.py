@@ -381,6 +381,37 @@ def test_additional_tools_item_adds_its_tools() -> None:
     assert len(again.chat["tools"]) == 3
 
 
+def test_the_default_namespace_is_offered_under_its_own_names() -> None:
+    # A Responses-lite client (Codex) wraps its top-level tools in the namespace "functions",
+    # and takes a call back with or without it.
+    lite = {"type": "namespace", "name": "functions", "description": "Tools.", "tools": [EXEC]}
+    extra = {"type": "additional_tools", "role": "developer", "tools": [lite]}
+    got = translated(input=[extra, user("q")])
+    assert got.chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "exec_command",
+                "description": "Runs a command.",
+                "parameters": EXEC["parameters"],
+                "strict": False,
+            },
+        }
+    ]
+    assert got.names == {"exec_command": ("functions", "exec_command")}
+    assert chat(tools=[EXEC, lite])["tools"] == chat(tools=[EXEC])["tools"]
+    # Calls sent back under the default namespace, or one named after the function (the Agents
+    # SDK's deferred top-level functions), are calls of the function itself.
+    got = messages(
+        user("q"),
+        call("c1", namespace="functions"),
+        call("c2", namespace="exec_command"),
+        output("c1"),
+        output("c2"),
+    )
+    assert [c["function"]["name"] for c in got[1]["tool_calls"]] == ["exec_command"] * 2
+
+
 def test_flat_names_are_unique_valid_and_short() -> None:
     assert flat_tool_name("crm", "lookup") == "crm__lookup"
     assert flat_tool_name("mcp__x__", "y") == "mcp__x__y"
