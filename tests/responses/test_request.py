@@ -81,6 +81,16 @@ EXEC = {
         "additionalProperties": False,
     },
 }
+# EXEC as a chat tool.
+EXEC_CHAT = {
+    "type": "function",
+    "function": {
+        "name": "exec_command",
+        "description": "Runs a command.",
+        "parameters": EXEC["parameters"],
+        "strict": False,
+    },
+}
 # Codex's namespace tool, as codex-rs/tools serializes ResponsesApiNamespace.
 NAMESPACE = {
     "type": "namespace",
@@ -387,17 +397,7 @@ def test_the_default_namespace_is_offered_under_its_own_names() -> None:
     lite = {"type": "namespace", "name": "functions", "description": "Tools.", "tools": [EXEC]}
     extra = {"type": "additional_tools", "role": "developer", "tools": [lite]}
     got = translated(input=[extra, user("q")])
-    assert got.chat["tools"] == [
-        {
-            "type": "function",
-            "function": {
-                "name": "exec_command",
-                "description": "Runs a command.",
-                "parameters": EXEC["parameters"],
-                "strict": False,
-            },
-        }
-    ]
+    assert got.chat["tools"] == [EXEC_CHAT]
     assert got.names == {"exec_command": ("functions", "exec_command")}
     assert chat(tools=[EXEC, lite])["tools"] == chat(tools=[EXEC])["tools"]
     # Calls sent back under the default namespace, or one named after the function (the Agents
@@ -466,18 +466,7 @@ def test_tools_svir_cannot_serve_are_dropped_with_a_warning(tool: dict[str, Any]
 
 def test_function_tool_fields() -> None:
     got = chat(tools=[EXEC, {"type": "function", "name": "bare"}])
-    assert got["tools"] == [
-        {
-            "type": "function",
-            "function": {
-                "name": "exec_command",
-                "description": "Runs a command.",
-                "parameters": EXEC["parameters"],
-                "strict": False,
-            },
-        },
-        {"type": "function", "function": {"name": "bare"}},
-    ]
+    assert got["tools"] == [EXEC_CHAT, {"type": "function", "function": {"name": "bare"}}]
 
 
 def test_items_of_hosted_tools_are_dropped_with_a_warning() -> None:
