@@ -76,6 +76,9 @@ class Route:
     ensure: Callable[[str], Awaitable[str]] | None = None
     # Called with the model id when a call whose `ensure` succeeded closes (in-flight tracking).
     release: Callable[[str], None] | None = None
+    # For a server svir runs itself: stops the model's server now if no call is using it
+    # (Ollama's `keep_alive: 0`); True if it was stopped.
+    unload: Callable[[str], Awaitable[bool]] | None = None
 
     @property
     def think_tags(self) -> bool:
