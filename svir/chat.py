@@ -364,7 +364,9 @@ class ChatCall:
                 f"{route.provider.name!r} if it does), or send the prompt without a suffix."
             )
         if refusal is not None:
-            err = UpstreamError(ErrorKind.UNSUPPORTED_INPUT, refusal, param="suffix" if fim else "model")
+            err = UpstreamError(
+                ErrorKind.UNSUPPORTED_INPUT, refusal, param="suffix" if fim else "model"
+            )
             raise GatewayError(to_client_error(err), err)
         if self._dialect == "llama":
             body = llama_body(self.request, route.model_id)

@@ -637,6 +637,11 @@ discover = false
     assert "Traceback" not in log and "Exception in ASGI application" not in log
 
 
+COMPLETION_FIELDS = [
+    "suffix", "max_tokens", "stream", "stop", "echo", "logprobs", "n", "best_of", "temperature",
+    "seed", "stream_options", "user", "logit_bias", "raw", "system", "template", "images",
+    "format", "options", "think", "keep_alive", "context",
+]  # fmt: skip
 completion_bodies = st.builds(
     lambda base, extra: {**base, **extra},
     st.fixed_dictionaries(
@@ -646,11 +651,7 @@ completion_bodies = st.builds(
         }
     ),
     st.dictionaries(
-        st.sampled_from(
-            ["suffix", "max_tokens", "stream", "stop", "echo", "logprobs", "n", "best_of",
-             "temperature", "seed", "stream_options", "user", "logit_bias", "raw", "system",
-             "template", "images", "format", "options", "think", "keep_alive", "context"]
-        ),  # fmt: skip
+        st.sampled_from(COMPLETION_FIELDS),
         json_values | st.sampled_from([5, True, "x", [5], {}, {"num_predict": "x"}, 0]),
         max_size=3,
     ),

@@ -306,7 +306,11 @@ class Supervisor:
         if m is None:
             return False
         async with self._lock:
-            if m.server is None or m.in_flight > 0 or (m.loading is not None and m.loading.running()):
+            if (
+                m.server is None
+                or m.in_flight > 0
+                or (m.loading is not None and m.loading.running())
+            ):
                 return False
             await self._stop(m, "unloaded by a client (keep_alive 0)")
             return True

@@ -18,8 +18,14 @@ from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import folded, new_call_context, read_json, send_json, send_stream
-from svir.frontends.http import until_disconnect
+from svir.frontends.http import (
+    folded,
+    new_call_context,
+    read_json,
+    send_json,
+    send_stream,
+    until_disconnect,
+)
 from svir.frontends.routes import Host
 from svir.wire.answer import AnswerFold
 from svir.wire.completions import (

@@ -142,7 +142,7 @@ class OllamaAPI:
             fields["stream"] = request["stream"]
             if not is_completion(request):
                 if not request["messages"]:
-                    return await self._load(request, label, body, send, headers, generate)
+                    return await self._load(request, label, body, send, headers, generate=generate)
                 validate_chat_request(request)
             ctx = new_call_context(scope, rid, "ollama")
             work = self._serve_chat(request, label, send, ctx, generate)
@@ -165,6 +165,7 @@ class OllamaAPI:
         body: dict[str, Any],
         send: Send,
         headers: dict[str, str],
+        *,
         generate: bool,
     ) -> int:
         """No messages (no prompt): Ollama loads (or with `keep_alive: 0` unloads) the model and

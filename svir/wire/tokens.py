@@ -1,5 +1,6 @@
-"""A cheap estimate of a chat (or text-completion) request's prompt tokens, before a server counts them: what the key
-gate reserves for a call, and what Anthropic's count_tokens answers when no upstream tokenizes.
+"""A cheap estimate of a chat (or text-completion) request's prompt tokens, before a server
+counts them: what the key gate reserves for a call, and what Anthropic's count_tokens answers
+when no upstream tokenizes.
 """
 
 from __future__ import annotations

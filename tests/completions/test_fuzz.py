@@ -66,7 +66,8 @@ def test_completions_parser_raises_only_its_error(body: Any) -> None:
     try:
         request = parse_completion_request(body)
     except CompletionRequestError as exc:
-        assert exc.message
+        message = exc.message
+        assert message
         return
     assert isinstance(request["prompt"], str) and request["max_tokens"] >= 1
     check_bodies(request)
@@ -78,7 +79,8 @@ def test_generate_translation_raises_only_ollama_errors(body: Any) -> None:
     try:
         request = to_generate_request(body)
     except OllamaError as exc:
-        assert exc.status == 400 and exc.message
+        status, message = exc.status, exc.message
+        assert status == 400 and message
         return
     if is_completion(request):
         check_bodies(request)

@@ -169,7 +169,9 @@ async def test_midstream_failure_is_one_error_line(tmp_path: Path) -> None:
         return MockResponse(body=[*llama_stream("par")[:1], *sse({"error": {"message": "boom"}})])
 
     async with serve(tmp_path, CONFIG, broken, ENV) as app:
-        r = await app.http.post("/api/generate", json={"model": "lab/x", "prompt": "p", "raw": True})
+        r = await app.http.post(
+            "/api/generate", json={"model": "lab/x", "prompt": "p", "raw": True}
+        )
     lines = [json.loads(line) for line in r.text.splitlines()]
     assert lines[0]["response"] == "par"
     assert lines[-1] == {"error": "boom"}

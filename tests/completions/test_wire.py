@@ -78,8 +78,10 @@ def test_llama_stream_cut_before_stop_is_incomplete() -> None:
 
 
 def test_error_inside_the_stream_is_classified() -> None:
-    data = b'data: {"error":{"code":400,"message":"request (1502 tokens) exceeds the available ' \
+    data = (
+        b'data: {"error":{"code":400,"message":"request (1502 tokens) exceeds the available '
         b'context size (1024 tokens), try increasing it","type":"exceed_context_size_error"}}\n\n'
+    )
     events = decode(LlamaCompletionDecoder(), data)
     assert isinstance(events[-1], StreamError)
     assert events[-1].error.kind is ErrorKind.CONTEXT_OVERFLOW
@@ -115,7 +117,9 @@ def test_completion_object() -> None:
     for e in [TextDelta("x"), TextDelta("y"), Finish("length"), Usage(1, 2, 3), Done()]:
         fold.add(e)
     obj = completion_object(fold, id="cmpl-1", model="m", created=1)
-    assert obj["choices"] == [{"text": "xy", "index": 0, "logprobs": None, "finish_reason": "length"}]
+    assert obj["choices"] == [
+        {"text": "xy", "index": 0, "logprobs": None, "finish_reason": "length"}
+    ]
     assert obj["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
 
 
@@ -134,7 +138,12 @@ def test_kinds_say_where_completions_and_fim_go() -> None:
     assert dialects["llamacpp"] == dialects["llamacpp-managed"] == "llama"
     assert dialects["vllm"] == dialects["openai-compatible"] == dialects["ollama"] == "openai"
     assert dialects["anthropic"] is None and dialects["gemini"] is None
-    assert {n for n, k in KINDS.items() if k.fim} == {"llamacpp", "llamacpp-managed", "ollama", "openai"}
+    assert {n for n, k in KINDS.items() if k.fim} == {
+        "llamacpp",
+        "llamacpp-managed",
+        "ollama",
+        "openai",
+    }
 
 
 PROVIDER = '[[providers]]\nname = "p"\nkind = "{kind}"\nbase_url = "http://h/v1"\n{extra}\n'
@@ -163,7 +172,9 @@ def test_provider_settings_override_the_kind() -> None:
         ("vllm", 'fim = "yes"', "fim", "expected a boolean"),
     ],
 )
-def test_bad_settings_name_file_field_and_fix(kind: str, extra: str, field: str, words: str) -> None:
+def test_bad_settings_name_file_field_and_fix(
+    kind: str, extra: str, field: str, words: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(PROVIDER.format(kind=kind, extra=extra), source="svir.toml")
     assert info.value.field == f"providers[0].{field}"
