@@ -30,6 +30,8 @@ from svir.wire.completions import (
     CompletionDialect,
     LlamaCompletionDecoder,
     OpenAICompletionDecoder,
+    TextCompletionEncoder,
+    completion_object,
     explain_fim_error,
     is_completion,
     is_fim,
@@ -607,8 +609,10 @@ class ChatCall:
             async for data in self._relay():
                 yield data
             return
-        encoder = ChunkEncoder(
-            id=completion_id(),
+        # A text completion's chunks are `text_completion`s; the stream rules are the same.
+        make = TextCompletionEncoder if self.completion else ChunkEncoder
+        encoder = make(
+            id=self._answer_id(),
             model=self.model_label,
             created=int(time.time()),
             include_usage=self.include_usage,
@@ -627,14 +631,21 @@ class ChatCall:
                 yield b"".join(frames)
 
     async def complete(self) -> dict[str, Any]:
-        """The aggregated `chat.completion`; a failure after priming is a GatewayError too."""
+        """The aggregated `chat.completion` (a `text_completion` for a text completion); a
+        failure after priming is a GatewayError too."""
         agg = CompletionAggregator()
         async for _, events in self._pairs():
             for ev in events:
                 if isinstance(ev, StreamError):
                     raise GatewayError(to_client_error(ev.error), ev.error)
                 agg.add(ev)
-        return agg.completion(id=completion_id(), model=self.model_label, created=int(time.time()))
+        answer_id, created = self._answer_id(), int(time.time())
+        if self.completion:
+            return completion_object(agg, id=answer_id, model=self.model_label, created=created)
+        return agg.completion(id=answer_id, model=self.model_label, created=created)
+
+    def _answer_id(self) -> str:
+        return ("cmpl-" + unique_id()) if self.completion else completion_id()
 
 
 def _error_frame(err: UpstreamError) -> bytes:

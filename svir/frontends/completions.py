@@ -4,22 +4,18 @@
 The request becomes the canonical completion request (svir.wire.completions); the gateway opens
 it as any chat call (routing, retries, fallback, keys and limits), and the chat call sends it to
 the upstream's own completion endpoint (llama-server's `/completion` or `/infill`, an
-OpenAI-compatible `/v1/completions`). Errors are OpenAI's, as on `/v1/chat/completions`.
-docs/completions.md says what each field does.
+OpenAI-compatible `/v1/completions`) and writes its answer as `text_completion`s. Errors are
+OpenAI's, as on `/v1/chat/completions`. docs/completions.md says what each field does.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
-from svir.chat import ChatCall, unique_id
 from svir.errors import GatewayError, request_error
 from svir.frontends.http import (
-    folded,
     new_call_context,
     read_json,
     send_json,
@@ -27,13 +23,7 @@ from svir.frontends.http import (
     until_disconnect,
 )
 from svir.frontends.routes import Host
-from svir.wire.answer import AnswerFold
-from svir.wire.completions import (
-    CompletionRequestError,
-    TextCompletionEncoder,
-    completion_object,
-    parse_completion_request,
-)
+from svir.wire.completions import CompletionRequestError, parse_completion_request
 
 __all__ = ["Completions", "install"]
 
@@ -43,10 +33,6 @@ def install(app: Host) -> Completions:
     api = Completions(app)
     app.routes.add("POST", "/v1/completions", api.completions)
     return api
-
-
-def completion_id() -> str:
-    return "cmpl-" + unique_id()
 
 
 def refusal(exc: CompletionRequestError) -> GatewayError:
@@ -79,27 +65,9 @@ class Completions:
         headers.update(call.headers)
         try:
             if not request["stream"]:
-                answer = await folded(call, AnswerFold())
-                obj = completion_object(
-                    answer, id=completion_id(), model=call.model_label, created=int(time.time())
-                )
-                await send_json(send, 200, obj, headers)
+                await send_json(send, 200, await call.complete(), headers)
                 return 200
-            await send_stream(send, _chunks(call), headers)
+            await send_stream(send, call.stream(), headers)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
-
-
-async def _chunks(call: ChatCall) -> AsyncIterator[bytes]:
-    encoder = TextCompletionEncoder(
-        id=completion_id(),
-        model=call.model_label,
-        created=int(time.time()),
-        include_usage=call.include_usage,
-    )
-    encode = encoder.encode
-    async for events in call.events():
-        out = b"".join([encode(ev) for ev in events])
-        if out:
-            yield out

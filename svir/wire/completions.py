@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 import msgspec
 
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import classify_stream_error
-from svir.wire.decoder import DONE_MARKER, ChatDecoder
-from svir.wire.encoder import error_frame, stream_error_fields, usage_dict
+from svir.wire.decoder import DONE_MARKER, ChatDecoder, UsageObject, usage_event
+from svir.wire.encoder import ChunkEncoder, usage_dict
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
     Done,
@@ -349,6 +349,7 @@ class _LlamaChunk(msgspec.Struct, gc=False):
     error: Any = None
 
 
+_C = TypeVar("_C")
 _llama_decoder = msgspec.json.Decoder(_LlamaChunk)
 _any_decoder = msgspec.json.Decoder()
 
@@ -401,6 +402,29 @@ class _CompletionDecoder(ChatDecoder):
             out,
         )
 
+    def _decode(
+        self, decoder: msgspec.json.Decoder[_C], ev: SSEEvent, out: list[Event]
+    ) -> _C | None:
+        """One frame's chunk; None when the frame ended the stream (an error object, which may
+        not fit the chunk's shape, or something that is not a chunk)."""
+        try:
+            chunk = decoder.decode(ev.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            try:
+                payload = _any_decoder.decode(ev.data)
+            except msgspec.DecodeError:
+                payload = None
+            if isinstance(payload, dict) and payload.get("error") is not None:
+                self._fail(classify_stream_error(payload), out)
+            else:
+                self._protocol(f"malformed chunk: {exc}", out)
+            return None
+        error = getattr(chunk, "error", None)
+        if error is not None:
+            self._fail(classify_stream_error({"error": error}), out)
+            return None
+        return chunk
+
     def _error_payload(self, ev: SSEEvent, out: list[Event]) -> bool:
         """An `event: error` or an `{"error": ...}` data frame ends the stream; True if it was."""
         if ev.event == "error":
@@ -423,20 +447,8 @@ class LlamaCompletionDecoder(_CompletionDecoder):
         if ev.data == DONE_MARKER:
             self._protocol("[DONE] before the last chunk (stop: true)", out)
             return
-        try:
-            chunk = _llama_decoder.decode(ev.data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            try:
-                payload = _any_decoder.decode(ev.data)
-            except msgspec.DecodeError:
-                payload = None
-            if isinstance(payload, dict) and payload.get("error") is not None:
-                self._fail(classify_stream_error(payload), out)
-            else:
-                self._protocol(f"malformed chunk: {exc}", out)
-            return
-        if chunk.error is not None:
-            self._fail(classify_stream_error({"error": chunk.error}), out)
+        chunk = self._decode(_llama_decoder, ev, out)
+        if chunk is None:
             return
         if chunk.model and not self.model:
             self.model = chunk.model
@@ -460,18 +472,12 @@ class _OpenAIChoice(msgspec.Struct, gc=False):
     finish_reason: str | None = None
 
 
-class _UsageCounts(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    total_tokens: int | None = None
-
-
 class _OpenAIChunk(msgspec.Struct, gc=False):
     id: str | None = None
     model: str | None = None
     created: int | float | None = None
     choices: list[_OpenAIChoice] | None = None
-    usage: _UsageCounts | None = None
+    usage: UsageObject | None = None
     error: Any = None
 
 
@@ -488,20 +494,8 @@ class OpenAICompletionDecoder(_CompletionDecoder):
         if ev.data == DONE_MARKER:
             self._end(self.finish_reason or "stop", out)
             return
-        try:
-            chunk = _openai_decoder.decode(ev.data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            try:
-                payload = _any_decoder.decode(ev.data)
-            except msgspec.DecodeError:
-                payload = None
-            if isinstance(payload, dict) and payload.get("error") is not None:
-                self._fail(classify_stream_error(payload), out)
-            else:
-                self._protocol(f"malformed chunk: {exc}", out)
-            return
-        if chunk.error is not None:
-            self._fail(classify_stream_error({"error": chunk.error}), out)
+        chunk = self._decode(_openai_decoder, ev, out)
+        if chunk is None:
             return
         if chunk.id and not self.id:
             self.id = chunk.id
@@ -515,43 +509,22 @@ class OpenAICompletionDecoder(_CompletionDecoder):
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
         if chunk.usage is not None:
-            u = chunk.usage
-            prompt, completion = u.prompt_tokens or 0, u.completion_tokens or 0
-            total = u.total_tokens if u.total_tokens is not None else prompt + completion
-            self.usage = Usage(prompt, completion, total)
+            self.usage = usage_event(chunk.usage)
 
 
 # ---------------------------------------------------------------------------------------------
 # Encoders
 
-_DONE: Final = b"data: [DONE]\n\n"
-_KEEPALIVE: Final = b": keepalive\n\n"
 _enc = msgspec.json.encode
 
 
-class TextCompletionEncoder:
+class TextCompletionEncoder(ChunkEncoder):
     """The canonical events as OpenAI's `text_completion` SSE chunks: one per piece of text, the
-    finish in a chunk of its own, usage when asked for (`stream_options.include_usage`), then
-    `[DONE]`; a failure is one error frame, as in chat (svir.wire.encoder)."""
+    finish in a chunk of its own, then usage (when asked for), `[DONE]` and the one error frame
+    of a failure as a chat stream has them (svir.wire.encoder)."""
 
-    __slots__ = ("_ended", "_head", "include_usage")
-
-    def __init__(self, *, id: str, model: str, created: int, include_usage: bool = False) -> None:
-        self.include_usage = include_usage
-        self._head = (
-            b'data: {"id":'
-            + _enc(id)
-            + b',"object":"text_completion","created":'
-            + str(int(created)).encode()
-            + b',"model":'
-            + _enc(model)
-            + b',"choices":'
-        )
-        self._ended = False
-
-    @property
-    def ended(self) -> bool:
-        return self._ended
+    __slots__ = ()
+    OBJECT: ClassVar[bytes] = b"text_completion"
 
     def _choice(self, text: str, finish: str | None) -> bytes:
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
@@ -565,18 +538,8 @@ class TextCompletionEncoder:
             return self._choice(event.text, None)
         if isinstance(event, Finish):
             return self._choice("", event.reason)
-        if isinstance(event, Usage):
-            if not self.include_usage:
-                return b""
-            return self._head + b'[],"usage":' + _enc(usage_dict(event)) + b"}\n\n"
-        if isinstance(event, Done):
-            self._ended = True
-            return _DONE
-        if isinstance(event, Keepalive):
-            return _KEEPALIVE
-        if isinstance(event, StreamError):
-            self._ended = True
-            return error_frame(*stream_error_fields(event.error))
+        if isinstance(event, Usage | Done | Keepalive | StreamError):
+            return super().encode(event)
         return b""  # Role and the chat-only events have no place in a text completion
 
 

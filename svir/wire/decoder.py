@@ -86,6 +86,9 @@ class _Chunk(msgspec.Struct, gc=False):
     prompt_annotations: list[dict[str, Any]] | None = None
 
 
+# The usage object as OpenAI's APIs send it, for other decoders of them (svir.wire.completions).
+UsageObject = _Usage
+
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
 _any_decoder = msgspec.json.Decoder()
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.completions.test_completions_inprocess import ENV, upstream
-from tests.completions.test_generate_inprocess import CONFIG
+from tests.completions.test_completions_inprocess import CONFIG, ENV, upstream
 from tests.support.inprocess import serve
 
 CLIENTS = Path(__file__).parent / "clients"

@@ -20,16 +20,8 @@ from svir.wire.completions import (
     openai_body,
     parse_completion_request,
 )
+from tests.test_bad_input import json_values
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
-    max_leaves=12,
-)
 FIELDS = [
     "prompt", "suffix", "max_tokens", "stream", "stop", "echo", "logprobs", "n", "best_of",
     "temperature", "top_p", "seed", "stream_options", "user", "logit_bias", "raw", "system",

@@ -15,22 +15,8 @@ import ollama
 import pytest
 
 from svir.testing import MockRequest, MockResponse, sse
-from tests.completions.test_completions_inprocess import ENV, llama_stream, upstream
+from tests.completions.test_completions_inprocess import CONFIG, ENV, llama_stream, upstream
 from tests.support.inprocess import serve
-
-CONFIG = """
-[[providers]]
-name = "lab"
-kind = "llamacpp"
-base_url = "http://lab.test"
-discover = false
-
-[[providers]]
-name = "oc"
-kind = "openai-compatible"
-base_url = "http://oc.test/v1"
-discover = false
-"""
 
 CHAT = sse(
     {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]},
