@@ -20,7 +20,7 @@ import msgspec
 
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import classify_stream_error
-from svir.wire.decoder import DONE_MARKER, ChatDecoder, UsageObject, usage_event
+from svir.wire.decoder import DONE_MARKER, ChatDecoder, ChunkObject, usage_event
 from svir.wire.encoder import ChunkEncoder, usage_dict
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
@@ -167,6 +167,14 @@ def _prompt(value: Any) -> str:
     raise _fail("prompt", f"must be a string or an array of one string, not {json_type(value)}")
 
 
+def _typed(body: dict[str, Any], key: str, kind: type, words: str) -> Any:
+    """`body[key]` if it is of `kind` (None when absent or null); else the client's 400."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise _fail(key, f"must be {words}, not {json_type(value)}", "invalid_type")
+    return value
+
+
 def parse_completion_request(body: Any) -> dict[str, Any]:
     """The canonical completion request for an OpenAI `/v1/completions` body; raises
     CompletionRequestError (a 400) and nothing else, for any JSON value."""
@@ -180,12 +188,9 @@ def parse_completion_request(body: Any) -> dict[str, Any]:
             raise _fail("model", "is required", "missing_required_parameter")
         raise _fail("model", f"must be a string, not {json_type(model)}", "invalid_type")
     out: dict[str, Any] = {"model": model, "prompt": _prompt(body.get("prompt"))}
-    suffix = body.get("suffix")
-    if suffix is not None:
-        if not isinstance(suffix, str):
-            raise _fail("suffix", f"must be a string, not {json_type(suffix)}", "invalid_type")
-        if suffix:
-            out["suffix"] = suffix
+    suffix = _typed(body, "suffix", str, "a string")
+    if suffix:
+        out["suffix"] = suffix
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _fail("stream", f"must be a boolean, not {json_type(stream)}", "invalid_type")
@@ -234,17 +239,12 @@ def parse_completion_request(body: Any) -> dict[str, Any]:
         value = body.get(key)
         if value is not None and _integer(key, value) != 1:
             raise _fail(key, f"only {key}=1 is supported", "unsupported_value")
-    user = body.get("user")
+    user = _typed(body, "user", str, "a string")
     if user is not None:
-        if not isinstance(user, str):
-            raise _fail("user", f"must be a string, not {json_type(user)}", "invalid_type")
         out["user"] = user
-    bias = body.get("logit_bias")
-    if bias is not None:
-        if not isinstance(bias, dict):
-            raise _fail("logit_bias", f"must be an object, not {json_type(bias)}", "invalid_type")
-        if bias:
-            out["logit_bias"] = bias
+    bias = _typed(body, "logit_bias", dict, "an object")
+    if bias:
+        out["logit_bias"] = bias
     for key, value in body.items():
         if key not in _READ and value is not None:
             out[key] = value
@@ -466,22 +466,7 @@ class LlamaCompletionDecoder(_CompletionDecoder):
             self._end(_LLAMA_FINISH.get(chunk.stop_type or "", "stop"), out)
 
 
-class _OpenAIChoice(msgspec.Struct, gc=False):
-    index: int | None = 0
-    text: str | None = None
-    finish_reason: str | None = None
-
-
-class _OpenAIChunk(msgspec.Struct, gc=False):
-    id: str | None = None
-    model: str | None = None
-    created: int | float | None = None
-    choices: list[_OpenAIChoice] | None = None
-    usage: UsageObject | None = None
-    error: Any = None
-
-
-_openai_decoder = msgspec.json.Decoder(_OpenAIChunk)
+_openai_decoder = msgspec.json.Decoder(ChunkObject)
 
 
 class OpenAICompletionDecoder(_CompletionDecoder):

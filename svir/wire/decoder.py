@@ -57,6 +57,7 @@ class _Delta(msgspec.Struct, gc=False):
 class _Choice(msgspec.Struct, gc=False):
     index: int | None = 0
     delta: _Delta | None = None
+    text: str | None = None
     finish_reason: str | None = None
     content_filter_results: dict[str, Any] | None = None
     content_filter_offsets: dict[str, Any] | None = None
@@ -86,8 +87,9 @@ class _Chunk(msgspec.Struct, gc=False):
     prompt_annotations: list[dict[str, Any]] | None = None
 
 
-# The usage object as OpenAI's APIs send it, for other decoders of them (svir.wire.completions).
-UsageObject = _Usage
+# A chunk as OpenAI's APIs stream it, for the other decoder of them: a text completion's
+# (svir.wire.completions), whose choices carry `text` where a chat's carry a `delta`.
+ChunkObject = _Chunk
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
 _any_decoder = msgspec.json.Decoder()
