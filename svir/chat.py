@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from svir.config import ProviderConfig, Timeouts
+from svir.config import PYPI_GEMMA, ProviderConfig, Timeouts
 from svir.errors import GatewayError, request_error
 from svir.providers import ProviderKind, build_upstream_body
 from svir.providers.adapt import answer_transform
@@ -88,9 +88,18 @@ class Route:
 
     @property
     def fim(self) -> bool:
-        """Whether this route fills in the middle (a completion with a suffix): the provider's
-        `fim` setting, else its kind's (`ProviderKind.fim_for`)."""
-        return self.kind.fim_for(self.provider)
+        """Whether this route fills in the middle (a completion with a suffix): a managed model's
+        own `fim` setting, else the provider's, else what is known of the model file (Gemma 3
+        from PyPI has no FIM tokens), else its kind's (`ProviderKind.fim_for`)."""
+        kind, provider = self.kind, self.provider
+        if kind.completions_for(provider) is None:
+            return False
+        spec = provider.managed.model(self.model_id) if provider.managed is not None else None
+        if spec is not None and spec.fim is not None:
+            return spec.fim
+        if provider.fim is None and spec is not None and spec.path == PYPI_GEMMA:
+            return False
+        return kind.fim_for(provider)
 
 
 @dataclass(slots=True)

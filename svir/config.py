@@ -242,6 +242,9 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     parallel: int | None = None
     extra_args: tuple[str, ...] | None = None
     chat_template: str | None = None
+    # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
+    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (svir.chat.Route.fim).
+    fim: bool | None = None
 
 
 class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -285,6 +288,7 @@ class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             parallel=entry.parallel if entry.parallel is not None else self.parallel,
             extra_args=entry.extra_args if entry.extra_args is not None else self.extra_args,
             chat_template=template,
+            fim=entry.fim,
         )
 
 

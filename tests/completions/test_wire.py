@@ -5,10 +5,14 @@ config settings that override it."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
+from svir.chat import Route
 from svir.config import parse_config
+from svir.policy.routing import Router
+from svir.testing import MockResponse, MockTransport
 from svir.errors import ConfigError
 from svir.providers import KINDS
 from svir.wire.answer import AnswerFold
@@ -179,3 +183,30 @@ def test_bad_settings_name_file_field_and_fix(
         parse_config(PROVIDER.format(kind=kind, extra=extra), source="svir.toml")
     assert info.value.field == f"providers[0].{field}"
     assert words in str(info.value) and "svir.toml" in str(info.value)
+
+
+MANAGED = """
+[[providers]]
+name = "local"
+kind = "llamacpp-managed"
+{extra}
+[providers.managed.models]
+gemma = "pypi:gemma3-270m"
+coder = {{ path = "{gguf}", fim = true }}
+plain = "{gguf}"
+"""
+
+
+def managed_route(model_id: str, extra: str = "") -> Route:
+    gguf = Path(__file__)  # any file: the config checks that it is there
+    config = parse_config(MANAGED.format(extra=extra, gguf=gguf))
+    return Router(config, {}, MockTransport(lambda r: MockResponse())).resolve(f"local/{model_id}")
+
+
+def test_a_managed_models_fim_is_what_is_known_of_it() -> None:
+    assert managed_route("gemma").fim is False  # Gemma 3 has no FIM tokens (llama-server: 501)
+    assert managed_route("coder").fim is True
+    assert managed_route("plain").fim is True  # the kind's; the server says if it cannot
+    assert managed_route("plain", "fim = false").fim is False
+    assert managed_route("gemma", "fim = true").fim is True  # the provider's word is taken
+    assert managed_route("coder", "completions = false").fim is False
