@@ -11,10 +11,10 @@ import pytest
 
 from svir.chat import Route
 from svir.config import parse_config
-from svir.policy.routing import Router
-from svir.testing import MockResponse, MockTransport
 from svir.errors import ConfigError
+from svir.policy.routing import Router
 from svir.providers import KINDS
+from svir.testing import MockResponse, MockTransport
 from svir.wire.answer import AnswerFold
 from svir.wire.completions import (
     LlamaCompletionDecoder,
