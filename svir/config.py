@@ -243,7 +243,7 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     extra_args: tuple[str, ...] | None = None
     chat_template: str | None = None
     # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
-    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (svir.chat.Route.fim).
+    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
     fim: bool | None = None
 
 
