@@ -161,3 +161,20 @@ async def test_midstream_failure_is_one_error_line(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in r.text.splitlines()]
     assert lines[0]["response"] == "par"
     assert lines[-1] == {"error": "boom"}
+
+
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+async def test_templated_generate_takes_images_and_format_as_chat_does(svir: Any) -> None:
+    answer = await client(svir).generate(
+        model="lab/qwen-coder", prompt="what is this?", images=[PNG], format="json"
+    )
+    assert answer.response == "Hi there"
+    body = svir.transport.requests[-1].json()
+    [user] = body["messages"]
+    assert user["content"][0] == {"type": "text", "text": "what is this?"}
+    assert user["content"][1]["image_url"]["url"] == f"data:image/png;base64,{PNG}"
+    assert body["response_format"] == {"type": "json_object"}
