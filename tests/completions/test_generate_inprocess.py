@@ -163,9 +163,7 @@ async def test_midstream_failure_is_one_error_line(tmp_path: Path) -> None:
     assert lines[-1] == {"error": "boom"}
 
 
-PNG = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
 async def test_templated_generate_takes_images_and_format_as_chat_does(svir: Any) -> None:
