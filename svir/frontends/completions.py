@@ -43,13 +43,11 @@ def refusal(exc: CompletionRequestError) -> GatewayError:
 class Completions:
     def __init__(self, app: Host) -> None:
         self.app = app
-        self.gateway = app.gateway
-        self.max_body_bytes = app.config.server.max_body_bytes
 
     async def completions(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        body = await read_json(scope, receive, self.max_body_bytes)
+        body = await read_json(scope, receive, self.app.config.server.max_body_bytes)
         try:
             request = parse_completion_request(body)
         except CompletionRequestError as exc:
@@ -61,7 +59,7 @@ class Completions:
 
     async def _serve(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
         headers = {"x-request-id": ctx.request_id}
-        call = await self.gateway.open_chat(ctx, request)
+        call = await self.app.gateway.open_chat(ctx, request)
         headers.update(call.headers)
         try:
             if not request["stream"]:

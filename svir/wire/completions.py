@@ -386,13 +386,7 @@ class _CompletionDecoder(ChatDecoder):
     def _end(self, reason: str, out: list[Event]) -> None:
         if not self._role_sent:
             self._text("", out)
-        self.finish_reason = reason
-        out.append(Finish(reason))
-        if self.usage is not None:
-            out.append(self.usage)
-        out.append(Done())
-        self.complete = True
-        self._ended = True
+        self._finish(reason, out)
 
     def _cut(self, out: list[Event]) -> None:
         self._fail(

@@ -239,6 +239,16 @@ class ChatDecoder:
         self._ended = True
         out.append(StreamError(error))
 
+    def _finish(self, reason: str, out: list[Event]) -> None:
+        """End the answer complete: its finish, the usage held until now, `Done`."""
+        self.finish_reason = reason
+        out.append(Finish(reason))
+        if self.usage is not None:
+            out.append(self.usage)
+        out.append(Done())
+        self.complete = True
+        self._ended = True
+
     def _protocol(self, message: str, out: list[Event]) -> None:
         self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)
 
@@ -419,12 +429,7 @@ class StreamDecoder(ChatDecoder):
             except ToolCallError as exc:
                 self._protocol(str(exc), out)
                 return
-        out.append(Finish(reason))
-        if self.usage is not None:
-            out.append(self.usage)
-        out.append(Done())
-        self.complete = True
-        self._ended = True
+        self._finish(reason, out)
 
 
 class DecoderFactory(Protocol):
