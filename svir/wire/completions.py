@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, ClassVar, Final, Literal, TypeVar
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
@@ -349,7 +349,6 @@ class _LlamaChunk(msgspec.Struct, gc=False):
     error: Any = None
 
 
-_C = TypeVar("_C")
 _llama_decoder = msgspec.json.Decoder(_LlamaChunk)
 _any_decoder = msgspec.json.Decoder()
 
@@ -396,29 +395,6 @@ class _CompletionDecoder(ChatDecoder):
             out,
         )
 
-    def _decode(
-        self, decoder: msgspec.json.Decoder[_C], ev: SSEEvent, out: list[Event]
-    ) -> _C | None:
-        """One frame's chunk; None when the frame ended the stream (an error object, which may
-        not fit the chunk's shape, or something that is not a chunk)."""
-        try:
-            chunk = decoder.decode(ev.data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            try:
-                payload = _any_decoder.decode(ev.data)
-            except msgspec.DecodeError:
-                payload = None
-            if isinstance(payload, dict) and payload.get("error") is not None:
-                self._fail(classify_stream_error(payload), out)
-            else:
-                self._protocol(f"malformed chunk: {exc}", out)
-            return None
-        error = getattr(chunk, "error", None)
-        if error is not None:
-            self._fail(classify_stream_error({"error": error}), out)
-            return None
-        return chunk
-
     def _error_payload(self, ev: SSEEvent, out: list[Event]) -> bool:
         """An `event: error` or an `{"error": ...}` data frame ends the stream; True if it was."""
         if ev.event == "error":
@@ -441,7 +417,7 @@ class LlamaCompletionDecoder(_CompletionDecoder):
         if ev.data == DONE_MARKER:
             self._protocol("[DONE] before the last chunk (stop: true)", out)
             return
-        chunk = self._decode(_llama_decoder, ev, out)
+        chunk = self._chunk(_llama_decoder, ev.data, out)
         if chunk is None:
             return
         if chunk.model and not self.model:
@@ -473,7 +449,7 @@ class OpenAICompletionDecoder(_CompletionDecoder):
         if ev.data == DONE_MARKER:
             self._end(self.finish_reason or "stop", out)
             return
-        chunk = self._decode(_openai_decoder, ev, out)
+        chunk = self._chunk(_openai_decoder, ev.data, out)
         if chunk is None:
             return
         if chunk.id and not self.id:

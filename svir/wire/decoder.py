@@ -11,7 +11,7 @@ order (finish, usage, done) never depends on the server's.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -43,6 +43,7 @@ from svir.wire.think import ThinkSplitter
 from svir.wire.toolcalls import ToolCall, ToolCallAssembler, ToolCallPiece
 
 DONE_MARKER = b"[DONE]"
+C = TypeVar("C")  # a decoder's chunk type
 
 
 class _Delta(msgspec.Struct, gc=False):
@@ -239,6 +240,32 @@ class ChatDecoder:
         self._ended = True
         out.append(StreamError(error))
 
+    def _chunk(self, decoder: msgspec.json.Decoder[C], data: bytes, out: list[Event]) -> C | None:
+        """One data frame decoded as `decoder`'s chunk type (which has an `error` field); None
+        when the frame ended the stream: an error object (in the chunk's shape or not), or
+        something that is no chunk at all."""
+        try:
+            chunk = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            # The JSON may still be an error object of an unusual shape.
+            try:
+                payload = _any_decoder.decode(data)
+            except msgspec.DecodeError:
+                payload = None
+            if isinstance(payload, dict) and payload.get("error") is not None:
+                self._fail(classify_stream_error(payload), out)
+            else:
+                self._protocol(f"malformed chunk: {exc}", out)
+            return None
+        except msgspec.DecodeError as exc:
+            self._protocol(f"chunk is not JSON: {exc}", out)
+            return None
+        error = getattr(chunk, "error", None)
+        if error is not None:
+            self._fail(classify_stream_error({"error": error}), out)
+            return None
+        return chunk
+
     def _finish(self, reason: str, out: list[Event]) -> None:
         """End the answer complete: its finish, the usage held until now, `Done`."""
         self.finish_reason = reason
@@ -304,24 +331,8 @@ class StreamDecoder(ChatDecoder):
         if data == DONE_MARKER:
             self._done(out)
             return
-        try:
-            chunk = _chunk_decoder.decode(data)
-        except msgspec.ValidationError as exc:
-            # The JSON may still be an error object of an unusual shape.
-            try:
-                payload = _any_decoder.decode(data)
-            except msgspec.DecodeError:
-                payload = None
-            if isinstance(payload, dict) and payload.get("error") is not None:
-                self._fail(classify_stream_error(payload), out)
-            else:
-                self._protocol(f"malformed chunk: {exc}", out)
-            return
-        except msgspec.DecodeError as exc:
-            self._protocol(f"chunk is not JSON: {exc}", out)
-            return
-        if chunk.error is not None:
-            self._fail(classify_stream_error({"error": chunk.error}), out)
+        chunk = self._chunk(_chunk_decoder, data, out)
+        if chunk is None:
             return
         if chunk.prompt_filter_results or chunk.prompt_annotations:
             for entry in chunk.prompt_filter_results or chunk.prompt_annotations or ():
