@@ -444,20 +444,20 @@ def mostly(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.integers(0, 5).flatmap(lambda i: json_values if i == 0 else good)
 
 
-# A request that would be valid, with a few fields of any value: a field that is wrong, alone.
-chat_bodies = st.builds(
-    lambda base, extra: {**base, **extra},
-    st.fixed_dictionaries(
-        {
-            "model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])),
-            "messages": mostly(st.just(HI)),
-        }
-    ),
-    st.dictionaries(
-        st.sampled_from(FIELDS),
-        json_values | st.sampled_from([5, True, "x", [5], [{}], {}, [{"function": {"name": 1}}]]),
-        max_size=3,
-    ),
+def bodies(key: str, good: st.SearchStrategy[Any], fields: list[str], odd: list[Any]) -> Any:
+    """A request that would be valid (a model and `key`), with a few `fields` of any value (or
+    one of the `odd` ones): a field that is wrong, alone."""
+    return st.builds(
+        lambda base, extra: {**base, **extra},
+        st.fixed_dictionaries(
+            {"model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])), key: mostly(good)}
+        ),
+        st.dictionaries(st.sampled_from(fields), json_values | st.sampled_from(odd), max_size=3),
+    )
+
+
+chat_bodies = bodies(
+    "messages", st.just(HI), FIELDS, [5, True, "x", [5], [{}], {}, [{"function": {"name": 1}}]]
 )
 
 
@@ -642,19 +642,11 @@ COMPLETION_FIELDS = [
     "seed", "stream_options", "user", "logit_bias", "raw", "system", "template", "images",
     "format", "options", "think", "keep_alive", "context",
 ]  # fmt: skip
-completion_bodies = st.builds(
-    lambda base, extra: {**base, **extra},
-    st.fixed_dictionaries(
-        {
-            "model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])),
-            "prompt": mostly(st.sampled_from(["hi", "", ["hi"]])),
-        }
-    ),
-    st.dictionaries(
-        st.sampled_from(COMPLETION_FIELDS),
-        json_values | st.sampled_from([5, True, "x", [5], {}, {"num_predict": "x"}, 0]),
-        max_size=3,
-    ),
+completion_bodies = bodies(
+    "prompt",
+    st.sampled_from(["hi", "", ["hi"]]),
+    COMPLETION_FIELDS,
+    [5, True, "x", [5], {}, {"num_predict": "x"}, 0],
 )
 
 
