@@ -461,11 +461,15 @@ chat_bodies = bodies(
 )
 
 
-@settings(
+# The whole app fuzzed: its requests take time, and the app fixture is the test's.
+whole_app = settings(
     max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+
+
+@whole_app
 @given(body=chat_bodies | json_values)
 async def test_chat_completions_answers_only_openai_errors(stub_app: App, body: Any) -> None:
     transport = httpx.ASGITransport(app=stub_app)
@@ -650,19 +654,15 @@ completion_bodies = bodies(
 )
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@whole_app
 @given(body=completion_bodies | json_values)
 async def test_completions_and_generate_answer_only_their_errors(stub_app: App, body: Any) -> None:
-    transport = httpx.ASGITransport(app=stub_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://svir") as client:
-        r = await client.post("/v1/completions", content=msgspec.json.encode(body))
+    content = msgspec.json.encode(body)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stub_app)) as client:
+        r = await client.post("http://svir/v1/completions", content=content)
         assert r.status_code in (400, 404, 502), (r.status_code, r.text)
         assert_openai_error(r, r.status_code)
-        r = await client.post("/api/generate", content=msgspec.json.encode(body))
+        r = await client.post("http://svir/api/generate", content=content)
         # 200: Ollama's load form (an empty prompt) answers without an upstream.
         assert r.status_code in (200, 400, 404, 502), (r.status_code, r.text)
         if r.status_code != 200:
