@@ -140,3 +140,50 @@ def check_grammar(body: bytes) -> list[dict[str, Any]]:
         assert open_item is None, "the stream ended with an item open"
     assert last["response"]["status"] == last["type"].split(".")[1]
     return got
+
+
+def check_codex(events: list[dict[str, Any]]) -> None:
+    """Assert that Codex's parser takes every item and the end (codex-rs `protocol/src/models.rs`
+    `ResponseItem`, `codex-api/src/sse/responses.rs`): an item it cannot read it skips without a
+    word, so each must have the fields its type requires there; `response.completed` needs the
+    response's `id` and, if present, usage with its four counts."""
+    for e in events:
+        if e["type"] in ("response.output_item.added", "response.output_item.done"):
+            item = e["item"]
+            if item["type"] == "message":
+                assert isinstance(item["role"], str) and isinstance(item["content"], list)
+                for part in item["content"]:
+                    # Codex's ContentItem has output_text (a refusal part it would not read).
+                    assert part["type"] in ("output_text", "refusal")
+                    assert isinstance(part.get("text", part.get("refusal")), str)
+            elif item["type"] == "reasoning":
+                assert isinstance(item["summary"], list)  # required, no default
+                for p in item["summary"]:
+                    assert p["type"] == "summary_text" and isinstance(p["text"], str)
+                for c in item.get("content") or []:
+                    assert c["type"] == "reasoning_text" and isinstance(c["text"], str)
+                assert isinstance(item.get("encrypted_content"), str | None)
+            else:
+                assert item["type"] == "function_call"
+                assert isinstance(item["name"], str) and item["name"]
+                assert isinstance(item["arguments"], str)  # a string of JSON, never an object
+                assert isinstance(item["call_id"], str) and item["call_id"]
+                assert isinstance(item.get("namespace", ""), str)
+        elif e["type"] == "response.completed":
+            assert isinstance(e["response"]["id"], str)
+            usage = e["response"]["usage"]
+            if usage is not None:
+                for key in ("input_tokens", "output_tokens", "total_tokens"):
+                    assert isinstance(usage[key], int)
+                assert isinstance(usage["input_tokens_details"]["cached_tokens"], int)
+                assert isinstance(usage["output_tokens_details"]["reasoning_tokens"], int)
+        elif e["type"] == "response.failed":
+            error = e["response"]["error"]
+            assert isinstance(error["code"], str) and isinstance(error["message"], str)
+        elif e["type"] in (
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_part.added",
+        ):
+            assert isinstance(e["summary_index"], int)
+        elif e["type"] == "response.reasoning_text.delta":
+            assert isinstance(e["content_index"], int)

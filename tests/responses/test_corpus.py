@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.summary import decode
-from tests.responses.sdk import check_grammar, encode, encoder, stream
+from tests.responses.sdk import check_codex, check_grammar, encode, encoder, stream
 
 CONFORMANCE = Path(__file__).parents[1] / "conformance"
 CASES = sorted(f"decoder/{p.stem}" for p in (CONFORMANCE / "decoder").glob("*.sse")) + sorted(
@@ -63,6 +63,7 @@ def test_corpus_stream_through_the_sdk(name: str, summary: str | None) -> None:
     enc = encoder(summary=summary, seal=lambda text: "sealed")
     body = encode(events, enc)
     frames = check_grammar(body)
+    check_codex(frames)
     got = stream(body)
     end = frames[-1]
     assert end["response"] == enc.response  # the stored object is the streamed one

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx2
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +32,7 @@ from svir.wire.events import (
     Usage,
 )
 from svir.wire.responses import failure
-from tests.responses.sdk import check_grammar, encode, encoder, frames, stream
+from tests.responses.sdk import check_codex, check_grammar, encode, encoder, frames, stream
 
 ROLE = Role("assistant", "up-1", "upstream-model", 0)
 # Codex's pattern for the wait in a rate-limit failure (codex-rs/codex-api/src/sse/responses.rs).
@@ -373,6 +375,7 @@ def test_fuzz_the_stream_is_always_well_formed(
     )
     body = encode([*events, *([end] if end is not None else [])], enc)
     got = check_grammar(body)
+    check_codex(got)
     assert enc.ended and got[-1]["response"] == enc.response
     assert enc.response["output"] == enc.output_items
     # The SDK's accumulator takes every such stream, and completes exactly the completed ones.
@@ -383,3 +386,29 @@ def test_fuzz_the_stream_is_always_well_formed(
             c["text"] for i in enc.output_items if i["type"] == "message"
             for c in i["content"] if c["type"] == "output_text"
         )  # fmt: skip
+
+
+async def test_the_async_client_reads_each_event_as_its_own_type() -> None:
+    """`responses.create(stream=True)` on the async client: every event is parsed into the SDK's
+    class for its type (none falls back to an unknown one), in order."""
+    body = encode(TURN, encoder(summary="auto"))
+
+    async def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = openai.AsyncOpenAI(
+        api_key="x",
+        base_url="http://svir.test/v1",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(answer)),
+    )
+    got = [
+        event async for event in await client.responses.create(model="m", input="hi", stream=True)
+    ]
+    assert [e.type for e in got] == types(body)
+    assert [e.sequence_number for e in got] == list(range(len(got)))
+    for e in got:
+        cls = type(e).__name__
+        assert cls.startswith("Response") and cls.endswith("Event"), cls
+    assert type(got[-1]).__name__ == "ResponseCompletedEvent"
+    assert got[-1].response.output[2].arguments == '{"q": "x"}'
