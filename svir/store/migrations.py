@@ -220,6 +220,7 @@ _POSTGRES_2 = (
 # 3: the end user the client named (Anthropic's `metadata.user_id`, OpenAI's `user`) in the ledger.
 _LEDGER_CLIENT_USER_3 = ("ALTER TABLE usage_ledger ADD COLUMN client_user TEXT",)
 
+
 # 4: the Responses API's stored responses (svir.store.responses) and svir's own secrets (the key
 # that seals reasoning items, shared by every replica on the store).
 def _responses_4(real: str, serial: str) -> tuple[str, ...]:
