@@ -42,7 +42,9 @@ from svir.call import CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import GatewayError, NotFound, StoreError, request_error
 from svir.frontends.http import (
+    WARNING_HEADER,
     EarlyStart,
+    merge_headers,
     new_call_context,
     owner_of,
     query_params,
@@ -66,7 +68,6 @@ __all__ = ["ResponseStore", "ResponsesAPI", "StoredResponse", "install"]
 log = logging.getLogger("svir.responses")
 
 PREFIX: Final = "/v1/responses"
-WARNING_HEADER: Final = "x-svir-warning"
 # Seconds of an upstream's silence before a stream starts anyway, and between its keep-alives:
 # well inside Codex's idle timeout (300 s), well past what an answer in time takes to begin.
 KEEPALIVE_AFTER: Final = 5.0
@@ -310,18 +311,28 @@ class ResponsesAPI:
             await early.stop()
             raise
         started = await early.stop()
-        headers.update(call.headers)
+        merge_headers(headers, call.headers)
         try:
             if not stream:
                 await self._answer(call, encoder, keep, send, headers)
                 return 200
             frames = _frames(call, encoder, keep, start=not started)
-            if started:
-                async for data in frames:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            else:
-                await send_stream(send, frames, headers)
+
+            def ends(data: bytes) -> bool:
+                # The piece that ends the response is the last: it goes with the body's end.
+                return encoder.ended
+
+            if not started:
+                await send_stream(send, frames, headers, last=ends)
+                return 200
+            async for data in frames:
+                more = not encoder.ended
+                await send({"type": "http.response.body", "body": data, "more_body": more})
+                if not more:
+                    async for _ in frames:
+                        pass
+                    return 200
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

@@ -289,3 +289,15 @@ async def test_a_prompt_cache_key_keeps_one_conversation_on_one_deployment(
         assert len({await served(key) for _ in range(6)}) == 1
     # Different conversations spread over both deployments.
     assert {await served(f"conversation-{i}") for i in range(24)} == {"up/ok", "up2/ok"}
+
+
+async def test_the_translations_warnings_and_the_upstreams_are_both_said(
+    svir: tuple[InProcess, Upstream],
+) -> None:
+    app, _ = svir
+    raw = await app.client.responses.with_raw_response.create(
+        model="up/effort", input="hi", tools=[{"type": "web_search"}], reasoning={"effort": "high"}
+    )
+    warning = raw.headers.get("x-svir-warning") or ""
+    assert "web_search" in warning and "reasoning_effort" in warning, warning
+    assert raw.parse().status == "completed"
