@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl
 
@@ -260,7 +260,7 @@ def owner_of(scope: Scope) -> str:
     return "sha256:" + hashlib.sha256(token).hexdigest()
 
 
-def merge_headers(headers: dict[str, str], extra: dict[str, str]) -> None:
+def merge_headers(headers: dict[str, str], extra: Mapping[str, str]) -> None:
     """Add a call's answer headers to the front end's own: an `x-svir-warning` both have says
     both (what the translation dropped, then what the upstream was sent without)."""
     for name, value in extra.items():
