@@ -166,17 +166,10 @@ class AnthropicMessages:
             ping=lambda: encoder.encode(_WAITING),
             fail=encoder.error,
         )
-        try:
-            call = await self.gateway.open_chat(ctx, request)
-        except GatewayError as exc:
-            if not await early.stop():
-                raise _unmapped(exc, model) from None
-            await early.fail(_unmapped(exc, model))
-            return 200
-        except BaseException:
-            await early.stop()
-            raise
-        started = await early.stop()
+        opening = self.gateway.open_chat(ctx, request)
+        call, started = await early.open(opening, lambda exc: _unmapped(exc, model))
+        if call is None:
+            return 200  # the started stream ended with the failure
         merge_headers(headers, call.headers)
         try:
             if not stream:

@@ -358,3 +358,24 @@ class EarlyStart:
         """End the started stream with `exc` as its last event."""
         data = self._fail(exc.error)
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def open(
+        self,
+        opening: Awaitable[ChatCall],
+        refused: Callable[[GatewayError], GatewayError] | None = None,
+    ) -> tuple[ChatCall | None, bool]:
+        """The call `opening` opens, while the early start runs, and whether the response has
+        started. A call that fails is raised (as `refused` words it) before the start, and is the
+        started stream's last event after it (the call is then None)."""
+        try:
+            call = await opening
+        except GatewayError as exc:
+            error = exc if refused is None else refused(exc)
+            if not await self.stop():
+                raise error from None
+            await self.fail(error)
+            return None, True
+        except BaseException:
+            await self.stop()
+            raise
+        return call, await self.stop()

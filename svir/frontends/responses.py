@@ -300,17 +300,9 @@ class ResponsesAPI:
             ping=encoder.keepalive,
             fail=encoder.error,
         )
-        try:
-            call = await self.gateway.open_chat(ctx, request)
-        except GatewayError as exc:
-            if not await early.stop():
-                raise
-            await early.fail(exc)
-            return 200
-        except BaseException:
-            await early.stop()
-            raise
-        started = await early.stop()
+        call, started = await early.open(self.gateway.open_chat(ctx, request))
+        if call is None:
+            return 200  # the started stream ended with the failure
         merge_headers(headers, call.headers)
         try:
             if not stream:

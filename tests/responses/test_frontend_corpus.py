@@ -15,25 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.testing import MockRequest, MockResponse
+from tests.anthropic.test_frontend_corpus import CASES, CORPUS, play, provider
 from tests.responses.sdk import check_codex, check_grammar, stream
 from tests.responses.test_corpus import CODES, INCOMPLETE, _parts, _reasoning
 from tests.support.inprocess import InProcess, serve
-
-CORPUS = Path(__file__).parents[1] / "conformance" / "decoder"
-CASES = sorted(p.stem for p in CORPUS.glob("*.sse"))
-
-
-def provider(name: str, think_tags: bool) -> str:
-    return (
-        f'[[providers]]\nname = "{name}"\nkind = "openai-compatible"\n'
-        f'base_url = "http://upstream.test/v1"\ndiscover = false\n'
-        f"think_tags = {str(think_tags).lower()}\n[providers.retry]\nattempts = 1\n"
-    )
-
-
-def play(request: MockRequest) -> MockResponse:
-    return MockResponse(body=(CORPUS / f"{request.json()['model']}.sse").read_bytes())
 
 
 @pytest.fixture
