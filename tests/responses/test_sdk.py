@@ -173,6 +173,16 @@ async def test_retrieve_delete_and_input_items(svir: tuple[InProcess, Upstream])
     await app.client.responses.delete(made.id)
     with pytest.raises(openai.NotFoundError):
         await app.client.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        await app.client.responses.delete(made.id)
+    # A string input is listed as the user message item it stands for.
+    said = await app.client.responses.create(model="up/ok", input="just this")
+    [item] = (await app.client.responses.input_items.list(said.id)).data
+    assert item.type == "message" and item.role == "user" and item.id  # type: ignore[union-attr]
+    assert item.content[0].text == "just this"  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError) as bad:
+        await app.client.responses.input_items.list(said.id, after="msg_nothing")
+    assert bad.value.param == "after"  # type: ignore[attr-defined]
 
 
 async def test_another_keys_response_is_not_found(svir: tuple[InProcess, Upstream]) -> None:
