@@ -13,9 +13,9 @@ from svir.ledger import Ledger
 from svir.store import make_store, migrations
 from svir.store.base import SqlStore
 from svir.store.responses import SqlResponseStore
-from tests.responses.test_store import record
 from tests.keys.conftest import Postgres
 from tests.keys.test_ledger import row
+from tests.responses.test_store import record
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
