@@ -45,7 +45,8 @@ def build_app(
     transport: Transport | None = None,
     timing: Timing | None = None,
 ) -> App:
-    """svir's app with every front end: keys and limits, Ollama's API, threads, managed models.
+    """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
+    OpenAI's Responses, managed models.
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
@@ -53,8 +54,9 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.edges import managed
-    from svir.frontends import anthropic, completions, ollama, openai_chat, threads
+    from svir.frontends import anthropic, completions, ollama, openai_chat, responses, threads
     from svir.keys import service as keys_service
+    from svir.store.responses import SqlResponseStore
 
     app = App(config, environ, transport=transport, timing=timing)
     keys_service.install(app)
@@ -64,6 +66,7 @@ def build_app(
     ollama.install(app)
     anthropic.install(app)
     threads.install(app, thread_service(app))
+    responses.install(app, SqlResponseStore(app.config.store.url or default_url(app.environ)))
     managed.install(app)
     return app
 
