@@ -17,19 +17,15 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 
-from svir.edges.llama_server import ensure_gemma_model, find_llama_server
-from svir.errors import LlamaServerError
 from svir.testing import MockServerThread
 from tests.anthropic.agent_model import FINAL, AgentModel
+from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
 from tests.support.svir_proc import SvirProcess, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "codex-main"
 SHELL = "exec_command"  # Codex 0.169's shell tool (unified exec)
 MARK = "svir-codex-was-here"
@@ -59,16 +55,7 @@ NO_TOOLS = (
 
 
 def codex_binary() -> Path:
-    version = re.search(r"^CODEX_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert version is not None
-    cache = Path(os.environ.get("CACHE", Path.home() / ".cache" / "svir"))
-    binary = cache / f"codex-{version.group(1)}" / "node_modules" / ".bin" / "codex"
-    if not binary.exists():
-        pytest.fail(
-            f"Codex is not installed at {binary}: run `make test` (or `make codex`).",
-            pytrace=False,
-        )
-    return binary
+    return npm_binary("CODEX_VERSION", "codex", "codex")
 
 
 def run_codex(
@@ -115,36 +102,16 @@ def routes(target: str) -> str:
     return f'[[routes]]\nname = "{MODEL}"\ntargets = [{{ model = "{target}" }}]\n'
 
 
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
-    return work, home
-
-
-@pytest.fixture
-def agent(dirs: tuple[Path, Path]) -> Iterator[tuple[AgentModel, str]]:
-    """The scripted model (its shell call writes a file in the work dir) and its base URL."""
-    model = AgentModel({"cmd": f"echo {MARK} > made.txt && cat made.txt"}, tool=SHELL)
-    with MockServerThread(model) as server:
-        yield model, server.base_url
-
-
 def test_codex_runs_its_shell_tool_and_finishes_through_svir(
-    tmp_path: Path, dirs: tuple[Path, Path], agent: tuple[AgentModel, str]
+    tmp_path: Path, agent_dirs: tuple[Path, Path]
 ) -> None:
-    work, home = dirs
-    model, base_url = agent
-    config = (
-        f'[[providers]]\nname = "agent"\nkind = "openai-compatible"\n'
-        f'base_url = "{base_url}"\ndiscover = false\nmodels = ["main"]\n\n' + routes("agent/main")
-    )
-    svir = SvirProcess(config, tmp_path).start()
-    try:
-        done, events, last = run_codex(svir, work, home, "Make the file made.txt.")
-    finally:
-        svir.stop()
+    work, home = agent_dirs
+    # The scripted model's call of the shell tool writes a file in the work dir.
+    model = AgentModel({"cmd": f"echo {MARK} > made.txt && cat made.txt"}, tool=SHELL)
+    with MockServerThread(model) as upstream:
+        config = scripted_provider(upstream.base_url, "main") + routes("agent/main")
+        with SvirProcess(config, tmp_path) as svir:
+            done, events, last = run_codex(svir, work, home, "Make the file made.txt.")
     log = svir.log()
     assert done.returncode == 0, (done.stdout, done.stderr[-4000:], log[-4000:])
     # Codex ran the command the model asked for, in its work dir, and finished the turn.
@@ -175,33 +142,19 @@ def test_codex_runs_its_shell_tool_and_finishes_through_svir(
     assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == model.arguments
     assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
     assert MARK in str(result["content"])
-    served = [line for line in log.splitlines() if '"path":"/v1/responses"' in line]
-    assert len(served) == 2 and all('"status":200' in line for line in served), served
+    lines = served(log, "/v1/responses")
+    assert len(lines) == 2 and all('"status":200' in line for line in lines), lines
     assert '"status":500' not in log
 
 
 def test_codex_asks_the_real_llama_server_through_svir(
-    tmp_path: Path, dirs: tuple[Path, Path]
+    tmp_path: Path, agent_dirs: tuple[Path, Path]
 ) -> None:
-    try:
-        find_llama_server()
-        gguf = ensure_gemma_model()
-    except LlamaServerError as exc:
-        pytest.fail(f"{exc}: run `make install`.", pytrace=False)
-    work, home = dirs
-    # Gemma 3 270M does not stop by itself, and Codex fails a turn cut at max_output_tokens
-    # (response.incomplete): a grammar (the server's default for every request) makes its
-    # answer "4", and the turn ends. With tools, llama.cpp's own tool-call grammar replaces it,
-    # so Codex goes without its tools (NO_TOOLS: it then sends `tools: []`); its prompt is still
-    # ~5k tokens, which one slot with the model's whole context holds.
-    grammar = 'root ::= "4"'
-    config = (
-        '[[providers]]\nname = "local"\nkind = "llamacpp-managed"\n'
-        '[providers.managed]\nchat_template = "builtin:gemma3-tools"\nparallel = 1\n'
-        f"extra_args = ['--grammar', '{grammar}']\n"
-        "[providers.managed.models]\n"
-        f'gemma = {{ path = "{gguf}", ctx = 32768 }}\n\n' + routes("local/gemma")
-    )
+    work, home = agent_dirs
+    # Codex fails a turn cut at max_output_tokens (response.incomplete), and goes without its
+    # tools here (NO_TOOLS, see gemma_answering): it then sends `tools: []`, and a prompt of ~5k
+    # tokens.
+    config = gemma_answering("4", routes("local/gemma"))
     svir = SvirProcess(config, tmp_path).start()
     started = time.monotonic()
     try:
@@ -213,9 +166,9 @@ def test_codex_asks_the_real_llama_server_through_svir(
     assert done.returncode == 0, (done.stdout, done.stderr[-4000:], log[-4000:])
     assert last.strip() == "4", (last, done.stdout, log[-4000:])
     assert events[-1]["type"] == "turn.completed", events
-    served = [line for line in log.splitlines() if '"path":"/v1/responses"' in line]
-    assert served and all('"status":200' in line for line in served), served
-    assert all('"served_model":"local/gemma"' in line for line in served)
+    lines = served(log, "/v1/responses")
+    assert lines and all('"status":200' in line for line in lines), lines
+    assert all('"served_model":"local/gemma"' in line for line in lines)
     prompts = [int(n) for n in re.findall(r'"prompt_tokens":([0-9]+)', log)]
     assert prompts and max(prompts) > 2000, prompts  # Codex's own system prompt
     print(f"codex exec via svir to llama-server: {took:.1f} s, prompt tokens {prompts}")
