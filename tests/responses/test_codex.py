@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from svir.testing import MockServerThread
 from tests.anthropic.agent_model import FINAL, AgentModel
 from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
