@@ -55,7 +55,7 @@ def replay() -> Iterator[ScriptedServer]:
 @pytest.fixture
 async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
-    harness = Harness(text, fronts=("ollama", "threads", "anthropic"))
+    harness = Harness(text, fronts=("ollama", "threads", "anthropic", "responses"))
     await harness.start()
     try:
         yield harness
@@ -157,6 +157,7 @@ ROUTES = [
     ("/v1/threads/{thread}", "openai"),
     ("/v1/threads/{thread}/messages", "openai"),
     ("/v1/threads/{thread}/continue", "openai"),
+    ("/v1/responses", "openai"),
     ("/admin/keys", "openai"),
 ]
 
@@ -242,6 +243,8 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         ("PUT", f"/v1/threads/{thread}", 405, "openai", "DELETE, GET, POST"),
         ("GET", f"/v1/threads/{thread}/continue", 405, "openai", "POST"),
         ("GET", f"/v1/threads/{thread}/nothing", 404, "openai", None),
+        ("GET", "/v1/responses", 405, "openai", "POST"),
+        ("PUT", "/v1/responses/resp_1", 405, "openai", "DELETE, GET"),
         ("PUT", "/admin/keys", 405, "openai", "GET, POST"),
         ("GET", "/admin/nothing", 404, "openai", None),
     ]
@@ -338,6 +341,7 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
         ("POST", "/v1/chat/completions", body, "openai"),
         ("POST", "/api/chat", body, "ollama"),
         ("POST", "/v1/messages", {**body, "max_tokens": 8}, "anthropic"),
+        ("POST", "/v1/responses", {"model": CASE, "input": "hi", "stream": True}, "openai"),
         ("GET", "/v1/models", None, "openai"),
         ("GET", "/api/tags", None, "ollama"),
         ("GET", f"/v1/threads/{thread}", None, "openai"),

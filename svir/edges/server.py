@@ -36,7 +36,8 @@ def build_app(
     transport: Transport | None = None,
     timing: Timing | None = None,
 ) -> App:
-    """svir's app with every front end: keys and limits, Ollama's API, threads, managed models.
+    """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
+    OpenAI's Responses, managed models.
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
@@ -44,7 +45,8 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.edges import managed
-    from svir.frontends import anthropic, ollama, openai_chat, threads
+    from svir.frontends import anthropic, ollama, openai_chat, responses, threads
+    from svir.store.responses import SqlResponseStore
     from svir.keys import service as keys_service
 
     app = App(config, environ, transport=transport, timing=timing)
@@ -54,6 +56,7 @@ def build_app(
     ollama.install(app)
     anthropic.install(app)
     threads.install(app, thread_service(app))
+    responses.install(app, SqlResponseStore(app.config.store.url or default_url(app.environ)))
     managed.install(app)
     return app
 

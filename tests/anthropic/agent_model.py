@@ -1,9 +1,9 @@
-"""A scripted OpenAI-compatible model that plays an agent's model, for the Claude Code and Codex
-tests (served over loopback by `svir.testing.MockServerThread`). A request offering the tool
-`tool` (`TOOL` by default) and no tool result yet is answered with one call of it (its arguments
-`arguments`); a request whose last message is a tool result, with `FINAL` and the result's first
-line; any other request (Claude Code's side tasks), with "ok". Every request is kept in
-`requests`."""
+"""A scripted OpenAI-compatible model that plays an agent's model, for the Claude Code and the
+Responses tests (served over loopback by `svir.testing.MockServerThread`, or in process). A
+request with the tool `tool` (default `TOOL`) and no tool result yet is answered with one call of
+it (its arguments `arguments`); a request whose last message is a tool result, with `FINAL` and
+the result's first line; any other request (Claude Code's side tasks), with "ok". Every request
+is kept in `requests`."""
 
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ import httpx
 from svir.config import Config, parse_config
 from svir.edges.app import App
 from svir.edges.server import thread_service
-from svir.frontends import anthropic, ollama, openai_chat, threads
+from svir.frontends import anthropic, ollama, openai_chat, responses, threads
 from svir.keys.service import KeysService, install
+from svir.store.responses import SqlResponseStore
 from tests.support.asgi import Lifespan
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -102,6 +103,8 @@ class Harness:
             threads.install(self.app, thread_service(self.app))
         if "anthropic" in fronts:
             anthropic.install(self.app)
+        if "responses" in fronts:
+            responses.install(self.app, SqlResponseStore(url))
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None
