@@ -166,6 +166,15 @@ def _store_failed(exc: StoreError) -> GatewayError:
     )
 
 
+def _call_ids(chat: dict[str, Any]) -> set[str]:
+    """The ids of the calls a chat request's conversation holds."""
+    return {
+        str(call.get("id"))
+        for message in chat.get("messages", ())
+        for call in message.get("tool_calls") or ()
+    }
+
+
 def _sealer(key: bytes) -> Callable[[str], str]:
     def seal(text: str) -> str:
         return seal_reasoning(key, text, nonce=os.urandom(NONCE_BYTES))
@@ -270,6 +279,7 @@ class ResponsesAPI:
             summary=translated.summary,
             names=translated.names,
             seal=_sealer(key) if translated.include_encrypted else None,
+            taken_call_ids=_call_ids(translated.chat),
         )
         keep: Callable[[], Any] | None = None
         if translated.store:

@@ -101,18 +101,29 @@ def routes(target: str) -> str:
     return f'[[routes]]\nname = "{MODEL}"\ntargets = [{{ model = "{target}" }}]\n'
 
 
+def codex_through_svir(
+    model: AgentModel, tmp_path: Path, work: Path, home: Path, prompt: str
+) -> tuple[list[dict[str, Any]], str, str]:
+    """`codex exec` through svir to `model`, which must succeed: Codex's events and last message,
+    and svir's log."""
+    with MockServerThread(model) as upstream:
+        config = scripted_provider(upstream.base_url, "main") + routes("agent/main")
+        with SvirProcess(config, tmp_path) as svir:
+            done, events, last = run_codex(svir, work, home, prompt)
+    log = svir.log()
+    assert done.returncode == 0, (done.stdout, done.stderr[-4000:], log[-4000:])
+    assert events[-1]["type"] == "turn.completed", events
+    assert not [e for e in events if e["type"] in ("error", "turn.failed")], events
+    return events, last, log
+
+
 def test_codex_runs_its_shell_tool_and_finishes_through_svir(
     tmp_path: Path, agent_dirs: tuple[Path, Path]
 ) -> None:
     work, home = agent_dirs
     # The scripted model's call of the shell tool writes a file in the work dir.
     model = AgentModel({"cmd": f"echo {MARK} > made.txt && cat made.txt"}, tool=SHELL)
-    with MockServerThread(model) as upstream:
-        config = scripted_provider(upstream.base_url, "main") + routes("agent/main")
-        with SvirProcess(config, tmp_path) as svir:
-            done, events, last = run_codex(svir, work, home, "Make the file made.txt.")
-    log = svir.log()
-    assert done.returncode == 0, (done.stdout, done.stderr[-4000:], log[-4000:])
+    events, last, log = codex_through_svir(model, tmp_path, work, home, "Make made.txt.")
     # Codex ran the command the model asked for, in its work dir, and finished the turn.
     assert (work / "made.txt").read_text().strip() == MARK
     commands = [e["item"] for e in events if e["type"] == "item.completed"]
@@ -120,9 +131,7 @@ def test_codex_runs_its_shell_tool_and_finishes_through_svir(
         c["type"] == "command_execution" and c["exit_code"] == 0 and "made.txt" in c["command"]
         for c in commands
     ), commands
-    assert last.startswith(FINAL), (last, done.stdout)
-    assert events[-1]["type"] == "turn.completed", events[-1]
-    assert not [e for e in events if e["type"] in ("error", "turn.failed")], events
+    assert last.startswith(FINAL), last
     turns = model.bodies()
     assert len(turns) == 2, [b["messages"][-1] for b in turns]
     first, second = turns
@@ -144,6 +153,43 @@ def test_codex_runs_its_shell_tool_and_finishes_through_svir(
     lines = served(log, "/v1/responses")
     assert len(lines) == 2 and all('"status":200' in line for line in lines), lines
     assert '"status":500' not in log
+
+
+def test_codex_goes_on_when_the_server_repeats_a_call_id_on_every_answer(
+    tmp_path: Path, agent_dirs: tuple[Path, Path]
+) -> None:
+    work, home = agent_dirs
+    # The scripted model calls the shell twice, with the same call id both times (as servers
+    # that number their calls per answer do); Codex sends the whole history back each turn.
+    model = AgentModel({"cmd": f"echo {MARK} >> made.txt"}, tool=SHELL, calls=2)
+    _, last, _ = codex_through_svir(model, tmp_path, work, home, "Append to made.txt twice.")
+    assert (work / "made.txt").read_text().split() == [MARK, MARK]
+    assert last.startswith(FINAL), last
+    turns = model.bodies()
+    assert len(turns) == 3, [b["messages"][-1] for b in turns]
+    calls = [c["id"] for m in turns[2]["messages"] for c in m.get("tool_calls") or ()]
+    results = [m["tool_call_id"] for m in turns[2]["messages"] if m["role"] == "tool"]
+    assert len(calls) == 2 and len(set(calls)) == 2 and results == calls, turns[2]["messages"]
+
+
+def test_codex_runs_a_namespace_tool_called_by_its_flat_name(
+    tmp_path: Path, agent_dirs: tuple[Path, Path]
+) -> None:
+    work, home = agent_dirs
+    # Codex's namespace tool multi_agent_v1 reaches the model as flat functions; the model's
+    # call of one must come back to Codex as `namespace` + `name`, or Codex answers it with
+    # "unsupported call" instead of running it.
+    flat = "multi_agent_v1__close_agent"
+    model = AgentModel({"target": "no-such-agent"}, tool=flat)
+    _, last, _ = codex_through_svir(model, tmp_path, work, home, "Close the agent.")
+    first, second = model.bodies()
+    assert flat in {t["function"]["name"] for t in first["tools"]}
+    call, result = second["messages"][-2:]
+    assert call["tool_calls"][0]["function"]["name"] == flat
+    assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
+    # close_agent ran (and found no such agent) rather than being refused as unknown.
+    assert "unsupported call" not in result["content"] and result["content"], result
+    assert last.startswith(FINAL), last
 
 
 def test_codex_asks_the_real_llama_server_through_svir(
