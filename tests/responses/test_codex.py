@@ -12,6 +12,7 @@ its HOME and CODEX_HOME temp dirs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from svir.testing import MockServerThread
+from svir.testing import Handler, MockRequest, MockResponse, MockServerThread
 from tests.anthropic.agent_model import FINAL, AgentModel
 from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
 from tests.support.svir_proc import SvirProcess, free_port
@@ -102,14 +103,14 @@ def routes(target: str) -> str:
 
 
 def codex_through_svir(
-    model: AgentModel, tmp_path: Path, work: Path, home: Path, prompt: str
+    model: Handler, tmp_path: Path, work: Path, home: Path, prompt: str, *extra: str
 ) -> tuple[list[dict[str, Any]], str, str]:
     """`codex exec` through svir to `model`, which must succeed: Codex's events and last message,
     and svir's log."""
     with MockServerThread(model) as upstream:
         config = scripted_provider(upstream.base_url, "main") + routes("agent/main")
         with SvirProcess(config, tmp_path) as svir:
-            done, events, last = run_codex(svir, work, home, prompt)
+            done, events, last = run_codex(svir, work, home, prompt, *extra)
     log = svir.log()
     assert done.returncode == 0, (done.stdout, done.stderr[-4000:], log[-4000:])
     assert events[-1]["type"] == "turn.completed", events
@@ -190,6 +191,34 @@ def test_codex_runs_a_namespace_tool_called_by_its_flat_name(
     # close_agent ran (and found no such agent) rather than being refused as unknown.
     assert "unsupported call" not in result["content"] and result["content"], result
     assert last.startswith(FINAL), last
+
+
+class Silent:
+    """`model`'s answer after `seconds` of silence (not even headers), as a model loading or a
+    long prompt keeps a local server."""
+
+    def __init__(self, model: AgentModel, seconds: float) -> None:
+        self.model, self.seconds = model, seconds
+
+    async def __call__(self, request: MockRequest) -> MockResponse:
+        await asyncio.sleep(self.seconds)
+        return self.model(request)
+
+
+def test_codex_waits_out_a_silent_upstream_on_svirs_keepalives(
+    tmp_path: Path, agent_dirs: tuple[Path, Path]
+) -> None:
+    work, home = agent_dirs
+    # Codex gives up on a stream with no event for its idle timeout (300 s by default; 25 s
+    # here, no retry), and SSE comments do not count: svir's keep-alive events (one every
+    # KEEPALIVE_EVERY, 10 s) carry it over the upstream's 40 s of silence.
+    model = AgentModel({}, tool="none-offered")
+    quiet = ("-c", "model_providers.svir.stream_idle_timeout_ms=25000")
+    no_retry = ("-c", "model_providers.svir.stream_max_retries=0")
+    events, last, _ = codex_through_svir(
+        Silent(model, 40), tmp_path, work, home, "Say ok.", *quiet, *no_retry
+    )
+    assert last == "ok" and len(model.requests) == 1, (last, events)
 
 
 def test_codex_asks_the_real_llama_server_through_svir(
