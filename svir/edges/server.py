@@ -46,8 +46,8 @@ def build_app(
     """
     from svir.edges import managed
     from svir.frontends import anthropic, ollama, openai_chat, responses, threads
-    from svir.store.responses import SqlResponseStore
     from svir.keys import service as keys_service
+    from svir.store.responses import SqlResponseStore
 
     app = App(config, environ, transport=transport, timing=timing)
     keys_service.install(app)

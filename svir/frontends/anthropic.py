@@ -34,9 +34,11 @@ from svir.call import CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
+    WARNING_HEADER,
     EarlyStart,
     folded,
     headers_with,
+    merge_headers,
     new_call_context,
     read_json,
     send_json,
@@ -54,7 +56,6 @@ from svir.wire.tokens import estimate_prompt_tokens
 
 __all__ = ["AnthropicMessages", "error_shape", "install"]
 
-WARNING_HEADER: Final = "x-svir-warning"
 COUNT_HEADER: Final = "x-svir-token-count"
 # Seconds of an upstream's silence before a stream starts anyway, and between its pings then:
 # well inside Claude Code's patience, well past what an answer in time takes to begin.
@@ -165,18 +166,11 @@ class AnthropicMessages:
             ping=lambda: encoder.encode(_WAITING),
             fail=encoder.error,
         )
-        try:
-            call = await self.gateway.open_chat(ctx, request)
-        except GatewayError as exc:
-            if not await early.stop():
-                raise _unmapped(exc, model) from None
-            await early.fail(_unmapped(exc, model))
-            return 200
-        except BaseException:
-            await early.stop()
-            raise
-        started = await early.stop()
-        headers.update(call.headers)
+        opening = self.gateway.open_chat(ctx, request)
+        call, started = await early.open(opening, lambda exc: _unmapped(exc, model))
+        if call is None:
+            return 200  # the started stream ended with the failure
+        merge_headers(headers, call.headers)
         try:
             if not stream:
                 fold = await folded(call, MessageAggregator())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl
 
@@ -34,9 +34,11 @@ __all__ = [
     "JSON_HEADERS",
     "NDJSON_HEADERS",
     "SSE_HEADERS",
+    "WARNING_HEADER",
     "EarlyStart",
     "folded",
     "headers_with",
+    "merge_headers",
     "new_call_context",
     "owner_of",
     "query_params",
@@ -64,6 +66,7 @@ NDJSON_HEADERS = (
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 _DONE_FRAME = b"data: [DONE]\n\n"
 _REQUIRED: Final[Any] = object()
+WARNING_HEADER: Final = "x-svir-warning"
 # The owner of what a request without a bearer token stores.
 ANONYMOUS: Final = "anonymous"
 Fold = TypeVar("Fold", bound=AnswerFold)
@@ -143,13 +146,17 @@ async def send_stream(
     stream: AsyncIterator[bytes],
     headers: dict[str, str],
     kind: Iterable[tuple[bytes, bytes]] = SSE_HEADERS,
+    *,
+    last: Callable[[bytes], bool] | None = None,
 ) -> None:
     """Send a streamed 200 (`kind`: its content headers, SSE unless NDJSON_HEADERS) only with the
     first bytes: an earlier failure is still an HTTP error.
 
-    A piece that ends with SSE's `[DONE]` frame is the last one: it goes out with the end of the
-    response in the same send (one write fewer per stream); the stream is then run to its end.
+    A piece that `last` says is the last one (by default: one that ends with SSE's `[DONE]`
+    frame) goes out with the end of the response in the same send (one write fewer per stream);
+    the stream is then run to its end.
     """
+    is_last = last or _ends_done
     first = await anext(stream, None)
     await send(
         {
@@ -159,18 +166,22 @@ async def send_stream(
         }
     )
     if first is not None:
-        if first.endswith(_DONE_FRAME):
+        if is_last(first):
             await send({"type": "http.response.body", "body": first, "more_body": False})
             await _drain(stream)
             return
         await send({"type": "http.response.body", "body": first, "more_body": True})
         async for data in stream:
-            if data.endswith(_DONE_FRAME):
+            if is_last(data):
                 await send({"type": "http.response.body", "body": data, "more_body": False})
                 await _drain(stream)
                 return
             await send({"type": "http.response.body", "body": data, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _ends_done(data: bytes) -> bool:
+    return data.endswith(_DONE_FRAME)
 
 
 async def _drain(stream: AsyncIterator[bytes]) -> None:
@@ -247,6 +258,16 @@ def owner_of(scope: Scope) -> str:
     if not token:
         return ANONYMOUS
     return "sha256:" + hashlib.sha256(token).hexdigest()
+
+
+def merge_headers(headers: dict[str, str], extra: Mapping[str, str]) -> None:
+    """Add a call's answer headers to the front end's own: an `x-svir-warning` both have says
+    both (what the translation dropped, then what the upstream was sent without)."""
+    for name, value in extra.items():
+        if name == WARNING_HEADER and headers.get(name):
+            headers[name] = f"{headers[name]}; {value}"
+        else:
+            headers[name] = value
 
 
 def warning_header(warnings: Iterable[str]) -> str:
@@ -337,3 +358,24 @@ class EarlyStart:
         """End the started stream with `exc` as its last event."""
         data = self._fail(exc.error)
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def open(
+        self,
+        opening: Awaitable[ChatCall],
+        refused: Callable[[GatewayError], GatewayError] | None = None,
+    ) -> tuple[ChatCall | None, bool]:
+        """The call `opening` opens, while the early start runs, and whether the response has
+        started. A call that fails is raised (as `refused` words it) before the start, and is the
+        started stream's last event after it (the call is then None)."""
+        try:
+            call = await opening
+        except GatewayError as exc:
+            error = exc if refused is None else refused(exc)
+            if not await self.stop():
+                raise error from None
+            await self.fail(error)
+            return None, True
+        except BaseException:
+            await self.stop()
+            raise
+        return call, await self.stop()

@@ -33,16 +33,18 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.chat import ChatCall, unique_id
-from svir.errors import BadCursor, GatewayError, NotFound, StoreError, request_error
+from svir.errors import GatewayError, NotFound, StoreError, request_error
 from svir.frontends.http import (
+    WARNING_HEADER,
     EarlyStart,
+    merge_headers,
     new_call_context,
     owner_of,
     query_params,
@@ -58,7 +60,7 @@ from svir.threads.service import list_object, page_query
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.events import StreamError
 from svir.wire.responses import ResponseStreamEncoder
-from svir.wire.responses_request import ResponsesRequest, ResponsesRequestError, translate_request
+from svir.wire.responses_request import ResponsesRequestError, translate_request
 from svir.wire.sealed import NONCE_BYTES, seal_reasoning, unseal_reasoning
 
 __all__ = ["ResponseStore", "ResponsesAPI", "StoredResponse", "install"]
@@ -66,7 +68,6 @@ __all__ = ["ResponseStore", "ResponsesAPI", "StoredResponse", "install"]
 log = logging.getLogger("svir.responses")
 
 PREFIX: Final = "/v1/responses"
-WARNING_HEADER: Final = "x-svir-warning"
 # Seconds of an upstream's silence before a stream starts anyway, and between its keep-alives:
 # well inside Codex's idle timeout (300 s), well past what an answer in time takes to begin.
 KEEPALIVE_AFTER: Final = 5.0
@@ -76,14 +77,6 @@ SEAL_SECRET: Final = "responses.reasoning"
 _STORE_CLOSED: Final = GatewayError(
     ClientError(503, "server_error", "store_unavailable", "The response store is not open.")
 )
-# An input item's id prefix by its type, for the items a client sent without one (the
-# input_items list pages by id).
-_ITEM_PREFIX: Final = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,23 +168,16 @@ def _call_ids(chat: dict[str, Any]) -> set[str]:
     }
 
 
+def _new_id(prefix: str) -> str:
+    """A new item's id (`msg_…`): unique, as the input_items list pages by id."""
+    return f"{prefix}_{unique_id()}"
+
+
 def _sealer(key: bytes) -> Callable[[str], str]:
     def seal(text: str) -> str:
         return seal_reasoning(key, text, nonce=os.urandom(NONCE_BYTES))
 
     return seal
-
-
-def _with_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The input items as stored: each with an id (its own, or a new one)."""
-    out = []
-    for item in items:
-        if isinstance(item.get("id"), str) and item["id"]:
-            out.append(item)
-            continue
-        prefix = _ITEM_PREFIX.get(str(item.get("type", "message")), "item")
-        out.append({"id": f"{prefix}_{unique_id()}", **item})
-    return out
 
 
 class ResponsesAPI:
@@ -253,11 +239,13 @@ class ResponsesAPI:
             raise _store_failed(exc) from None
         try:
             translated = translate_request(
-                body, history=history, unseal=functools.partial(unseal_reasoning, key)
+                body,
+                history=history,
+                unseal=functools.partial(unseal_reasoning, key),
+                new_id=_new_id,
             )
         except ResponsesRequestError as exc:
-            message = getattr(exc, "message", None) or str(exc)
-            raise request_error(message, param=exc.param) from None
+            raise request_error(exc.message, param=exc.param) from None
         request = validate_chat_request(translated.chat)
         if translated.cache_key and "prompt_cache_key" not in request:
             # The policy keeps one key's calls on one deployment (svir.policy.resilience.pick).
@@ -275,55 +263,38 @@ class ResponsesAPI:
             id=response_id,
             model=str(body["model"]),
             created_at=int(time.time()),
-            echo=translated.echo,
+            # The chain it continues is state, the front end's: the response names it.
+            echo={**translated.echo, "previous_response_id": translated.previous_response_id},
             summary=translated.summary,
             names=translated.names,
             seal=_sealer(key) if translated.include_encrypted else None,
             taken_call_ids=_call_ids(translated.chat),
         )
-        keep: Callable[[], Any] | None = None
+        keep: Callable[[], Awaitable[None]] | None = None
         if translated.store:
-            keep = functools.partial(
-                self._keep, store, owner, response_id, translated, encoder, str(body["model"])
-            )
+
+            def record() -> StoredResponse:
+                return StoredResponse(
+                    id=response_id,
+                    owner=owner,
+                    created_at=time.time(),
+                    model=str(body["model"]),
+                    previous_response_id=translated.previous_response_id,
+                    input_items=list(translated.input_items),
+                    output_items=encoder.output_items,
+                    response=encoder.response,
+                )
+
+            keep = functools.partial(_keep, store, record)
         work = self._serve(ctx, request, encoder, keep, send=send, headers=headers)
         return await until_disconnect(receive, work)
-
-    async def _keep(
-        self,
-        store: ResponseStore,
-        owner: str,
-        response_id: str,
-        translated: ResponsesRequest,
-        encoder: ResponseStreamEncoder,
-        model: str,
-    ) -> None:
-        """Write the finished response. A store that fails costs the continuation, not the answer
-        the client is being sent: logged, and the answer goes on."""
-        record = StoredResponse(
-            id=response_id,
-            owner=owner,
-            created_at=time.time(),
-            model=model,
-            previous_response_id=translated.previous_response_id,
-            input_items=_with_ids(translated.input_items),
-            output_items=list(encoder.output_items),
-            response=encoder.response,
-        )
-        try:
-            await store.put(record)
-        except StoreError as exc:
-            log.warning(
-                "response not stored",
-                extra={"fields": {"response_id": response_id, "error": str(exc)}},
-            )
 
     async def _serve(
         self,
         ctx: CallContext,
         request: dict[str, Any],
         encoder: ResponseStreamEncoder,
-        keep: Callable[[], Any] | None,
+        keep: Callable[[], Awaitable[None]] | None,
         *,
         send: Send,
         headers: dict[str, str],
@@ -339,29 +310,31 @@ class ResponsesAPI:
             ping=encoder.keepalive,
             fail=encoder.error,
         )
-        try:
-            call = await self.gateway.open_chat(ctx, request)
-        except GatewayError as exc:
-            if not await early.stop():
-                raise
-            await early.fail(exc)
-            return 200
-        except BaseException:
-            await early.stop()
-            raise
-        started = await early.stop()
-        headers.update(call.headers)
+        call, started = await early.open(self.gateway.open_chat(ctx, request))
+        if call is None:
+            return 200  # the started stream ended with the failure
+        merge_headers(headers, call.headers)
         try:
             if not stream:
                 await self._answer(call, encoder, keep, send, headers)
                 return 200
             frames = _frames(call, encoder, keep, start=not started)
-            if started:
-                async for data in frames:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            else:
-                await send_stream(send, frames, headers)
+
+            def ends(data: bytes) -> bool:
+                # The piece that ends the response is the last: it goes with the body's end.
+                return encoder.ended
+
+            if not started:
+                await send_stream(send, frames, headers, last=ends)
+                return 200
+            async for data in frames:
+                more = not encoder.ended
+                await send({"type": "http.response.body", "body": data, "more_body": more})
+                if not more:
+                    async for _ in frames:
+                        pass
+                    return 200
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -370,7 +343,7 @@ class ResponsesAPI:
         self,
         call: ChatCall,
         encoder: ResponseStreamEncoder,
-        keep: Callable[[], Any] | None,
+        keep: Callable[[], Awaitable[None]] | None,
         send: Send,
         headers: dict[str, str],
     ) -> None:
@@ -439,10 +412,22 @@ class ResponsesAPI:
         return 200
 
 
+async def _keep(store: ResponseStore, record: Callable[[], StoredResponse]) -> None:
+    """Write the finished response. A store that fails costs the continuation, not the answer
+    the client is being sent: logged, and the answer goes on."""
+    stored = record()
+    try:
+        await store.put(stored)
+    except StoreError as exc:
+        log.warning(
+            "response not stored", extra={"fields": {"response_id": stored.id, "error": str(exc)}}
+        )
+
+
 async def _frames(
     call: ChatCall,
     encoder: ResponseStreamEncoder,
-    keep: Callable[[], Any] | None,
+    keep: Callable[[], Awaitable[None]] | None,
     *,
     start: bool,
 ) -> AsyncIterator[bytes]:
@@ -450,12 +435,12 @@ async def _frames(
     that ends it is sent; a call that ends without its end gets `response.failed`."""
     head = encoder.start() if start else b""
     encode = encoder.encode
-    kept = keep is None
+    pending = keep
     async for events in call.events():
         data = b"".join([encode(event) for event in events])
-        if not kept and encoder.ended:
-            kept = True
-            await keep()  # type: ignore[misc]
+        if pending is not None and encoder.ended:
+            await pending()
+            pending = None
         if head:
             data, head = head + data, b""
         if data:

@@ -52,11 +52,8 @@ class SqlResponseStore(ResponseStore):
         if not isinstance(store, SqlStore):
             raise RuntimeError("svir's stored responses need an SQL store")
         self.store = store
+        self.dialect = store.dialect
         self._secrets: dict[str, bytes] = {}
-
-    @property
-    def dialect(self) -> str:
-        return self.store.dialect
 
     async def open(self) -> None:
         await self.store.open()

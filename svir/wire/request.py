@@ -27,6 +27,7 @@ __all__ = [
     "json_escape",
     "json_escaped_length",
     "message_role",
+    "split_text",
     "tool_result_text",
 ]
 
@@ -261,6 +262,13 @@ def file_text(where: str, file: Any) -> str:
             f"{where}: file {shown(name)} is not UTF-8 text; only text files can be sent"
         ) from None
     return file_block(name, contents)
+
+
+def split_text(parts: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Canonical content parts as a tool message takes them: the text parts' texts joined, and
+    the other parts (images), which go into a user message after the results."""
+    texts = [p["text"] for p in parts if p["type"] == "text"]
+    return _join(texts), [p for p in parts if p["type"] != "text"]
 
 
 def file_block(name: str, contents: str) -> str:

@@ -322,14 +322,15 @@ class ResponseStreamEncoder:
             return self._tool_start(event)
         if isinstance(event, RefusalDelta):
             return self._content("refusal", event.text)
-        if isinstance(event, Finish):
-            self._finish = event.reason
-            return self.start()
-        if isinstance(event, Usage):
-            self._usage = event
-            return self.start()
         if isinstance(event, Done):
             return self._end()
+        if isinstance(event, Finish | Usage):
+            # Both are written at the end, in the response's status and usage.
+            if isinstance(event, Finish):
+                self._finish = event.reason
+            else:
+                self._usage = event
+            return self.start()
         if isinstance(event, Keepalive):
             return self.keepalive()
         if isinstance(event, StreamError):
@@ -654,14 +655,12 @@ class ResponseStreamEncoder:
         return out + self._close() + self._open_call(event)
 
     def _tool_delta(self, event: ToolCallDelta) -> bytes:
-        if not event.arguments:
-            return b""
         if event.index == self._live_call:
-            return self._call_delta(event.arguments)
-        held = self._held_calls.get(event.index)
-        if held is not None:
-            held.parts.append(event.arguments)
-        # A piece of a call never started is not an event the decoder makes.
+            return self._call_delta(event.arguments) if event.arguments else b""
+        # A later call's pieces wait with it (a piece of a call never started is not an event
+        # the decoder makes).
+        if event.index in self._held_calls:
+            self._held_calls[event.index].parts.append(event.arguments)
         return b""
 
     # -- the end

@@ -28,8 +28,10 @@ OpenAI's error shape; nothing else escapes for any JSON value. Field by field:
 - tools: `function` tools as chat functions (`strict` kept); a `namespace` tool's functions
   offered as one flat function each (`<namespace>__<name>`, made unique and at most 64
   characters), which `names` maps back to (namespace, name) for the output, and which a
-  history's `function_call` with a `namespace` is sent as; `additional_tools` input items (what
-  Codex sends instead of `tools` to a model it knows as OpenAI's) add their tools the same way.
+  history's `function_call` with a `namespace` is sent as; the default namespace `functions`
+  (where Responses-lite clients put their top-level tools) is offered under the bare names;
+  `additional_tools` input items (what Codex sends instead of `tools` to a model it knows as
+  OpenAI's) add their tools the same way.
   Tool types no upstream of svir runs (web_search, file_search, image_generation, computer,
   local_shell, shell, apply_patch, mcp, code_interpreter, custom/grammar tools, tool_search) are
   dropped with a warning, as are items those tools leave in a history.
@@ -56,10 +58,11 @@ from typing import Any, Final
 import msgspec
 
 from svir.wire.errors import BodyError
-from svir.wire.jsonbody import json_type, shown
-from svir.wire.request import file_text
+from svir.wire.jsonbody import TypeChecks, json_type, shown
+from svir.wire.request import file_text, split_text
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "ResponsesRequest",
     "ResponsesRequestError",
     "flat_tool_name",
@@ -210,11 +213,23 @@ _ID_PREFIXES: Final = {
     "reasoning": "rs",
     "additional_tools": "at",
 }
+# The namespace of top-level tools (codex-rs's DEFAULT_FUNCTION_NAMESPACE): a Responses-lite
+# client wraps its plain functions in it, and takes a call back with or without it.
+DEFAULT_NAMESPACE: Final = "functions"
 _IMAGE_DETAILS: Final = frozenset({"auto", "low", "high"})
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # OpenAI's limit on a function's name, which the flat names of namespace tools stay within.
 _NAME_LIMIT: Final = 64
+
+
+def _unoffered_name(namespace: str, name: str) -> str:
+    """The flat name of a call to a namespace function no longer offered: its own name in the
+    default namespace, or in one named after itself (how the Agents SDK marks a deferred
+    top-level function), else the name the namespace's function would have had."""
+    if namespace in (DEFAULT_NAMESPACE, "", name):
+        return name
+    return flat_tool_name(namespace, name)
 
 
 def flat_tool_name(namespace: str, name: str) -> str:
@@ -260,7 +275,7 @@ def translate_request(
     store = _opt_bool(body, "store", True)
     previous = body.get("previous_response_id")
     if previous is not None:
-        previous = _string("previous_response_id", previous)
+        previous = _check.string("previous_response_id", previous)
         if not previous:
             raise ResponsesRequestError("previous_response_id", "must not be empty")
     if not isinstance(history, Sequence) or isinstance(history, str | bytes):
@@ -278,7 +293,7 @@ def translate_request(
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:
-        text = _string("instructions", instructions)
+        text = _check.string("instructions", instructions)
         if text:
             messages.append({"role": "system", "content": text})
     t.messages = messages
@@ -286,6 +301,7 @@ def translate_request(
         t.item(f"previous_response_id: item {k}", item, stored=True)
     input_items = [t.item(f"input[{k}]", item) for k, item in enumerate(items)]
     t.close_turn()
+    t.unanswered()
     if not any(m["role"] != "system" for m in messages):
         raise ResponsesRequestError("input", "must hold at least one message or item")
     chat["messages"] = messages
@@ -295,26 +311,19 @@ def translate_request(
 
     parallel = body.get("parallel_tool_calls")
     if parallel is not None:
-        chat["parallel_tool_calls"] = _bool("parallel_tool_calls", parallel)
+        chat["parallel_tool_calls"] = _check.boolean("parallel_tool_calls", parallel)
     choice = body.get("tool_choice")
     if choice is not None:
         t.tool_choice(choice, chat)
     limit = body.get("max_output_tokens")
     if limit is not None:
-        chat["max_tokens"] = _positive_int("max_output_tokens", limit)
-    for key in ("temperature", "top_p"):
+        chat["max_tokens"] = _check.integer("max_output_tokens", limit)
+    for key, check in _COPIED:
         value = body.get(key)
         if value is not None:
-            chat[key] = _number(key, value)
+            chat[key] = check(key, value)
     summary = t.reasoning(body.get("reasoning"), chat)
     t.text(body.get("text"), chat)
-    for key in ("user", "safety_identifier"):
-        value = body.get(key)
-        if value is not None:
-            chat[key] = _string(key, value)
-    cache_key = body.get("prompt_cache_key")
-    if cache_key is not None:
-        chat["prompt_cache_key"] = cache_key = _string("prompt_cache_key", cache_key)
     metadata = _metadata(body.get("metadata"))
     include = _include(body.get("include"))
 
@@ -332,7 +341,7 @@ def translate_request(
         names=t.names,
         input_items=input_items,
         echo=_echo(body, store, metadata),
-        cache_key=cache_key,
+        cache_key=chat.get("prompt_cache_key"),
         image_urls=t.image_urls,
         metadata=metadata,
     )
@@ -340,7 +349,7 @@ def translate_request(
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     background = body.get("background")
-    if background is not None and _bool("background", background):
+    if background is not None and _check.boolean("background", background):
         raise ResponsesRequestError(
             "background", "background responses are not supported by svir; send background: false"
         )
@@ -400,6 +409,7 @@ class _Translation:
         self.turn: _Turn | None = None
         # call_id -> the assistant message holding the call; answered ones are removed.
         self.calls: dict[str, dict[str, Any]] = {}
+        self.call_at: dict[str, str] = {}
         self.answered: set[str] = set()
         # Messages made of a tool result's images (a tool message takes text only).
         self.image_messages: set[int] = set()
@@ -415,7 +425,7 @@ class _Translation:
     def tools(self, where: str, tools: list[Any]) -> None:
         for k, tool in enumerate(tools):
             here = f"{where}[{k}]"
-            kind = _item_type(here, tool)
+            kind = _check.tagged(here, tool)
             if kind == "function":
                 self.function(here, tool, None)
             elif kind == "namespace":
@@ -431,12 +441,12 @@ class _Translation:
             self.warnings.append(text)
 
     def namespace(self, here: str, tool: dict[str, Any]) -> None:
-        ns = _string(f"{here}.name", tool.get("name"))
+        ns = _check.string(f"{here}.name", tool.get("name"))
         if not ns:
             raise ResponsesRequestError(f"{here}.name", "must not be empty")
         description = tool.get("description")
         if description is not None:
-            description = _string(f"{here}.description", description)
+            description = _check.string(f"{here}.description", description)
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise ResponsesRequestError(
@@ -444,7 +454,7 @@ class _Translation:
             )
         for j, fn in enumerate(inner):
             where = f"{here}.tools[{j}]"
-            kind = _item_type(where, fn)
+            kind = _check.tagged(where, fn)
             if kind == "function":
                 self.function(where, fn, (ns, description or ""))
             else:
@@ -453,21 +463,26 @@ class _Translation:
                 )
 
     def function(self, here: str, tool: dict[str, Any], ns: tuple[str, str] | None) -> None:
-        name = _string(f"{here}.name", tool.get("name"))
+        name = _check.string(f"{here}.name", tool.get("name"))
         if not name:
             raise ResponsesRequestError(f"{here}.name", "must not be empty")
         function: dict[str, Any] = {}
         description = tool.get("description")
         if description is not None:
-            description = _string(f"{here}.description", description)
-        if ns is None:
+            description = _check.string(f"{here}.description", description)
+        if ns is None or ns[0] == DEFAULT_NAMESPACE:
+            # A top-level function, or one of the default namespace's (Responses-lite clients
+            # such as Codex wrap their top-level tools in it): offered under its own name.
             flat = name
             if flat in self.offered:
-                if flat in self.names:
+                if self.names.get(flat, (DEFAULT_NAMESPACE,))[0] != DEFAULT_NAMESPACE:
                     raise ResponsesRequestError(
                         f"{here}.name", f"{shown(name)} is also a namespace tool's flat name"
                     )
                 return  # the same tool again (tools and additional_tools): offered once
+            if ns is not None:
+                self.flat[(ns[0], name)] = flat
+                self.names[flat] = (ns[0], name)
         else:
             key = (ns[0], name)
             if key in self.flat:
@@ -490,7 +505,7 @@ class _Translation:
             function["parameters"] = parameters
         strict = tool.get("strict")
         if strict is not None:
-            function["strict"] = _bool(f"{here}.strict", strict)
+            function["strict"] = _check.boolean(f"{here}.strict", strict)
         self.offered.add(flat)
         self.chat_tools.append({"type": "function", "function": function})
 
@@ -526,7 +541,7 @@ class _Translation:
                 )
             chat["tool_choice"] = choice
             return
-        kind = _item_type("tool_choice", choice)
+        kind = _check.tagged("tool_choice", choice)
         if kind == "function":
             chat["tool_choice"] = {"type": "function", "function": {"name": self.chosen(choice)}}
         elif kind == "allowed_tools":
@@ -543,7 +558,7 @@ class _Translation:
             allowed = set()
             for k, tool in enumerate(tools):
                 here = f"tool_choice.tools[{k}]"
-                if _item_type(here, tool) == "function":
+                if _check.tagged(here, tool) == "function":
                     allowed.add(self.chosen(tool, here))
             chat["tools"] = [t for t in self.chat_tools if t["function"]["name"] in allowed]
             chat["tool_choice"] = mode
@@ -551,10 +566,10 @@ class _Translation:
             self.warnings.append(f"tool_choice {kind} ignored: svir serves function tools only")
 
     def chosen(self, choice: dict[str, Any], where: str = "tool_choice") -> str:
-        name = _string(f"{where}.name", choice.get("name"))
+        name = _check.string(f"{where}.name", choice.get("name"))
         ns = choice.get("namespace")
         if ns is not None:
-            flat = self.flat.get((_string(f"{where}.namespace", ns), name))
+            flat = self.flat.get((_check.string(f"{where}.namespace", ns), name))
         else:
             flat = name if name in self.offered else None
         if flat is None:
@@ -605,7 +620,7 @@ class _Translation:
         fmt = text.get("format")
         if fmt is None:
             return
-        kind = _item_type("text.format", fmt)
+        kind = _check.tagged("text.format", fmt)
         if kind == "text":
             return
         if kind == "json_object":
@@ -629,10 +644,10 @@ class _Translation:
         spec: dict[str, Any] = {"name": name, "schema": schema}
         description = fmt.get("description")
         if description is not None:
-            spec["description"] = _string("text.format.description", description)
+            spec["description"] = _check.string("text.format.description", description)
         strict = fmt.get("strict")
         if strict is not None:
-            spec["strict"] = _bool("text.format.strict", strict)
+            spec["strict"] = _check.boolean("text.format.strict", strict)
         chat["response_format"] = {"type": "json_schema", "json_schema": spec}
 
     # -- items
@@ -647,7 +662,7 @@ class _Translation:
         if not isinstance(kind, str):
             raise ResponsesRequestError(f"{where}.type", f"must be a string, not {json_type(kind)}")
         if kind == "item_reference":
-            ref = _string(f"{where}.id", item.get("id"))
+            ref = _check.string(f"{where}.id", item.get("id"))
             found = self.by_id.get(ref)
             if found is None:
                 raise ResponsesRequestError(
@@ -656,7 +671,7 @@ class _Translation:
             return self.item(where, found, stored=True)
         given = item.get("id")
         if given is not None:
-            _string(f"{where}.id", given)
+            _check.string(f"{where}.id", given)
         if kind == "message":
             out = self.message(where, item)
         elif kind == "function_call":
@@ -719,14 +734,14 @@ class _Translation:
         out: dict[str, Any] = {"type": "message", "role": role}
         status = item.get("status")
         if status is not None:
-            out["status"] = _string(f"{where}.status", status)
+            out["status"] = _check.string(f"{where}.status", status)
         if role == "assistant":
             texts, parts = self.assistant_content(f"{where}.content", content)
             self.open_turn().texts.extend(texts)
             out["content"] = parts
             phase = item.get("phase")
             if phase is not None:
-                out["phase"] = _string(f"{where}.phase", phase)
+                out["phase"] = _check.string(f"{where}.phase", phase)
             return out
         if role in ("system", "developer"):
             text, parts = self.system_content(f"{where}.content", content)
@@ -756,12 +771,12 @@ class _Translation:
         texts = []
         for j, part in enumerate(parts):
             here = f"{where}[{j}]"
-            kind = _item_type(here, part)
+            kind = _check.tagged(here, part)
             if kind not in ("input_text", "text"):
                 raise ResponsesRequestError(
                     f"{here}.type", f"a system or developer message takes no {shown(kind)} part"
                 )
-            texts.append(_string(f"{here}.text", part.get("text")))
+            texts.append(_check.string(f"{here}.text", part.get("text")))
         return "\n".join(t for t in texts if t), [dict(p) for p in parts]
 
     def assistant_content(self, where: str, content: Any) -> tuple[list[str], list[dict[str, Any]]]:
@@ -771,12 +786,12 @@ class _Translation:
         texts = []
         for j, part in enumerate(parts):
             here = f"{where}[{j}]"
-            kind = _item_type(here, part)
+            kind = _check.tagged(here, part)
             if kind in ("output_text", "input_text", "text"):
-                texts.append(_string(f"{here}.text", part.get("text")))
+                texts.append(_check.string(f"{here}.text", part.get("text")))
             elif kind == "refusal":
                 # A refusal sent back is simply what the model said.
-                texts.append(_string(f"{here}.refusal", part.get("refusal")))
+                texts.append(_check.string(f"{here}.refusal", part.get("refusal")))
             else:
                 raise ResponsesRequestError(
                     f"{here}.type", f"an assistant message takes no {shown(kind)} part"
@@ -798,9 +813,9 @@ class _Translation:
 
     def input_part(self, here: str, part: Any) -> dict[str, Any]:
         """An input_text, input_image or input_file part as a canonical content part."""
-        kind = _item_type(here, part)
+        kind = _check.tagged(here, part)
         if kind in ("input_text", "text", "output_text"):
-            return {"type": "text", "text": _string(f"{here}.text", part.get("text"))}
+            return {"type": "text", "text": _check.string(f"{here}.text", part.get("text"))}
         if kind == "input_image":
             return self.image(here, part)
         if kind == "input_file":
@@ -815,7 +830,7 @@ class _Translation:
                     f"{here}.file_id", "uploaded files are not supported; send image_url"
                 )
             raise ResponsesRequestError(f"{here}.image_url", "is required")
-        url = _string(f"{here}.image_url", url)
+        url = _check.string(f"{here}.image_url", url)
         head = url[:8].lower()
         if head.startswith(("http://", "https://")):
             self.image_urls = True
@@ -824,35 +839,36 @@ class _Translation:
         # The data URL itself is checked (strict base64) where the upstream body is built.
         image: dict[str, Any] = {"url": url}
         detail = part.get("detail")
-        if detail is not None and _string(f"{here}.detail", detail) in _IMAGE_DETAILS:
+        if detail is not None and _check.string(f"{here}.detail", detail) in _IMAGE_DETAILS:
             image["detail"] = detail
         return {"type": "image_url", "image_url": image}
 
     def function_call(self, where: str, item: dict[str, Any]) -> dict[str, Any]:
-        call_id = _string(f"{where}.call_id", item.get("call_id"))
+        call_id = _check.string(f"{where}.call_id", item.get("call_id"))
         if not call_id:
             raise ResponsesRequestError(f"{where}.call_id", "must not be empty")
         if call_id in self.calls or call_id in self.answered:
             raise ResponsesRequestError(f"{where}.call_id", f"call {shown(call_id)} is used twice")
-        name = _string(f"{where}.name", item.get("name"))
+        name = _check.string(f"{where}.name", item.get("name"))
         if not name:
             raise ResponsesRequestError(f"{where}.name", "must not be empty")
         arguments = item.get("arguments")
-        arguments = "{}" if arguments is None else _string(f"{where}.arguments", arguments)
+        arguments = "{}" if arguments is None else _check.string(f"{where}.arguments", arguments)
         ns = item.get("namespace")
         flat = name
         if ns is not None:
-            ns = _string(f"{where}.namespace", ns)
-            flat = self.flat.get((ns, name)) or flat_tool_name(ns, name)
+            ns = _check.string(f"{where}.namespace", ns)
+            flat = self.flat.get((ns, name)) or _unoffered_name(ns, name)
         turn = self.open_turn()
         turn.calls.append(
             {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
         )
         self.calls[call_id] = turn.message
+        self.call_at[call_id] = where
         return dict(item)
 
     def function_call_output(self, where: str, item: dict[str, Any]) -> dict[str, Any]:
-        call_id = _string(f"{where}.call_id", item.get("call_id"))
+        call_id = _check.string(f"{where}.call_id", item.get("call_id"))
         if call_id in self.answered:
             raise ResponsesRequestError(
                 f"{where}.call_id", f"call {shown(call_id)} is answered twice"
@@ -869,14 +885,8 @@ class _Translation:
         if isinstance(output, str):
             text = output
         elif isinstance(output, list):
-            texts = []
-            for j, part in enumerate(output):
-                made = self.input_part(f"{where}.output[{j}]", part)
-                if made["type"] == "text":
-                    texts.append(made["text"])
-                else:
-                    images.append(made)
-            text = "\n".join(t for t in texts if t)
+            parts = [self.input_part(f"{where}.output[{j}]", p) for j, p in enumerate(output)]
+            text, images = split_text(parts)
         else:
             raise ResponsesRequestError(
                 f"{where}.output", f"must be a string or an array of parts, not {json_type(output)}"
@@ -886,6 +896,19 @@ class _Translation:
         if images:
             self.place_images(images, assistant)
         return dict(item)
+
+    def unanswered(self) -> None:
+        """A call without its output is a mistake, as OpenAI says ("No tool output found"):
+        no chat server takes an assistant's tool calls without a result for each."""
+        for call_id in self.calls:
+            where = self.call_at[call_id]
+            if where.startswith("input["):
+                where = f"{where}.call_id"
+                what = f"function_call {shown(call_id)}"
+            else:
+                where = "input"
+                what = f"the previous response's function_call {shown(call_id)}"
+            raise ResponsesRequestError(where, f"{what} has no function_call_output in input")
 
     def _after_results(self, assistant: dict[str, Any]) -> int:
         """The index after the assistant message and the tool results right after it."""
@@ -916,7 +939,7 @@ class _Translation:
         text = ""
         sealed = item.get("encrypted_content")
         if sealed is not None:
-            token = _string(f"{where}.encrypted_content", sealed)
+            token = _check.string(f"{where}.encrypted_content", sealed)
             restored = self.unseal(token) if self.unseal is not None and token else None
             if restored is None:
                 self.warn_once(
@@ -934,12 +957,12 @@ class _Translation:
             found = []
             for j, part in enumerate(parts):
                 here = f"{where}.{key}[{j}]"
-                kind = _item_type(here, part)
+                kind = _check.tagged(here, part)
                 if kind not in (part_type, "text"):
                     raise ResponsesRequestError(
                         f"{here}.type", f"must be {shown(part_type)}, not {shown(kind)}"
                     )
-                found.append(_string(f"{here}.text", part.get("text")))
+                found.append(_check.string(f"{here}.text", part.get("text")))
             texts[key] = "\n".join(t for t in found if t)
         text = text or texts["content"] or texts["summary"]
         if text:
@@ -973,22 +996,13 @@ def _file(here: str, part: dict[str, Any]) -> str:
         raise ResponsesRequestError(here, str(exc)) from None
 
 
-def _item_type(where: str, item: Any) -> str:
-    if not isinstance(item, dict):
-        raise ResponsesRequestError(where, f"must be an object, not {json_type(item)}")
-    kind = item.get("type")
-    if not isinstance(kind, str):
-        raise ResponsesRequestError(f"{where}.type", f"must be a string, not {json_type(kind)}")
-    return kind
-
-
 def _metadata(metadata: Any) -> dict[str, str]:
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):
         raise ResponsesRequestError("metadata", f"must be an object, not {json_type(metadata)}")
     for key, value in metadata.items():
-        _string(f"metadata.{key}", value)
+        _check.string(f"metadata.{key}", value)
     return dict(metadata)
 
 
@@ -998,7 +1012,7 @@ def _include(include: Any) -> list[str]:
     if not isinstance(include, list):
         raise ResponsesRequestError("include", f"must be an array, not {json_type(include)}")
     for k, value in enumerate(include):
-        _string(f"include[{k}]", value)
+        _check.string(f"include[{k}]", value)
     return include
 
 
@@ -1040,24 +1054,15 @@ def _echo(body: dict[str, Any], store: bool, metadata: dict[str, str]) -> dict[s
 
 def _opt_bool(body: dict[str, Any], key: str, default: bool) -> bool:
     value = body.get(key)
-    return default if value is None else _bool(key, value)
+    return default if value is None else _check.boolean(key, value)
 
 
-def _positive_int(where: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ResponsesRequestError(where, f"must be a positive integer, not {shown(value)}")
-    return value
-
-
-def _checker(what: str, ok: Callable[[Any], bool]) -> Callable[[str, Any], Any]:
-    def check(where: str, value: Any) -> Any:
-        if not ok(value):
-            raise ResponsesRequestError(where, f"must be {what}, not {json_type(value)}")
-        return value
-
-    return check
-
-
-_string = _checker("a string", lambda v: isinstance(v, str))
-_bool = _checker("a boolean", lambda v: isinstance(v, bool))
-_number = _checker("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool))
+_check = TypeChecks(ResponsesRequestError)
+# Fields sent upstream as they came, once their type is checked.
+_COPIED: Final = (
+    ("temperature", _check.number),
+    ("top_p", _check.number),
+    ("user", _check.string),
+    ("safety_identifier", _check.string),
+    ("prompt_cache_key", _check.string),
+)

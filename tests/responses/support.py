@@ -1,5 +1,5 @@
-"""What the Responses front-end tests share: the config (one OpenAI-compatible upstream, no
-retries), and the scripted upstream: `up/agent` plays an agent's model (tests/anthropic/
+"""What the Responses front-end tests share: the config (an OpenAI-compatible upstream under two
+providers, no retries, and the route `pair` balanced over both), and the scripted upstream: `up/agent` plays an agent's model (tests/anthropic/
 agent_model.py, its tool `get_weather`), `up/structured` answers `ANSWER` as JSON text, every other
 model is the scripted upstream's behaviour of that name (tests/support/upstream.py)."""
 
@@ -20,6 +20,18 @@ base_url = "http://upstream.test/v1"
 discover = false
 [providers.retry]
 attempts = 1
+
+[[providers]]
+name = "up2"
+kind = "openai-compatible"
+base_url = "http://upstream.test/v1"
+discover = false
+[providers.retry]
+attempts = 1
+
+[[routes]]
+name = "pair"
+targets = [{ model = "up/ok" }, { model = "up2/ok" }]
 """
 TOOL = "get_weather"
 ARGUMENTS = {"city": "Paris"}

@@ -64,6 +64,11 @@ def output(call_id: str, out: Any = "ok") -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": out}
 
 
+def chat_call(call_id: str, name: str = "exec_command", args: str = '{"cmd":"ls"}'):
+    """A call as the canonical assistant message holds it."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
 EXEC = {
     "type": "function",
     "name": "exec_command",
@@ -74,6 +79,16 @@ EXEC = {
         "properties": {"cmd": {"type": "string"}},
         "required": ["cmd"],
         "additionalProperties": False,
+    },
+}
+# EXEC as a chat tool.
+EXEC_CHAT = {
+    "type": "function",
+    "function": {
+        "name": "exec_command",
+        "description": "Runs a command.",
+        "parameters": EXEC["parameters"],
+        "strict": False,
     },
 }
 # Codex's namespace tool, as codex-rs/tools serializes ResponsesApiNamespace.
@@ -183,13 +198,7 @@ def test_codex_second_turn_is_one_assistant_message_then_the_result() -> None:
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [
-                {
-                    "id": "call_Ab1",
-                    "type": "function",
-                    "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'},
-                }
-            ],
+            "tool_calls": [chat_call("call_Ab1")],
         },
         {"role": "tool", "tool_call_id": "call_Ab1", "content": "a.txt\nb.txt"},
     ]
@@ -229,16 +238,8 @@ def test_codex_third_turn_folds_reasoning_text_and_calls() -> None:
             "role": "assistant",
             "content": "Listing.",
             "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'},
-                },
-                {
-                    "id": "call_2",
-                    "type": "function",
-                    "function": {"name": "mcp__files__read", "arguments": "{}"},
-                },
+                chat_call("call_1"),
+                chat_call("call_2", "mcp__files__read", "{}"),
             ],
             "reasoning_content": "ls",
         },
@@ -390,6 +391,27 @@ def test_additional_tools_item_adds_its_tools() -> None:
     assert len(again.chat["tools"]) == 3
 
 
+def test_the_default_namespace_is_offered_under_its_own_names() -> None:
+    # A Responses-lite client (Codex) wraps its top-level tools in the namespace "functions",
+    # and takes a call back with or without it.
+    lite = {"type": "namespace", "name": "functions", "description": "Tools.", "tools": [EXEC]}
+    extra = {"type": "additional_tools", "role": "developer", "tools": [lite]}
+    got = translated(input=[extra, user("q")])
+    assert got.chat["tools"] == [EXEC_CHAT]
+    assert got.names == {"exec_command": ("functions", "exec_command")}
+    assert chat(tools=[EXEC, lite])["tools"] == chat(tools=[EXEC])["tools"]
+    # Calls sent back under the default namespace, or one named after the function (the Agents
+    # SDK's deferred top-level functions), are calls of the function itself.
+    got = messages(
+        user("q"),
+        call("c1", namespace="functions"),
+        call("c2", namespace="exec_command"),
+        output("c1"),
+        output("c2"),
+    )
+    assert [c["function"]["name"] for c in got[1]["tool_calls"]] == ["exec_command"] * 2
+
+
 def test_flat_names_are_unique_valid_and_short() -> None:
     assert flat_tool_name("crm", "lookup") == "crm__lookup"
     assert flat_tool_name("mcp__x__", "y") == "mcp__x__y"
@@ -444,18 +466,7 @@ def test_tools_svir_cannot_serve_are_dropped_with_a_warning(tool: dict[str, Any]
 
 def test_function_tool_fields() -> None:
     got = chat(tools=[EXEC, {"type": "function", "name": "bare"}])
-    assert got["tools"] == [
-        {
-            "type": "function",
-            "function": {
-                "name": "exec_command",
-                "description": "Runs a command.",
-                "parameters": EXEC["parameters"],
-                "strict": False,
-            },
-        },
-        {"type": "function", "function": {"name": "bare"}},
-    ]
+    assert got["tools"] == [EXEC_CHAT, {"type": "function", "function": {"name": "bare"}}]
 
 
 def test_items_of_hosted_tools_are_dropped_with_a_warning() -> None:
@@ -865,6 +876,7 @@ def test_seal_refuses_bad_arguments(kwargs: dict[str, Any], words: str) -> None:
             "input[0].content[0]",
         ),
         ({"model": "m", "input": [user("q"), output("nope")]}, "input[1].call_id"),
+        ({"model": "m", "input": [user("q"), call("c"), user("next")]}, "input[1].call_id"),
         (
             {"model": "m", "input": [user("q"), call("c"), output("c"), output("c")]},
             "input[3].call_id",
@@ -954,6 +966,9 @@ def test_an_output_answering_a_call_of_the_history() -> None:
     assert translate_request({"model": "m", "input": [output("call_h")]}, history=history).chat[
         "messages"
     ][-1] == {"role": "tool", "tool_call_id": "call_h", "content": "ok"}
+    # A call of the previous response left unanswered is a mistake, as OpenAI says.
+    got = error({"model": "m", "input": [user("and?")]}, history=history)
+    assert got.param == "input" and "'call_h' has no function_call_output" in got.message
     # Answered in the history already: a second answer is a mistake.
     got = error({"model": "m", "input": [output("call_h")]}, history=[*history, output("call_h")])
     assert got.param == "input[0].call_id"

@@ -22,25 +22,9 @@ from svir.wire.responses import ResponseStreamEncoder
 from svir.wire.responses_request import translate_request
 from svir.wire.sealed import seal_reasoning, unseal_reasoning
 from tests.responses.sdk import check_codex, check_grammar, frames, stream
+from tests.responses.test_request import NAMESPACE, user
 
 KEY = bytes(range(32))
-NAMESPACE = {
-    "type": "namespace",
-    "name": "mcp__files__",
-    "description": "Tools of the files MCP server.",
-    "tools": [
-        {
-            "type": "function",
-            "name": "read",
-            "description": "Reads a file.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        }
-    ],
-}
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
 def body(*items: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +48,7 @@ def test_a_codex_turn_round_trips() -> None:
 
     first = translate_request(body(user("read a")))
     assert first.include_encrypted and first.summary == "auto"
-    (flat,) = first.names
+    (flat,) = [f for f, spaced in first.names.items() if spaced == ("mcp__files__", "read")]
     enc = ResponseStreamEncoder(
         id="resp_t1",
         model="lab/m",

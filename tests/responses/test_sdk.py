@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pydantic
@@ -172,6 +173,16 @@ async def test_retrieve_delete_and_input_items(svir: tuple[InProcess, Upstream])
     await app.client.responses.delete(made.id)
     with pytest.raises(openai.NotFoundError):
         await app.client.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        await app.client.responses.delete(made.id)
+    # A string input is listed as the user message item it stands for.
+    said = await app.client.responses.create(model="up/ok", input="just this")
+    [item] = (await app.client.responses.input_items.list(said.id)).data
+    assert item.type == "message" and item.role == "user" and item.id  # type: ignore[union-attr]
+    assert item.content[0].text == "just this"  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError) as bad:
+        await app.client.responses.input_items.list(said.id, after="msg_nothing")
+    assert bad.value.param == "after"  # type: ignore[attr-defined]
 
 
 async def test_another_keys_response_is_not_found(svir: tuple[InProcess, Upstream]) -> None:
@@ -221,3 +232,82 @@ async def test_a_stream_that_fails_after_its_start_ends_with_response_failed(
         assert events[-1].type == "response.failed"
         assert [e.type for e in events].count("response.failed") == 1
         assert events[-1].response.error is not None  # type: ignore[union-attr]
+
+
+async def test_sealed_reasoning_comes_back_and_a_tampered_token_is_not_trusted(
+    svir: tuple[InProcess, Upstream],
+) -> None:
+    app, upstream = svir
+    first = await app.client.responses.create(
+        model="up/lmstudio-reasoning",
+        input="hi",
+        store=False,
+        include=["reasoning.encrypted_content"],
+    )
+    [reasoning] = [i for i in first.output if i.type == "reasoning"]
+    token = reasoning.encrypted_content
+    assert token and "Paris" not in token  # opaque
+    thought = reasoning.content[0].text  # type: ignore[index]
+
+    async def sent_back(token: str) -> tuple[str | None, dict[str, Any]]:
+        # As Codex sends it back: the token only, no text of its own.
+        item = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": token}
+        raw = await app.client.responses.with_raw_response.create(
+            model="up/ok",
+            store=False,
+            input=[  # type: ignore[list-item]
+                {"role": "user", "content": "hi"},
+                item,
+                {"role": "assistant", "content": first.output_text},
+                {"role": "user", "content": "and then?"},
+            ],
+        )
+        return raw.headers.get("x-svir-warning"), upstream.bodies()[-1]["messages"][1]
+
+    warning, assistant = await sent_back(token)
+    assert warning is None and assistant["reasoning_content"] == thought
+    tampered = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    warning, assistant = await sent_back(tampered)
+    assert "reasoning_content" not in assistant
+    assert warning is not None and "encrypted_content ignored" in warning
+
+
+async def test_a_tool_svir_cannot_serve_is_dropped_with_a_warning(
+    svir: tuple[InProcess, Upstream],
+) -> None:
+    app, upstream = svir
+    raw = await app.client.responses.with_raw_response.create(
+        model="up/ok", input="hi", tools=[{"type": "web_search"}, WEATHER_TOOL]
+    )
+    assert "web_search" in (raw.headers.get("x-svir-warning") or "")
+    assert raw.parse().status == "completed"
+    assert [t["function"]["name"] for t in upstream.bodies()[-1]["tools"]] == [TOOL]
+
+
+async def test_a_prompt_cache_key_keeps_one_conversation_on_one_deployment(
+    svir: tuple[InProcess, Upstream],
+) -> None:
+    app, _ = svir
+
+    async def served(key: str) -> str:
+        raw = await app.client.responses.with_raw_response.create(
+            model="pair", input="hi", prompt_cache_key=key, store=False
+        )
+        return raw.headers["x-svir-served-model"]
+
+    for key in ("conversation-a", "conversation-b", "conversation-c"):
+        assert len({await served(key) for _ in range(6)}) == 1
+    # Different conversations spread over both deployments.
+    assert {await served(f"conversation-{i}") for i in range(24)} == {"up/ok", "up2/ok"}
+
+
+async def test_the_translations_warnings_and_the_upstreams_are_both_said(
+    svir: tuple[InProcess, Upstream],
+) -> None:
+    app, _ = svir
+    raw = await app.client.responses.with_raw_response.create(
+        model="up/effort", input="hi", tools=[{"type": "web_search"}], reasoning={"effort": "high"}
+    )
+    warning = raw.headers.get("x-svir-warning") or ""
+    assert "web_search" in warning and "reasoning_effort" in warning, warning
+    assert raw.parse().status == "completed"

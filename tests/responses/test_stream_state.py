@@ -20,7 +20,7 @@ from svir.frontends import responses
 from svir.store.responses import SqlResponseStore
 from svir.testing import MockRequest, MockResponse, MockTransport
 from tests.responses.support import CONFIG
-from tests.support.asgi import Lifespan
+from tests.support.asgi import Lifespan, post_raw
 from tests.support.upstream import token_stream
 
 
@@ -99,25 +99,7 @@ async def ask(
     client = Client(store)
     clients.append(client)
     body = {"model": model, "input": "hi", "stream": streamed}
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/responses",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 40000),
-    }
-    received = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal received
-        if not received:
-            received = True
-            return {"type": "http.request", "body": msgspec.json.encode(body)}
-        await asyncio.Event().wait()  # the client stays
-        raise AssertionError
-
-    await svir(scope, receive, client.send)
+    await post_raw(svir, "/v1/responses", msgspec.json.encode(body), client.send)
     return client
 
 
