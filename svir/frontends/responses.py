@@ -159,6 +159,15 @@ def _store_failed(exc: StoreError) -> GatewayError:
     )
 
 
+def _call_ids(chat: dict[str, Any]) -> set[str]:
+    """The ids of the calls a chat request's conversation holds."""
+    return {
+        str(call.get("id"))
+        for message in chat.get("messages", ())
+        for call in message.get("tool_calls") or ()
+    }
+
+
 def _new_id(prefix: str) -> str:
     """A new item's id (`msg_…`): unique, as the input_items list pages by id."""
     return f"{prefix}_{unique_id()}"
@@ -259,6 +268,7 @@ class ResponsesAPI:
             summary=translated.summary,
             names=translated.names,
             seal=_sealer(key) if translated.include_encrypted else None,
+            taken_call_ids=_call_ids(translated.chat),
         )
         keep: Callable[[], Awaitable[None]] | None = None
         if translated.store:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -167,9 +167,10 @@ class ResponseStreamEncoder:
       (`content_part.added`, `output_text.delta`, `output_text.done`, `content_part.done`); a
       refusal is a `refusal` part of the same message (`refusal.delta` / `.done`). An item
       opens on its first non-empty piece, so there is never an empty one;
-    - a tool call is a `function_call` item (`fc_…`) with its `call_id` and name (a flat name in
-      `names` as the `namespace` and `name` it stands for, as Codex reads a namespaced call),
-      its arguments as `function_call_arguments.delta` pieces then `.done`.
+    - a tool call is a `function_call` item (`fc_…`) with its `call_id` (made unique when the
+      server's is empty, repeated, or one of `taken_call_ids`, the conversation's) and name (a
+      flat name in `names` as the `namespace` and `name` it stands for, as Codex reads a
+      namespaced call), its arguments as `function_call_arguments.delta` pieces then `.done`.
 
     Switching between reasoning and text closes one item and opens the other. Once a call is
     open it stays open until the answer ends, since servers interleave the pieces of several
@@ -222,6 +223,7 @@ class ResponseStreamEncoder:
         summary: str | None,
         names: Mapping[str, tuple[str, str]],
         seal: Callable[[str], str] | None,
+        taken_call_ids: Iterable[str] = (),
     ) -> None:
         self.id = id
         self.model = model
@@ -244,7 +246,9 @@ class ResponseStreamEncoder:
         self._parts: list[str] = []  # the open part's (or reasoning's, or call's) pieces
         self._prefix = b""  # the open text part's delta event, up to its delta
         self._live_call: int | None = None
-        self._call_ids: set[str] = set()
+        # The conversation's call ids count as used: a server that numbers its calls per answer
+        # (`call_0` every turn) would repeat one, and a client's next request would hold it twice.
+        self._call_ids: set[str] = set(taken_call_ids)
         self._held: list[_Held] = []
         self._held_calls: dict[int, _Held] = {}
         self._finish: str | None = None

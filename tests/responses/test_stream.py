@@ -31,7 +31,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
-from svir.wire.responses import failure
+from svir.wire.responses import ResponseStreamEncoder, failure
 from tests.responses.sdk import check_codex, check_grammar, encode, encoder, frames, stream
 
 ROLE = Role("assistant", "up-1", "upstream-model", 0)
@@ -304,6 +304,18 @@ def test_repeated_or_empty_call_ids_are_made_unique() -> None:
     )  # fmt: skip
     ids = [i.call_id for i in stream(body).final.output]
     assert ids[0] == "call_0" and len(set(ids)) == 3 and all(ids)
+
+
+def test_a_call_id_the_conversation_holds_is_not_reused() -> None:
+    # A server numbering its calls per answer says `call_0` on every turn; the client's next
+    # request would hold that call_id twice (a 400), so the encoder takes it as used.
+    enc = ResponseStreamEncoder(
+        id="resp_req1", model="gpt-test", created_at=1700000000, echo={}, summary=None,
+        names={}, seal=None, taken_call_ids={"call_0"},
+    )  # fmt: skip
+    body = encode([ROLE, ToolCallStart(0, "call_0", "f"), Finish("tool_calls"), Done()], enc)
+    (call,) = stream(body).final.output
+    assert call.call_id and call.call_id != "call_0"
 
 
 def test_the_response_object_is_the_streamed_one() -> None:
