@@ -8,6 +8,7 @@ reasoning) is svir.wire.responses_request. Everything here is pure: no I/O, no c
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -78,6 +79,15 @@ _OWN: Final = frozenset(
 )  # fmt: skip
 
 _enc = msgspec.json.encode
+# What follows the delta of an `output_text.delta` event, up to its sequence number.
+_DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":'
+
+
+@functools.cache
+def _head(type: str) -> bytes:
+    """An event's bytes up to its fields: `event: <type>` and `data: {"type":"<type>",` (the types
+    are the encoder's own constants, so the cache stays small)."""
+    return b"event: " + type.encode() + b"\ndata: " + _enc({"type": type})[:-1] + b","
 
 
 def response_usage(u: Usage | None) -> dict[str, Any] | None:
@@ -202,7 +212,9 @@ class ResponseStreamEncoder:
         "_parts",
         "_prefix",
         "_seq",
+        "_skeleton_bytes",
         "_started",
+        "_started_bytes",
         "_status",
         "_usage",
         "ended",
@@ -231,9 +243,15 @@ class ResponseStreamEncoder:
         self.names = names
         self.seal = seal
         self.ended = False
-        base: dict[str, Any] = dict(_DEFAULTS)
-        base.update((k, v) for k, v in echo.items() if k not in _OWN)
-        self._base = {"id": id, "object": "response", "created_at": int(created_at), **base}
+        if _OWN.isdisjoint(echo):  # the common case: the front end's echo
+            self._base = {"id": id, "object": "response", "created_at": int(created_at),
+                          **_DEFAULTS, **echo}  # fmt: skip
+        else:
+            base: dict[str, Any] = dict(_DEFAULTS)
+            base.update((k, v) for k, v in echo.items() if k not in _OWN)
+            self._base = {"id": id, "object": "response", "created_at": int(created_at), **base}
+        self._skeleton_bytes: bytes | None = None
+        self._started_bytes: bytes | None = None
         self._item_base = id[5:] if id.startswith("resp_") else id
         self._seq = 0
         self._started = False
@@ -274,18 +292,22 @@ class ResponseStreamEncoder:
     def response(self) -> dict[str, Any]:
         """The response object as it stands; after the end, the final one."""
         out = dict(self._base)
+        out.update(self._own_fields())
+        return out
+
+    def _own_fields(self) -> dict[str, Any]:
+        """The response object's fields the encoder owns, as they stand (they follow `_base`'s)."""
         reason = INCOMPLETE_REASONS.get(self._finish or "")
-        out.update(
-            status=self._status,
-            model=self.model,
-            output=self.output_items,
-            usage=response_usage(self._usage),
-            error=self._error,
-            incomplete_details=(
+        return {
+            "status": self._status,
+            "model": self.model,
+            "output": self.output_items,
+            "usage": response_usage(self._usage),
+            "error": self._error,
+            "incomplete_details": (
                 {"reason": reason} if self._status == "incomplete" and reason else None
             ),
-        )
-        return out
+        }
 
     # -- the stream
 
@@ -312,7 +334,13 @@ class ResponseStreamEncoder:
             return b""
         if isinstance(event, TextDelta):
             if self._part == "output_text" and self._live_call is None:  # the common case
-                return self._text_delta(event.text) if event.text else b""
+                text = event.text
+                if not text:
+                    return b""
+                self._parts.append(text)
+                seq = self._seq
+                self._seq = seq + 1
+                return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
             return self._content("output_text", event.text)
         if isinstance(event, ReasoningDelta):
             return self._content("reasoning", event.text)
@@ -352,7 +380,7 @@ class ResponseStreamEncoder:
         self.ended = True
         self._status = "failed"
         self._error = failure(ce, retry_after=retry_after)
-        return out + self._lifecycle("response.failed", self.response)
+        return out + self._final("response.failed")
 
     def close(self) -> bytes:
         """The upstream's events ran out: a stream that has not ended fails (`server_error`)."""
@@ -370,19 +398,38 @@ class ResponseStreamEncoder:
     # -- framing
 
     def _frame(self, type: str, fields: dict[str, Any]) -> bytes:
-        seq = self._seq
+        """The event `type` with `fields` (a fresh dict, taken): `{"type": …, **fields,
+        "sequence_number": …}` as JSON, its head bytes made once per type."""
+        fields["sequence_number"] = self._seq
         self._seq += 1
-        data = {"type": type, **fields, "sequence_number": seq}
-        return b"event: " + type.encode() + b"\ndata: " + _enc(data) + b"\n\n"
+        return _head(type) + _enc(fields)[1:] + b"\n\n"
 
-    def _lifecycle(self, type: str, response: dict[str, Any] | None = None) -> bytes:
+    def _lifecycle(self, type: str, response: bytes | None = None) -> bytes:
+        """A lifecycle event nesting `response` (encoded; by default the response as it starts,
+        its output empty: encoded once, for `response.created`, `.in_progress` and every
+        keep-alive)."""
         if response is None:
-            response = dict(self._base)
-            response.update(
-                status="in_progress", model=self.model, output=[], usage=None, error=None,
-                incomplete_details=None,
-            )  # fmt: skip
-        return self._frame(type, {"response": response})
+            response = self._started_bytes
+            if response is None:
+                response = self._started_bytes = self._skeleton() + _enc(
+                    {"status": "in_progress", "model": self.model, "output": [], "usage": None,
+                     "error": None, "incomplete_details": None}
+                )[1:]  # fmt: skip
+        seq = self._seq
+        self._seq = seq + 1
+        return b"%b\"response\":%b,\"sequence_number\":%d}\n\n" % (_head(type), response, seq)
+
+    def _skeleton(self) -> bytes:
+        """The encoded response object's fields the encoder does not own, open at its end (`{…,`):
+        every lifecycle event's response begins with them."""
+        skeleton = self._skeleton_bytes
+        if skeleton is None:
+            skeleton = self._skeleton_bytes = _enc(self._base)[:-1] + b","
+        return skeleton
+
+    def _final(self, type: str) -> bytes:
+        """The last lifecycle event, nesting the final response (`response`'s bytes)."""
+        return self._lifecycle(type, self._skeleton() + _enc(self._own_fields())[1:])
 
     # -- items
 
@@ -530,16 +577,11 @@ class ResponseStreamEncoder:
         )
 
     def _text_delta(self, text: str) -> bytes:
+        # `encode` writes the same frame inline, for the common case.
         self._parts.append(text)
         seq = self._seq
-        self._seq += 1
-        return (
-            self._prefix
-            + _enc(text)
-            + b',"logprobs":[],"sequence_number":'
-            + str(seq).encode()
-            + b"}\n\n"
-        )
+        self._seq = seq + 1
+        return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
 
     def _close_part(self) -> bytes:
         if self._part is None:
@@ -686,4 +728,4 @@ class ResponseStreamEncoder:
         self.ended = True
         self._status = "incomplete" if incomplete else "completed"
         kind = "response.incomplete" if incomplete else "response.completed"
-        return out + self._lifecycle(kind, self.response)
+        return out + self._final(kind)
