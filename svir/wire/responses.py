@@ -208,6 +208,7 @@ class ResponseStreamEncoder:
         "_open",
         "_open_index",
         "_part",
+        "_part_ids",
         "_part_index",
         "_parts",
         "_prefix",
@@ -263,6 +264,7 @@ class ResponseStreamEncoder:
         self._part_index = -1
         self._parts: list[str] = []  # the open part's (or reasoning's, or call's) pieces
         self._prefix = b""  # the open text part's delta event, up to its delta
+        self._part_ids = b""  # the open part's ids as its events' JSON begins with them
         self._live_call: int | None = None
         # The conversation's call ids count as used: a server that numbers its calls per answer
         # (`call_0` every turn) would repeat one, and a client's next request would hold it twice.
@@ -346,26 +348,28 @@ class ResponseStreamEncoder:
             return self._content("reasoning", event.text)
         if isinstance(event, ToolCallDelta):
             return self._tool_delta(event)
-        if isinstance(event, ToolCallStart):
-            return self._tool_start(event)
-        if isinstance(event, RefusalDelta):
-            return self._content("refusal", event.text)
-        if isinstance(event, Done):
-            return self._end()
-        if isinstance(event, Finish | Usage):
+        # Those once per answer before the rarer ones, and tuples rather than unions, which
+        # isinstance checks more slowly.
+        if isinstance(event, (Finish, Usage)):
             # Both are written at the end, in the response's status and usage.
             if isinstance(event, Finish):
                 self._finish = event.reason
             else:
                 self._usage = event
             return self.start()
+        if isinstance(event, Done):
+            return self._end()
+        if isinstance(event, (Role, ContentFilter, ReasoningSignature, RedactedReasoning)):
+            return self.start()
+        if isinstance(event, ToolCallStart):
+            return self._tool_start(event)
+        if isinstance(event, RefusalDelta):
+            return self._content("refusal", event.text)
         if isinstance(event, Keepalive):
             return self.keepalive()
         if isinstance(event, StreamError):
             ce = to_client_error(event.error, before_first_byte=False)
             return self.error(ce, retry_after=event.error.retry_after)
-        if isinstance(event, Role | ContentFilter | ReasoningSignature | RedactedReasoning):
-            return self.start()
         raise TypeError(f"not an event: {event!r}")
 
     def error(self, ce: ClientError, *, retry_after: float | None = None) -> bytes:
@@ -482,15 +486,7 @@ class ResponseStreamEncoder:
         if kind == "output_text":
             return out + self._text_delta(text)
         self._parts.append(text)
-        return out + self._frame(
-            "response.refusal.delta",
-            {
-                "item_id": self._items[self._open_index]["id"],
-                "output_index": self._open_index,
-                "content_index": self._part_index,
-                "delta": text,
-            },
-        )
+        return out + self._part_frame("response.refusal.delta", {"delta": text})
 
     def _close(self, status: str = "completed") -> bytes:
         """Close the open item, if any: its last events and `output_item.done`."""
@@ -554,27 +550,21 @@ class ResponseStreamEncoder:
         self._part = kind
         self._part_index += 1
         self._parts = []
-        item_id = self._items[self._open_index]["id"]
-        if kind == "output_text":
-            self._prefix = (
-                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-                b'"item_id":'
-                + _enc(item_id)
-                + b',"output_index":'
-                + str(self._open_index).encode()
-                + b',"content_index":'
-                + str(self._part_index).encode()
-                + b',"delta":'
-            )
-        return self._frame(
-            "response.content_part.added",
-            {
-                "item_id": item_id,
-                "output_index": self._open_index,
-                "content_index": self._part_index,
-                "part": self._part_object(kind, ""),
-            },
+        # The part's events all begin with its ids: encoded once.
+        ids = self._part_ids = b'"item_id":%b,"output_index":%d,"content_index":%d,' % (
+            _enc(self._items[self._open_index]["id"]),
+            self._open_index,
+            self._part_index,
         )
+        if kind == "output_text":
+            self._prefix = _head("response.output_text.delta") + ids + b'"delta":'
+        return self._part_frame("response.content_part.added", {"part": self._part_object(kind, "")})
+
+    def _part_frame(self, type: str, fields: dict[str, Any]) -> bytes:
+        """`_frame` of an event of the open part: its ids, then `fields` (a fresh dict, taken)."""
+        fields["sequence_number"] = self._seq
+        self._seq += 1
+        return _head(type) + self._part_ids + _enc(fields)[1:] + b"\n\n"
 
     def _text_delta(self, text: str) -> bytes:
         # `encode` writes the same frame inline, for the common case.
@@ -588,21 +578,16 @@ class ResponseStreamEncoder:
             return b""
         kind = self._part
         text = "".join(self._parts)
-        item = self._items[self._open_index]
-        ids = {
-            "item_id": item["id"],
-            "output_index": self._open_index,
-            "content_index": self._part_index,
-        }
         if kind == "output_text":
-            out = self._frame("response.output_text.done", {**ids, "text": text, "logprobs": []})
+            out = self._part_frame("response.output_text.done", {"text": text, "logprobs": []})
         else:
-            out = self._frame("response.refusal.done", {**ids, "refusal": text})
+            out = self._part_frame("response.refusal.done", {"refusal": text})
         part = self._part_object(kind, text)
+        item = self._items[self._open_index]
         self._items[self._open_index] = {**item, "content": [*item["content"], part]}
         self._part = None
         self._parts = []
-        return out + self._frame("response.content_part.done", {**ids, "part": part})
+        return out + self._part_frame("response.content_part.done", {"part": part})
 
     # -- reasoning
 
