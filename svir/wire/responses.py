@@ -421,7 +421,7 @@ class ResponseStreamEncoder:
                 )[1:]  # fmt: skip
         seq = self._seq
         self._seq = seq + 1
-        return b"%b\"response\":%b,\"sequence_number\":%d}\n\n" % (_head(type), response, seq)
+        return b'%b"response":%b,"sequence_number":%d}\n\n' % (_head(type), response, seq)
 
     def _skeleton(self) -> bytes:
         """The encoded response object's fields the encoder does not own, open at its end (`{…,`):
@@ -558,7 +558,9 @@ class ResponseStreamEncoder:
         )
         if kind == "output_text":
             self._prefix = _head("response.output_text.delta") + ids + b'"delta":'
-        return self._part_frame("response.content_part.added", {"part": self._part_object(kind, "")})
+        return self._part_frame(
+            "response.content_part.added", {"part": self._part_object(kind, "")}
+        )
 
     def _part_frame(self, type: str, fields: dict[str, Any]) -> bytes:
         """`_frame` of an event of the open part: its ids, then `fields` (a fresh dict, taken)."""
