@@ -79,6 +79,10 @@ _OWN: Final = frozenset(
 )  # fmt: skip
 
 _enc = msgspec.json.encode
+_EVENT_TYPES: Final = frozenset(
+    {ContentFilter, Done, Finish, Keepalive, ReasoningDelta, ReasoningSignature, RedactedReasoning,
+     RefusalDelta, Role, StreamError, TextDelta, ToolCallDelta, ToolCallStart, Usage}
+)  # fmt: skip
 # What follows the delta of an `output_text.delta` event, up to its sequence number.
 _DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":'
 
@@ -334,42 +338,49 @@ class ResponseStreamEncoder:
         """The bytes for one event (possibly empty)."""
         if self.ended:
             return b""
-        if isinstance(event, TextDelta):
+        # Dispatched on the exact type: isinstance against a msgspec Struct class that does not
+        # match goes through its metaclass, several times slower, once per check.
+        kind: Any = type(event)
+        ev: Any = event  # its type is `kind`
+        if kind not in _EVENT_TYPES:
+            kind = next((k for k in kind.__mro__ if k in _EVENT_TYPES), kind)
+        if kind is TextDelta:
             if self._part == "output_text" and self._live_call is None:  # the common case
-                text = event.text
+                text = ev.text
                 if not text:
                     return b""
                 self._parts.append(text)
                 seq = self._seq
                 self._seq = seq + 1
                 return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
-            return self._content("output_text", event.text)
-        if isinstance(event, ReasoningDelta):
-            return self._content("reasoning", event.text)
-        if isinstance(event, ToolCallDelta):
-            return self._tool_delta(event)
-        # Those once per answer before the rarer ones, and tuples rather than unions, which
-        # isinstance checks more slowly.
-        if isinstance(event, (Finish, Usage)):
+            return self._content("output_text", ev.text)
+        if kind is ReasoningDelta:
+            return self._content("reasoning", ev.text)
+        if kind is ToolCallDelta:
+            return self._tool_delta(ev)
+        if kind is Finish or kind is Usage:
             # Both are written at the end, in the response's status and usage.
-            if isinstance(event, Finish):
-                self._finish = event.reason
+            if kind is Finish:
+                self._finish = ev.reason
             else:
-                self._usage = event
+                self._usage = ev
             return self.start()
-        if isinstance(event, Done):
+        if kind is Done:
             return self._end()
-        if isinstance(event, (Role, ContentFilter, ReasoningSignature, RedactedReasoning)):
+        if kind is Role or kind is ContentFilter or kind is ReasoningSignature:
             return self.start()
-        if isinstance(event, ToolCallStart):
-            return self._tool_start(event)
-        if isinstance(event, RefusalDelta):
-            return self._content("refusal", event.text)
-        if isinstance(event, Keepalive):
+        if kind is RedactedReasoning:  # an upstream's seal: no place in a Responses stream
+            return self.start()
+        if kind is ToolCallStart:
+            return self._tool_start(ev)
+        if kind is RefusalDelta:
+            return self._content("refusal", ev.text)
+        if kind is Keepalive:
             return self.keepalive()
-        if isinstance(event, StreamError):
-            ce = to_client_error(event.error, before_first_byte=False)
-            return self.error(ce, retry_after=event.error.retry_after)
+        if kind is StreamError:
+            error = ev.error
+            ce = to_client_error(error, before_first_byte=False)
+            return self.error(ce, retry_after=error.retry_after)
         raise TypeError(f"not an event: {event!r}")
 
     def error(self, ce: ClientError, *, retry_after: float | None = None) -> bytes:
