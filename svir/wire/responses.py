@@ -342,17 +342,17 @@ class ResponseStreamEncoder:
         # match goes through its metaclass, several times slower, once per check.
         kind: Any = type(event)
         ev: Any = event  # its type is `kind`
+        if kind is TextDelta and self._part == "output_text" and self._live_call is None:
+            text = ev.text  # the common case, once per piece of the answer
+            if not text:
+                return b""
+            self._parts.append(text)
+            seq = self._seq
+            self._seq = seq + 1
+            return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
         if kind not in _EVENT_TYPES:
             kind = next((k for k in kind.__mro__ if k in _EVENT_TYPES), kind)
         if kind is TextDelta:
-            if self._part == "output_text" and self._live_call is None:  # the common case
-                text = ev.text
-                if not text:
-                    return b""
-                self._parts.append(text)
-                seq = self._seq
-                self._seq = seq + 1
-                return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
             return self._content("output_text", ev.text)
         if kind is ReasoningDelta:
             return self._content("reasoning", ev.text)
