@@ -186,7 +186,33 @@ _CUT: Final = CallState.CUT
 _CLOSED: Final = CallState.CLOSED
 _NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
 
-CloseHook = Callable[["ChatCall"], None]
+# Run with the call when it closes.
+CloseHook = Callable[["Call"], None]
+
+
+class Call(Protocol):
+    """What the policy, the key gate, the metrics and the traces read of an opened call, whatever
+    it does: a `ChatCall` and an `EmbeddingCall` (svir.embeddings) are ones. Each goes
+    through the same policy loop (retries, fallbacks, breakers) and the same interceptors."""
+
+    route: Route
+    request: dict[str, Any]
+    model_label: str
+    stats: CallStats
+    headers: Mapping[str, str]
+
+    @property
+    def succeeded(self) -> bool: ...
+    @property
+    def error(self) -> UpstreamError | None: ...
+    @property
+    def visible_tokens(self) -> int: ...
+    @property
+    def response_model(self) -> str | None: ...
+
+    def attach(self, *, guard: StreamGuard | None, on_close: CloseHook) -> None: ...
+    async def open(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class ChatCall:

@@ -52,4 +52,6 @@ KIND = ProviderKind(
     models_url=models_url,
     build_body=messages_body,
     new_decoder=AnthropicStreamDecoder,
+    # Anthropic has no embeddings API.
+    embeddings=None,
 )

@@ -4,4 +4,11 @@ from __future__ import annotations
 
 from svir.providers.base import ProviderKind
 
-KIND = ProviderKind(name="llamacpp", reasoning_key="reasoning_content")
+# Embeddings: `/v1/embeddings` (the server started with `--embeddings` and a pooling other than
+# none), base64 on request, `dimensions` ignored.
+KIND = ProviderKind(
+    name="llamacpp",
+    reasoning_key="reasoning_content",
+    embedding_dimensions=False,
+    embeddings_base64=True,
+)

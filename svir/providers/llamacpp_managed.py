@@ -15,4 +15,6 @@ KIND = ProviderKind(
     reasoning_key="reasoning_content",
     discover=False,
     closed_models=True,
+    embedding_dimensions=False,
+    embeddings_base64=True,
 )

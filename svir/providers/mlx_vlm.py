@@ -5,4 +5,5 @@ from __future__ import annotations
 from svir.providers.base import ProviderKind
 
 # `reasoning` is only mlx-vlm's alias for `reasoning_content`, so one key is enough going back.
-KIND = ProviderKind(name="mlx-vlm", reasoning_key="reasoning_content")
+# mlx-vlm's server has no embeddings endpoint.
+KIND = ProviderKind(name="mlx-vlm", reasoning_key="reasoning_content", embeddings=None)

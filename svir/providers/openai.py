@@ -13,4 +13,5 @@ KIND = ProviderKind(
     reasoning_key=None,
     key_required=True,
     default_base_url="https://api.openai.com/v1",
+    embeddings_base64=True,
 )
