@@ -76,12 +76,19 @@ async def test_openai_sdk_floats(svir: InProcess) -> None:
     got = await svir.client.embeddings.create(
         model="e/m", input=["def f(): pass", "class A: ..."], encoding_format="float"
     )
-    assert [d.embedding for d in got.data] == [vector_of("def f(): pass"), vector_of("class A: ...")]
+    assert [d.embedding for d in got.data] == [
+        vector_of("def f(): pass"),
+        vector_of("class A: ..."),
+    ]
     assert [d.index for d in got.data] == [0, 1]
     assert got.model == "e/m"
     assert got.usage.prompt_tokens == got.usage.total_tokens == 4 + 4  # the upstream count
     sent = svir.bodies()[-1]
-    assert sent == {"model": "m", "input": ["def f(): pass", "class A: ..."], "encoding_format": "float"}
+    assert sent == {
+        "model": "m",
+        "input": ["def f(): pass", "class A: ..."],
+        "encoding_format": "float",
+    }
     assert svir.transport.requests[-1].url == "http://embed.test/v1/embeddings"
 
 
@@ -277,4 +284,3 @@ async def test_langchain_ollama_embeddings(svir: InProcess) -> None:
     )
     assert await lc.aembed_documents(["a", "b"]) == [vector_of("a"), vector_of("b")]
     assert await lc.aembed_query("q") == vector_of("q")
-
