@@ -10,6 +10,7 @@ import base64
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+
 import httpx
 import ollama
 import openai
