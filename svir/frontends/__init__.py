@@ -12,6 +12,8 @@ to `gateway.open_chat(ctx, request)`, raises what goes wrong, and leaves every e
 app's one error mapper (svir.edges.app), which answers in the shape the route registered.
 
     openai_chat.py        OpenAI Chat Completions: /v1/chat/completions, /v1/models
+    embeddings.py         OpenAI embeddings: /v1/embeddings (an embedding call, svir.embeddings,
+                          opened by `gateway.open_embeddings`; Ollama's in ollama.py)
     ollama.py             Ollama's native API: /api/chat, /api/tags, /api/show, /api/ps, ...
     ollama_translate.py   its translation both ways, pure (no IO), tested on its own
     anthropic.py          Anthropic Messages: /v1/messages, /v1/messages/count_tokens, HEAD /

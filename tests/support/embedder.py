@@ -6,13 +6,15 @@ model name is a behaviour: `down` answers 503, `flaky-N` answers 503 to its firs
 
 from __future__ import annotations
 
+import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import struct
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse
+from svir.testing import MockRequest, MockResponse, MockServer
 
 __all__ = ["DIMS", "Embedder", "vector_of"]
 
@@ -39,6 +41,8 @@ class Embedder:
         self.requests: dict[str, int] = {}
 
     def __call__(self, request: MockRequest) -> MockResponse:
+        if request.method == "GET":
+            return MockResponse.json({"status": "ok"})  # /healthz, for the benchmark
         body: dict[str, Any] = request.json()
         model = str(body.get("model"))
         seen = self.requests[model] = self.requests.get(model, 0) + 1
@@ -79,3 +83,23 @@ class Embedder:
 
 def _base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The embeddings benchmark's upstream: the fake over HTTP on uvloop, keeping no records."""
+    import uvloop
+
+    parser = argparse.ArgumentParser(description="a fake embeddings upstream over HTTP")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8082)
+    parser.add_argument("--dims", type=int, default=768)
+    args = parser.parse_args(argv)
+    server = MockServer(Embedder(args.dims), host=args.host, port=args.port, record=False)
+    print(f"fake embedder on {server.base_url} ({args.dims} dimensions)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(server.serve_forever())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
