@@ -215,6 +215,25 @@ class Call(Protocol):
     def close(self) -> None: ...
 
 
+def upstream_headers(route: Route, request_id: str, accept: str) -> dict[str, str]:
+    """The headers of a request to the route's upstream: JSON in, `accept` out, svir's request
+    id, the provider's extra headers and the key in the kind's header."""
+    headers = {"Content-Type": "application/json", "Accept": accept, "X-Request-Id": request_id}
+    headers.update(route.provider.extra_headers or {})
+    if route.api_key:
+        headers.update(route.kind.auth_headers(route.api_key))
+    return headers
+
+
+def scrubbed(route: Route, error: UpstreamError) -> UpstreamError:
+    """The error without the route's upstream key in any of its words (message, code, type,
+    param, details): a server may quote the key it was sent, and nothing past the call (the
+    client, a log line, the ledger, a metric, a trace) may see it. Every front end's errors come
+    through here."""
+    key = route.api_key
+    return redact_error(error, (key,) if key and len(key) >= 4 else ())
+
+
 class ChatCall:
     """One request to one route, from opening the upstream to the last byte for the client.
 
@@ -333,23 +352,10 @@ class ChatCall:
         return _encode(body)
 
     def upstream_headers(self) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream",
-            "X-Request-Id": self.request_id,
-        }
-        headers.update(self.route.provider.extra_headers or {})
-        if self.route.api_key:
-            headers.update(self.route.kind.auth_headers(self.route.api_key))
-        return headers
+        return upstream_headers(self.route, self.request_id, "text/event-stream")
 
     def _scrub(self, error: UpstreamError) -> UpstreamError:
-        """The error without this upstream's key in any of its words (message, code, type, param,
-        details): a server may quote the key it was sent, and nothing past this call (the client,
-        a log line, the ledger, a metric, a trace) may see it. Every front end's errors come
-        through here."""
-        key = self.route.api_key
-        return redact_error(error, (key,) if key and len(key) >= 4 else ())
+        return scrubbed(self.route, error)
 
     def _raise(self, error: UpstreamError) -> None:
         error = self._scrub(self.route.kind.explain_error(error))

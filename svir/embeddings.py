@@ -17,11 +17,20 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.chat import Call, CallState, CallStats, CloseHook, Route, StreamGuard
+from svir.chat import (
+    Call,
+    CallState,
+    CallStats,
+    CloseHook,
+    Route,
+    StreamGuard,
+    scrubbed,
+    upstream_headers,
+)
 from svir.errors import GatewayError, request_error
 from svir.transport import Transport
 from svir.wire.blobs import Blobs
-from svir.wire.classify import redact_error, to_client_error
+from svir.wire.classify import to_client_error
 from svir.wire.embeddings import (
     EmbeddingAnswer,
     EmbeddingInputError,
@@ -144,21 +153,10 @@ class EmbeddingCall:
         return _encode(body)
 
     def upstream_headers(self) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "X-Request-Id": self.request_id,
-        }
-        headers.update(self.route.provider.extra_headers or {})
-        if self.route.api_key:
-            headers.update(self.route.kind.auth_headers(self.route.api_key))
-        return headers
+        return upstream_headers(self.route, self.request_id, "application/json")
 
     def _raise(self, error: UpstreamError) -> None:
-        key = self.route.api_key
-        error = redact_error(
-            self.route.kind.explain_error(error), (key,) if key and len(key) >= 4 else ()
-        )
+        error = scrubbed(self.route, self.route.kind.explain_error(error))
         self._error = error
         self.stats.error_kind = error.kind.value
         self.close()

@@ -8,9 +8,11 @@ The canonical request is a dict (the gateway's chain takes dicts): `model`, `inp
 strings, or a list of token arrays), and, when the client gave them, `encoding_format`,
 `dimensions`, `user`, and Ollama's `truncate`, `keep_alive` and `options`.
 
-A vector is a list of floats, or the upstream's base64 text (little-endian float32, as OpenAI
-sends it with `encoding_format: "base64"`): a base64 vector asked for by a base64 client goes
-through without being decoded.
+A vector is the upstream's JSON array of numbers as it came (`msgspec.Raw`: checked to be one,
+never turned into Python floats unless a client wants another encoding), the upstream's base64
+text (little-endian float32, as OpenAI sends it with `encoding_format: "base64"`), or a list of
+floats. A vector in the encoding the client asks for goes through as it came: 2048 vectors of 768
+floats are 31 MB of JSON, which as Python floats would be 50 MB more and a second's work.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import msgspec
@@ -30,6 +33,7 @@ __all__ = [
     "EmbeddingAnswer",
     "EmbeddingInputError",
     "Vector",
+    "as_json_floats",
     "check_ollama_embed",
     "check_ollama_embeddings",
     "check_openai_request",
@@ -48,9 +52,12 @@ __all__ = [
 # OpenAI's own cap on the inputs of one request.
 MAX_INPUTS: Final = 2048
 EncodingFormat = Literal["float", "base64"]
-# A vector as svir holds it: floats, or the base64 of little-endian float32s.
-Vector = list[float] | str
+# A vector as svir holds it: the upstream's JSON array of numbers, the base64 of little-endian
+# float32s, or floats.
+Vector = msgspec.Raw | str | list[float]
 _LITTLE: Final = sys.byteorder == "little"
+# What a JSON array of numbers is written with (msgspec has checked that it is JSON).
+_NUMBER_CHARS: Final = b"0123456789.-+eE, \t\r\n[]"
 
 
 class EmbeddingInputError(BodyError):
@@ -144,10 +151,7 @@ def _positive(body: dict[str, Any], name: str) -> int | None:
 def check_openai_request(body: Any) -> dict[str, Any]:
     """OpenAI's embeddings request, checked: the canonical embedding request, or an
     EmbeddingInputError naming the field."""
-    if not isinstance(body, dict):
-        raise EmbeddingInputError(
-            f"the request body must be a JSON object, not {json_type(body)}", "body"
-        )
+    body = _object(body)
     request: dict[str, Any] = {"model": _model(body)}
     if "input" not in body:
         raise EmbeddingInputError("input is required", "input")
@@ -163,10 +167,8 @@ def check_openai_request(body: Any) -> dict[str, Any]:
     dimensions = _positive(body, "dimensions")
     if dimensions is not None:
         request["dimensions"] = dimensions
-    user = body.get("user")
+    user = _optional(body, "user", lambda v: isinstance(v, str), "a string")
     if user is not None:
-        if not isinstance(user, str):
-            raise EmbeddingInputError(f"user must be a string, not {json_type(user)}", "user")
         request["user"] = user
     return request
 
@@ -175,29 +177,38 @@ def _said(value: Any) -> str:
     return repr(value) if isinstance(value, str) and len(value) <= 40 else json_type(value)
 
 
-def _ollama_common(body: Any, request: dict[str, Any]) -> None:
-    if "keep_alive" in body and body["keep_alive"] is not None:
-        keep = body["keep_alive"]
-        if not isinstance(keep, str | int | float) or isinstance(keep, bool):
-            raise EmbeddingInputError(
-                f"keep_alive must be a duration or a number of seconds, not {json_type(keep)}",
-                "keep_alive",
-            )
-        request["keep_alive"] = keep
-    options = body.get("options")
-    if options is not None:
-        if not isinstance(options, dict):
-            raise EmbeddingInputError(
-                f"options must be an object, not {json_type(options)}", "options"
-            )
-        request["options"] = options
+def _optional(body: dict[str, Any], name: str, ok: Callable[[Any], bool], what: str) -> Any:
+    """The field `name` when it is there and not null, checked by `ok` (`what` it must be)."""
+    value = body.get(name)
+    if value is not None and not ok(value):
+        raise EmbeddingInputError(f"{name} must be {what}, not {json_type(value)}", name)
+    return value
 
 
-def _ollama_body(body: Any) -> dict[str, Any]:
+def _object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise EmbeddingInputError(
             f"the request body must be a JSON object, not {json_type(body)}", "body"
         )
+    return body
+
+
+def _is_duration(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _ollama_common(body: dict[str, Any], request: dict[str, Any]) -> None:
+    for name, ok, what in (
+        ("keep_alive", _is_duration, "a duration or a number of seconds"),
+        ("options", lambda v: isinstance(v, dict), "an object"),
+    ):
+        value = _optional(body, name, ok, what)
+        if value is not None:
+            request[name] = value
+
+
+def _ollama_body(body: Any) -> dict[str, Any]:
+    body = _object(body)
     model = body.get("model")
     if model is None and "name" in body:
         model = body["name"]
@@ -211,12 +222,8 @@ def check_ollama_embed(body: Any) -> dict[str, Any]:
     if "input" not in body:
         raise EmbeddingInputError("input is required", "input")
     request["input"] = _inputs(body["input"], "input", tokens=False)
-    truncate = body.get("truncate")
+    truncate = _optional(body, "truncate", lambda v: isinstance(v, bool), "true or false")
     if truncate is not None:
-        if not isinstance(truncate, bool):
-            raise EmbeddingInputError(
-                f"truncate must be true or false, not {json_type(truncate)}", "truncate"
-            )
         request["truncate"] = truncate
     dimensions = _positive(body, "dimensions")
     if dimensions is not None:
@@ -278,7 +285,7 @@ def ollama_upstream_body(request: dict[str, Any], model_id: str) -> dict[str, An
 
 
 class _Item(msgspec.Struct):
-    embedding: list[float] | str
+    embedding: msgspec.Raw
     index: int | None = None
 
 
@@ -294,7 +301,7 @@ class _OpenAIAnswer(msgspec.Struct):
 
 
 class _OllamaAnswer(msgspec.Struct):
-    embeddings: list[list[float]]
+    embeddings: list[msgspec.Raw]
     model: str | None = None
     prompt_eval_count: int | None = None
     total_duration: int | None = None
@@ -337,10 +344,7 @@ def parse_openai_answer(raw: bytes | bytearray | memoryview, count: int) -> Embe
         index = at if item.index is None else item.index
         if not 0 <= index < count or vectors[index] is not None:
             raise _protocol(f"has a vector at index {index} that is out of range or repeated")
-        vector = item.embedding
-        if isinstance(vector, str) and not _valid_base64(vector):
-            raise _protocol(f"has a vector at index {index} that is not base64 float32")
-        vectors[index] = vector
+        vectors[index] = _vector(item.embedding, index, base64_ok=True)
     usage = answer.usage
     prompt = None
     if usage is not None:
@@ -358,10 +362,28 @@ def parse_ollama_answer(raw: bytes | bytearray | memoryview, count: int) -> Embe
         raise _protocol(f"cannot be read: {exc}") from None
     if len(answer.embeddings) != count:
         raise _protocol(f"has {len(answer.embeddings)} vectors for {count} inputs")
-    vectors: list[Vector] = list(answer.embeddings)
+    vectors: list[Vector] = [
+        _vector(v, i, base64_ok=False) for i, v in enumerate(answer.embeddings)
+    ]
     return EmbeddingAnswer(
         vectors, _count(answer.prompt_eval_count), answer.model, _count(answer.load_duration)
     )
+
+
+def _vector(raw: msgspec.Raw, index: int, *, base64_ok: bool) -> Vector:
+    """An upstream's vector checked: a JSON array of numbers (kept as it came), or with
+    `base64_ok` a base64 string of float32s; a PROTOCOL UpstreamError otherwise."""
+    data = bytes(raw)
+    if data[:1] == b"[":
+        # One level of array, and nothing in it but numbers.
+        if data.count(b"[") == 1 and not data.translate(None, _NUMBER_CHARS):
+            return raw
+    elif base64_ok and data[:1] == b'"':
+        text = msgspec.json.decode(data, type=str)
+        if _valid_base64(text):
+            return text
+        raise _protocol(f"has a vector at index {index} that is not base64 float32")
+    raise _protocol(f"has a vector at index {index} that is not an array of numbers")
 
 
 def _valid_base64(text: str) -> bool:
@@ -374,10 +396,15 @@ def _valid_base64(text: str) -> bool:
 # Vectors both ways
 
 
+_floats = msgspec.json.Decoder(list[float]).decode
+
+
 def decode_vector(vector: Vector) -> list[float]:
-    """The floats of a vector (base64 of little-endian float32s decoded)."""
+    """The floats of a vector (its JSON array read, base64 of little-endian float32s decoded)."""
     if isinstance(vector, list):
         return vector
+    if isinstance(vector, msgspec.Raw):
+        return _floats(vector)
     values = array("f", base64.b64decode(vector))
     if not _LITTLE:
         values.byteswap()
@@ -388,10 +415,15 @@ def encode_vector(vector: Vector) -> str:
     """A vector as OpenAI's base64: little-endian float32s (what the OpenAI SDK decodes)."""
     if isinstance(vector, str):
         return vector
-    values = array("f", vector)
+    values = array("f", decode_vector(vector))
     if not _LITTLE:
         values.byteswap()
     return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def as_json_floats(vector: Vector) -> msgspec.Raw | list[float]:
+    """A vector to write as a JSON array of floats: an upstream's array as it came."""
+    return vector if isinstance(vector, msgspec.Raw | list) else decode_vector(vector)
 
 
 # Client answers
@@ -420,7 +452,7 @@ def openai_answer(
 ) -> _OutList:
     """OpenAI's embeddings answer (encode with msgspec): a list of `embedding` objects, base64
     or floats as the client asked."""
-    convert = encode_vector if encoding_format == "base64" else decode_vector
+    convert = encode_vector if encoding_format == "base64" else as_json_floats
     data = [_OutItem(i, convert(v)) for i, v in enumerate(answer.vectors)]
     return _OutList(data, model, _OutUsage(prompt_tokens, prompt_tokens))
 
@@ -431,7 +463,7 @@ def ollama_embed_answer(
     """Ollama's `/api/embed` answer: `embeddings`, the counts and durations (nanoseconds)."""
     return {
         "model": model,
-        "embeddings": [decode_vector(v) for v in answer.vectors],
+        "embeddings": [as_json_floats(v) for v in answer.vectors],
         "total_duration": total_duration,
         "load_duration": answer.load_duration or 0,
         "prompt_eval_count": prompt_tokens,
@@ -440,4 +472,4 @@ def ollama_embed_answer(
 
 def ollama_embeddings_answer(answer: EmbeddingAnswer) -> dict[str, Any]:
     """The older `/api/embeddings` answer: the one input's `embedding`."""
-    return {"embedding": decode_vector(answer.vectors[0])}
+    return {"embedding": as_json_floats(answer.vectors[0])}

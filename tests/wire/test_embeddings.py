@@ -11,6 +11,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -188,7 +189,20 @@ def test_openai_answer_parsed_in_index_order() -> None:
 def test_llama_server_answer_without_index_and_total_only() -> None:
     raw = b'{"data":[{"embedding":[1.0]},{"embedding":[2.0]}],"usage":{"total_tokens":3}}'
     got = parse_openai_answer(raw, 2)
-    assert got.vectors == [[1.0], [2.0]] and got.prompt_tokens == 3
+    assert [decode_vector(v) for v in got.vectors] == [[1.0], [2.0]] and got.prompt_tokens == 3
+
+
+def test_a_float_array_goes_to_a_float_client_as_it_came() -> None:
+    raw = b'{"data":[{"index":0,"embedding":[1e-3, -0.50]}]}'
+    answer = parse_openai_answer(raw, 1)
+    out = msgspec.json.encode(
+        openai_answer(answer, model="m", encoding_format="float", prompt_tokens=1)
+    )
+    assert b'"embedding":[1e-3, -0.50]' in out  # not read into floats and written again
+    ollama = msgspec.json.encode(
+        ollama_embed_answer(answer, model="m", total_duration=1, prompt_tokens=1)
+    )
+    assert b'"embeddings":[[1e-3, -0.50]]' in ollama
 
 
 @pytest.mark.parametrize(
@@ -204,6 +218,11 @@ def test_llama_server_answer_without_index_and_total_only() -> None:
         ),
         (b'{"data": [{"embedding": "!!"}, {"embedding": [1]}]}', "not base64"),
         (b'{"data": [{"embedding": "AAA="}, {"embedding": [1]}]}', "not base64"),
+        (b'{"data": [{"embedding": [1, "x"]}, {"embedding": [1]}]}', "not an array of numbers"),
+        (b'{"data": [{"embedding": [[1]]}, {"embedding": [1]}]}', "not an array of numbers"),
+        (b'{"data": [{"embedding": {"a": 1}}, {"embedding": [1]}]}', "not an array of numbers"),
+        (b'{"data": [{"embedding": null}, {"embedding": [1]}]}', "not an array of numbers"),
+        (b'{"data": [{"embedding": [true]}, {"embedding": [1]}]}', "not an array of numbers"),
     ],
 )
 def test_openai_answer_refused(raw: bytes, words: str) -> None:
@@ -216,7 +235,10 @@ def test_openai_answer_refused(raw: bytes, words: str) -> None:
 def test_ollama_answer() -> None:
     raw = b'{"model":"m","embeddings":[[0.1],[0.2]],"prompt_eval_count":4,"load_duration":9}'
     got = parse_ollama_answer(raw, 2)
-    assert got.vectors == [[0.1], [0.2]] and got.prompt_tokens == 4 and got.load_duration == 9
+    assert [decode_vector(v) for v in got.vectors] == [[0.1], [0.2]]
+    assert got.prompt_tokens == 4 and got.load_duration == 9
+    with pytest.raises(UpstreamError, match="not an array of numbers"):
+        parse_ollama_answer(b'{"embeddings":["AAAAAA=="]}', 1)  # Ollama sends no base64
     with pytest.raises(UpstreamError, match="1 vectors for 2 inputs"):
         parse_ollama_answer(b'{"embeddings":[[0.1]]}', 2)
 
