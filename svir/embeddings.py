@@ -18,7 +18,6 @@ from typing import Any, Final
 import msgspec
 
 from svir.chat import (
-    Call,
     CallState,
     CallStats,
     CloseHook,
@@ -234,7 +233,3 @@ def _refusal(message: str, code: str, param: str) -> GatewayError:
     fallback (another may take it) and counts toward no breaker."""
     err = UpstreamError(ErrorKind.UNSUPPORTED_INPUT, message, param=param)
     return GatewayError(ClientError(400, "invalid_request_error", code, message, param), err)
-
-
-def _is_call(call: EmbeddingCall) -> Call:
-    return call  # mypy checks here that an EmbeddingCall is a svir.call.Call
