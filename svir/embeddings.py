@@ -1,7 +1,7 @@
 """One embedding call: a checked embedding request (svir.wire.embeddings) over a route, the
 upstream's one JSON answer, the vectors.
 
-It has the shape of a `ChatCall` as the policy and the interceptors see it (svir.call.Call), so
+It has the shape of a `ChatCall` as the policy and the interceptors see it (svir.chat.Call), so
 that an embedding request goes through the same routing, retries, fallbacks, breakers, key gate,
 ledger, metrics and traces: `open()` sends the request and reads the whole answer, so that every
 failure is raised while the client has seen nothing; `close()` settles the stats and runs the
