@@ -19,13 +19,27 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from svir.config import ProviderConfig, Timeouts
+from svir.config import PYPI_GEMMA, ProviderConfig, Timeouts
 from svir.errors import GatewayError, request_error
 from svir.providers import ProviderKind, build_upstream_body
 from svir.providers.adapt import answer_transform
 from svir.transport import StreamResponse, Transport
 from svir.wire.blobs import Blobs
 from svir.wire.classify import redact_error, to_client_error
+from svir.wire.completions import (
+    CompletionDialect,
+    LlamaCompletionDecoder,
+    OpenAICompletionDecoder,
+    TextCompletionEncoder,
+    completion_object,
+    explain_fim_error,
+    is_completion,
+    is_fim,
+    llama_body,
+    llama_url,
+    openai_body,
+    openai_completions_url,
+)
 from svir.wire.decoder import ChatDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
@@ -64,10 +78,28 @@ class Route:
     ensure: Callable[[str], Awaitable[str]] | None = None
     # Called with the model id when a call whose `ensure` succeeded closes (in-flight tracking).
     release: Callable[[str], None] | None = None
+    # For a server svir runs itself: stops the model's server now if no call is using it
+    # (Ollama's `keep_alive: 0`); True if it was stopped.
+    unload: Callable[[str], Awaitable[bool]] | None = None
 
     @property
     def think_tags(self) -> bool:
         return self.kind.think_tags_for(self.provider)
+
+    @property
+    def fim(self) -> bool:
+        """Whether this route fills in the middle (a completion with a suffix): a managed model's
+        own `fim` setting, else the provider's, else what is known of the model file (Gemma 3
+        from PyPI has no FIM tokens), else its kind's (`ProviderKind.fim_for`)."""
+        kind, provider = self.kind, self.provider
+        if kind.completions_for(provider) is None:
+            return False
+        spec = provider.managed.model(self.model_id) if provider.managed is not None else None
+        if spec is not None and spec.fim is not None:
+            return spec.fim
+        if provider.fim is None and spec is not None and spec.path == PYPI_GEMMA:
+            return False
+        return kind.fim_for(provider)
 
 
 @dataclass(slots=True)
@@ -272,20 +304,39 @@ class ChatCall:
         self.drop_fields = drop_fields
         self.state = _NEW
         self.stats = CallStats()
-        self._decoder: ChatDecoder = route.kind.new_decoder(
-            think_tags=route.think_tags,
-            tool_names=tool_names(request),
-            clock=time.perf_counter,
-        )
+        # A text completion (svir.wire.completions) is the same call to another endpoint of the
+        # same server, with its own body and stream decoder; everything around it is the same.
+        self.completion = is_completion(request)
+        self._dialect: CompletionDialect | None = None
+        if self.completion:
+            self._dialect = route.kind.completions_for(route.provider)
+            decoder_type = (
+                LlamaCompletionDecoder if self._dialect == "llama" else OpenAICompletionDecoder
+            )
+            self._decoder: ChatDecoder = decoder_type(clock=time.perf_counter)
+        else:
+            self._decoder = route.kind.new_decoder(
+                think_tags=route.think_tags,
+                tool_names=tool_names(request),
+                clock=time.perf_counter,
+            )
         options = request.get("stream_options")
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        self.relay_mode = bool(route.provider.relay) and bool(request.get("stream"))
+        self.relay_mode = (
+            bool(route.provider.relay) and bool(request.get("stream")) and not self.completion
+        )
         self._on_close: list[CloseHook] = [*on_close]
         self._guard: StreamGuard | None = None
-        self._transform = answer_transform(route.kind, route.provider.response_format, request)
+        self._transform = (
+            None
+            if self.completion
+            else answer_transform(route.kind, route.provider.response_format, request)
+        )
         self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
+        # The base URL the request went to (a managed server's once it runs), for errors.
+        self._base = route.base_url
 
     def attach(self, *, guard: StreamGuard | None, on_close: CloseHook) -> None:
         """The one step that adds to a built call, for whoever gets it opened (the key gate),
@@ -328,6 +379,8 @@ class ChatCall:
         return self.blobs.splice(body) if self.blobs is not None else [body]
 
     def _encoded_body(self) -> bytes:
+        if self.completion:
+            return self._completion_body()
         if not self.route.kind.images_for(self.route.provider) and has_images(self.request):
             # Refused here rather than by the server, which may answer 404 or 500 (§2.2).
             name = self.route.provider.name
@@ -351,6 +404,41 @@ class ChatCall:
             body.pop(name, None)
         return _encode(body)
 
+    def _completion_body(self) -> bytes:
+        route = self.route
+        fim = is_fim(self.request)
+        refusal: str | None = None
+        where = f"provider {route.provider.name!r} (kind {route.kind.name!r})"
+        if self._dialect is None:
+            refusal = (
+                f"The model {self.model_label!r} does not take text completions: {where} has no "
+                "completion endpoint svir sends to; use a chat model or /v1/chat/completions."
+            )
+        elif fim and not route.fim:
+            # Refused here: sending the prefix alone would answer with a plain continuation.
+            refusal = (
+                f"The model {self.model_label!r} cannot fill in the middle (suffix): {where} is "
+                f"not known to take a suffix (set fim = true under [providers] name = "
+                f"{route.provider.name!r} if it does), or send the prompt without a suffix."
+            )
+        if refusal is not None:
+            err = UpstreamError(
+                ErrorKind.UNSUPPORTED_INPUT, refusal, param="suffix" if fim else "model"
+            )
+            raise GatewayError(to_client_error(err), err)
+        if self._dialect == "llama":
+            body = llama_body(self.request, route.model_id)
+        else:
+            body = openai_body(self.request, route.model_id)
+        for name in self.drop_fields | route.kind.drop_params_for(route.provider):
+            body.pop(name, None)
+        return _encode(body)
+
+    def _completion_url(self, base: str) -> str:
+        if self._dialect == "llama":
+            return llama_url(base, is_fim(self.request))
+        return openai_completions_url(base)
+
     def upstream_headers(self) -> dict[str, str]:
         return upstream_headers(self.route, self.request_id, "text/event-stream")
 
@@ -358,7 +446,10 @@ class ChatCall:
         return scrubbed(self.route, error)
 
     def _raise(self, error: UpstreamError) -> None:
-        error = self._scrub(self.route.kind.explain_error(error))
+        error = self.route.kind.explain_error(error)
+        if self.completion and is_fim(self.request):
+            error = explain_fim_error(error, self.model_label)
+        error = located(self._scrub(error), self.route, self._base)
         self.stats.error_kind = error.kind.value
         self.close()
         raise GatewayError(to_client_error(error), error)
@@ -383,16 +474,20 @@ class ChatCall:
         except GatewayError:
             self.close()
             raise
-        base = route.base_url
+        base = self._base = route.base_url
         if route.ensure is not None:
             try:
                 base = await route.ensure(route.model_id)
             except UpstreamError as exc:
                 self._raise(exc)
+            self._base = base
             if route.release is not None:
                 release, model_id = route.release, route.model_id
                 self._on_close.append(lambda _call: release(model_id))
-        url = route.kind.chat_url(base, route.model_id, route.provider)
+        if self.completion:
+            url = self._completion_url(base)
+        else:
+            url = route.kind.chat_url(base, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(
                 url, headers=self.upstream_headers(), body=body, timeouts=route.timeouts
@@ -558,8 +653,10 @@ class ChatCall:
             async for data in self._relay():
                 yield data
             return
-        encoder = ChunkEncoder(
-            id=completion_id(),
+        # A text completion's chunks are `text_completion`s; the stream rules are the same.
+        make = TextCompletionEncoder if self.completion else ChunkEncoder
+        encoder = make(
+            id=self._answer_id(),
             model=self.model_label,
             created=int(time.time()),
             include_usage=self.include_usage,
@@ -578,14 +675,53 @@ class ChatCall:
                 yield b"".join(frames)
 
     async def complete(self) -> dict[str, Any]:
-        """The aggregated `chat.completion`; a failure after priming is a GatewayError too."""
+        """The aggregated `chat.completion` (a `text_completion` for a text completion); a
+        failure after priming is a GatewayError too."""
         agg = CompletionAggregator()
         async for _, events in self._pairs():
             for ev in events:
                 if isinstance(ev, StreamError):
                     raise GatewayError(to_client_error(ev.error), ev.error)
                 agg.add(ev)
-        return agg.completion(id=completion_id(), model=self.model_label, created=int(time.time()))
+        answer_id, created = self._answer_id(), int(time.time())
+        if self.completion:
+            return completion_object(agg, id=answer_id, model=self.model_label, created=created)
+        return agg.completion(id=answer_id, model=self.model_label, created=created)
+
+    def _answer_id(self) -> str:
+        return ("cmpl-" + unique_id()) if self.completion else completion_id()
+
+
+# The failures whose own words do not say where they happened: the connection's, the time's and
+# the credentials' (a server's 4xx about the request itself speaks for itself).
+_LOCATED: Final = frozenset({ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.AUTH})
+
+
+def located(error: UpstreamError, route: Route, base: str) -> UpstreamError:
+    """`error` naming the provider and the base URL it failed at ("cannot connect to upstream"
+    says neither), and for a refused credential whether the provider's `api_key_env` is set.
+    Errors in a stream, and svir's own, are left as they are."""
+    if error.in_stream or error.kind not in _LOCATED or "client_error" in error.details:
+        return error
+    provider = route.provider
+    where = f"provider {provider.name!r}" + (f" at {base}" if base else "")
+    if error.kind is ErrorKind.AUTH:
+        var = provider.api_key_env
+        if var is None:
+            hint = "it has no api_key_env, so svir sent no key"
+        elif not route.api_key:
+            hint = f"its api_key_env is {var}, which is not set (or empty) in svir's environment"
+        else:
+            hint = f"it refused the key in {var}"
+        message = f"{error.message} ({where}: {hint})"
+    else:
+        message = f"{where}: {error.message}"
+    # The same error in other words: every other field and the details as they were.
+    out = UpstreamError.__new__(UpstreamError)
+    out.__dict__.update(error.__dict__)
+    out.message = message
+    out.args = (message,)
+    return out
 
 
 def _error_frame(err: UpstreamError) -> bytes:

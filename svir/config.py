@@ -252,6 +252,9 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # model's own, or "mean" for `pypi:gemma3-270m` (a chat model, whose own is none, which
     # /v1/embeddings refuses).
     pooling: str | None = None
+    # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
+    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
+    fim: bool | None = None
 
 
 class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -297,6 +300,7 @@ class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             chat_template=template,
             embeddings=entry.embeddings,
             pooling=entry.pooling or (_default_pooling(entry.path) if entry.embeddings else None),
+            fim=entry.fim,
         )
 
 
@@ -329,6 +333,10 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     images: bool | None = None
     # For servers that ignore response_format (§2.6): "pass" it on, or "validate" the answer.
     response_format: str = "pass"
+    # Text completions (docs/completions.md): false sends none to this provider; None takes the
+    # kind's API. `fim`: whether a completion with a suffix (fill-in-the-middle) may be sent.
+    completions: bool | None = None
+    fim: bool | None = None
     # Kind llamacpp-managed only: the models and the servers svir runs for them.
     managed: ManagedConfig | None = None
     # The models of this provider that embed (what /api/show calls the `embedding` capability);
@@ -675,6 +683,23 @@ def _checked_provider(
             " remove relay (svir translates the stream)",
         )
 
+    if provider.completions is True and kind.completions is None:
+        raise fail(
+            f"{at}.completions",
+            f"kind {kind.name!r} has no text-completion endpoint svir can send to;"
+            " remove completions (or set it to false)",
+        )
+    if provider.fim is True and kind.completions_for(provider) is None:
+        why = (
+            "completions = false sends it none"
+            if kind.completions is not None
+            else f"kind {kind.name!r} has no text-completion endpoint"
+        )
+        raise fail(
+            f"{at}.fim",
+            f"fill-in-the-middle is a text completion, and {why}; remove fim",
+        )
+
     models: list[str] = list(managed.models) if managed is not None else []
     for j, model in enumerate(provider.models):
         if not model.strip():
@@ -774,7 +799,12 @@ def _checked_managed(
         path = Path(value).expanduser()
         path = path if path.is_absolute() else base_dir / path
         if not path.is_file():
-            raise fail(field, f"no such file: {path}")
+            raise fail(
+                field,
+                f"no such file: {path}. If this line came from an example (the README's"
+                " qwen3-8b), it is an example path: edit it to a GGUF file you have, or delete"
+                " the line",
+            )
         return str(path)
 
     def check_settings(field: str, entry: ManagedConfig | ManagedModel) -> None:

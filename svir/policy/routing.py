@@ -3,7 +3,9 @@
 A model name is `<provider>/<model-id>`: the provider's name picks where the request goes and the
 rest is the id that server knows. The catalog joins each provider's configured models with what
 its server lists, keeps chat models only (§6), and caches the result for a while; a server that
-cannot be reached drops out of the list without failing the request.
+cannot be reached drops out of the list without failing the request (and is logged). A model a
+server lists by its file path (llama-server's GGUF path) is listed by the file's stem, and the
+stem routes to the path, which also still routes as it is.
 
 The models the config names or a server listed are the known ones (`known`): state svir keeps per
 model is held for them, and for at most `[server] max_unlisted_models` others (`bounded`).
@@ -25,7 +27,7 @@ from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
 from svir.transport import Transport
 from svir.wire.errors import ProtocolError, UpstreamError
-from svir.wire.models import is_chat_model, parse_model_list
+from svir.wire.models import clean_model_id, is_chat_model, parse_model_list
 
 log = logging.getLogger("svir.routing")
 
@@ -44,6 +46,7 @@ class Provider:
     timeouts: Timeouts
     ensure: Callable[[str], Awaitable[str]] | None = None
     release: Callable[[str], None] | None = None
+    unload: Callable[[str], Awaitable[bool]] | None = None
 
 
 class Router:
@@ -81,6 +84,8 @@ class Router:
         self._named = frozenset(named)
         # What each server listed when it last answered: an outage does not unlist its models.
         self._listed: dict[str, frozenset[str]] = {}
+        # Per provider, the clean ids of models its server lists by file path -> that path.
+        self._aliases: dict[str, dict[str, str]] = {}
 
     def known(self, model: str) -> bool:
         """Whether the config names `model` (as a provider's model or in a route) or its server
@@ -100,11 +105,14 @@ class Router:
         name: str,
         ensure: Callable[[str], Awaitable[str]],
         release: Callable[[str], None] | None = None,
+        unload: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         """Have requests to provider `name` first call `ensure(model_id)` for the base URL
         (a server svir starts itself), and `release(model_id)` when a call that ensure served
-        closes."""
-        self.providers[name] = replace(self.providers[name], ensure=ensure, release=release)
+        closes; `unload(model_id)` stops a model's server on a client's word."""
+        self.providers[name] = replace(
+            self.providers[name], ensure=ensure, release=release, unload=unload
+        )
 
     def resolve(self, model: str) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
@@ -123,6 +131,7 @@ class Router:
                 code="model_not_found",
                 param="model",
             )
+        model_id = self._aliases.get(prefix, {}).get(model_id, model_id)
         if provider.kind.closed_models and model_id not in provider.config.models:
             raise request_error(
                 f"The model {model!r} does not exist: provider {prefix!r} serves "
@@ -140,6 +149,7 @@ class Router:
             timeouts=provider.timeouts,
             ensure=provider.ensure,
             release=provider.release,
+            unload=provider.unload,
         )
 
     async def models(self) -> list[tuple[str, str]]:
@@ -167,18 +177,26 @@ class Router:
                     else {},
                     timeout=DISCOVERY_TIMEOUT,
                 )
+                aliases: dict[str, str] = {}
                 for info in parse_model_list(body):
-                    if info.id not in ids and is_chat_model(info.id, info.name):
-                        ids.append(info.id)
+                    clean = clean_model_id(info.id)
+                    listed = info.id if clean is None or clean in ids else clean
+                    if listed not in ids and is_chat_model(listed, info.name):
+                        ids.append(listed)
+                        if listed != info.id:
+                            aliases[listed] = info.id
+                self._aliases[name] = aliases
             except (UpstreamError, ProtocolError) as exc:
                 # An unreachable server drops out of the list; configured models stay.
+                url = provider.kind.models_url(provider.base_url, provider.config)
                 log.warning(
-                    "model discovery failed",
-                    extra={"fields": {"provider": name, "error": str(exc)}},
+                    f"provider {name!r}: could not list its models at {url}, so /v1/models"
+                    f" leaves its server's models out ({exc})",
+                    extra={"fields": {"provider": name, "url": url, "error": str(exc)}},
                 )
                 # Ask again soon rather than after the whole TTL.
                 self._cache[name] = (now - self.ttl + min(FAILED_RETRY, self.ttl), ids)
                 return ids
         self._cache[name] = (now, ids)
-        self._listed[name] = frozenset(ids)
+        self._listed[name] = frozenset(ids) | frozenset(self._aliases.get(name, {}).values())
         return ids

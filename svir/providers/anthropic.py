@@ -54,4 +54,5 @@ KIND = ProviderKind(
     new_decoder=AnthropicStreamDecoder,
     # Anthropic has no embeddings API.
     embeddings=None,
+    completions=None,  # no text-completion endpoint
 )

@@ -72,4 +72,6 @@ KIND = ProviderKind(
     embeddings_url=embeddings_url,
     embeddings_base64=True,
     models_url=models_url,
+    # Its completions live at deployment URLs of their own, which svir does not build yet.
+    completions=None,
 )

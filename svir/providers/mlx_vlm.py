@@ -5,5 +5,7 @@ from __future__ import annotations
 from svir.providers.base import ProviderKind
 
 # `reasoning` is only mlx-vlm's alias for `reasoning_content`, so one key is enough going back.
-# mlx-vlm's server has no embeddings endpoint.
-KIND = ProviderKind(name="mlx-vlm", reasoning_key="reasoning_content", embeddings=None)
+# mlx-vlm's server has no embeddings endpoint, nor a text-completion one.
+KIND = ProviderKind(
+    name="mlx-vlm", reasoning_key="reasoning_content", embeddings=None, completions=None
+)

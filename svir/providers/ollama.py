@@ -14,6 +14,12 @@ def embed_url(base: str, model: str, provider: ProviderSettings) -> str:
 
 # No default base URL: Ollama's usual port, 11434, is also svir's, and a default pointing at
 # svir itself would send every request round in a loop.
+# Its `/v1/completions` takes `suffix` and fills in the middle with the model's template, or
+# refuses a model without the `insert` capability ("does not support insert").
 KIND = ProviderKind(
-    name="ollama", reasoning_key="reasoning", embeddings="ollama", embeddings_url=embed_url
+    name="ollama",
+    reasoning_key="reasoning",
+    fim=True,
+    embeddings="ollama",
+    embeddings_url=embed_url,
 )

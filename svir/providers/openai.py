@@ -14,4 +14,6 @@ KIND = ProviderKind(
     key_required=True,
     default_base_url="https://api.openai.com/v1",
     embeddings_base64=True,
+    # Its legacy `/v1/completions` (gpt-3.5-turbo-instruct) takes `suffix`.
+    fim=True,
 )

@@ -1,5 +1,6 @@
-"""A cheap estimate of a chat request's prompt tokens, before a server counts them: what the key
-gate reserves for a call, and what Anthropic's count_tokens answers when no upstream tokenizes.
+"""A cheap estimate of a chat (or text-completion) request's prompt tokens, before a server
+counts them: what the key gate reserves for a call, and what Anthropic's count_tokens answers
+when no upstream tokenizes.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def estimate_prompt_tokens(request: dict[str, Any]) -> int:
                         value = fn.get(key)
                         if isinstance(value, str):
                             units += _text_tokens(value)
+    # A text completion (svir.wire.completions) has its prompt and suffix where messages go.
+    for key in ("prompt", "suffix"):
+        value = request.get(key)
+        if isinstance(value, str):
+            units += _text_tokens(value)
     tools = request.get("tools")
     if tools:
         units += len(msgspec.json.encode(tools))
