@@ -25,7 +25,7 @@ from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
 from svir.transport import Transport
 from svir.wire.errors import ProtocolError, UpstreamError
-from svir.wire.models import is_chat_model, parse_model_list
+from svir.wire.models import ModelInfo, is_chat_model, parse_model_list
 
 log = logging.getLogger("svir.routing")
 
@@ -81,6 +81,8 @@ class Router:
         self._named = frozenset(named)
         # What each server listed when it last answered: an outage does not unlist its models.
         self._listed: dict[str, frozenset[str]] = {}
+        # What each server said of its models when it last listed them (svir.policy.catalog).
+        self._infos: dict[str, dict[str, ModelInfo]] = {}
 
     def known(self, model: str) -> bool:
         """Whether the config names `model` (as a provider's model or in a route) or its server
@@ -167,9 +169,11 @@ class Router:
                     else {},
                     timeout=DISCOVERY_TIMEOUT,
                 )
-                for info in parse_model_list(body):
+                infos = parse_model_list(body)
+                for info in infos:
                     if info.id not in ids and is_chat_model(info.id, info.name):
                         ids.append(info.id)
+                self._infos[name] = {info.id: info for info in infos}
             except (UpstreamError, ProtocolError) as exc:
                 # An unreachable server drops out of the list; configured models stay.
                 log.warning(
@@ -182,3 +186,12 @@ class Router:
         self._cache[name] = (now, ids)
         self._listed[name] = frozenset(ids)
         return ids
+
+    async def listed_info(self, provider: str, model_id: str) -> ModelInfo | None:
+        """What `provider`'s server said of `model_id` in its model list (the cached list,
+        fetched if stale), or None."""
+        found = self.providers.get(provider)
+        if found is None:
+            return None
+        await self._models_of(found)
+        return self._infos.get(provider, {}).get(model_id)

@@ -32,6 +32,12 @@ class ModelInfo(msgspec.Struct, frozen=True):
     # not the one the model was trained for.
     context_length: int | None = None
     input_modalities: tuple[str, ...] | None = None
+    # llama.cpp's `meta`: the context the model was trained for, its parameters, its file's
+    # bytes and type.
+    context_train: int | None = None
+    parameters: int | None = None
+    size: int | None = None
+    ftype: str | None = None
 
 
 def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
@@ -76,6 +82,9 @@ def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:
         context = _positive_int(meta.get("n_ctx"))
     if context is None:
         context = _positive_int(entry.get("context_length"))
+    if not isinstance(meta, dict):
+        meta = {}
+    ftype = meta.get("ftype")
     return ModelInfo(
         id=model_id,
         # Anthropic's list names a model's `display_name`.
@@ -83,6 +92,10 @@ def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:
         owned_by=_text(entry.get("owned_by")),
         context_length=context,
         input_modalities=_modalities(entry),
+        context_train=_positive_int(meta.get("n_ctx_train")),
+        parameters=_positive_int(meta.get("n_params")),
+        size=_positive_int(meta.get("size")),
+        ftype=ftype if isinstance(ftype, str) and ftype else None,
     )
 
 
