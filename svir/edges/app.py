@@ -81,7 +81,9 @@ class App:
         # the policy's sleep, randomness and clock unless given (a test's own).
         self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
         # What is true of each model as svir serves it (`/api/show`, `/v1/models`, num_ctx).
-        self.catalog = Catalog(self.gateway.router)
+        self.catalog = Catalog(
+            self.gateway.router, clock=timing.clock if timing is not None else time.monotonic
+        )
         self.ready = False
         self.routes = Routes()
         self._startup: list[Hook] = []

@@ -688,7 +688,7 @@ def details(facts: ModelFacts) -> dict[str, Any]:
         "format": facts.format,
         "family": family,
         "families": [family],
-        "parameter_size": parameter_size(facts.parameters, facts.model_id),
+        "parameter_size": parameter_size(facts.parameters, facts.own_id),
         "quantization_level": facts.quantization,
     }
 
@@ -749,7 +749,7 @@ def show_response(facts: ModelFacts, provider: str) -> dict[str, Any]:
     arch = facts.architecture
     info: dict[str, Any] = {
         "general.architecture": arch,
-        "general.basename": facts.model_id,
+        "general.basename": facts.basename,
     }
     if facts.parameters is not None:
         info["general.parameter_count"] = facts.parameters

@@ -147,13 +147,14 @@ class Catalog:
             context_train=info.context_train if info else None,
             parameters=info.parameters if info else None,
             size=info.size if info else None,
-            quantization=_quantization(props, info, model_id),
+            quantization=_quantization(props, info, info.id if info else model_id),
             format="gguf" if kind in LLAMACPP_KINDS else "",
             tools=props.tools if props.tools is not None else True,
             vision=vision,
             thinking=thinking,
             insert=self.insert(route),
             embedding=self.embedding(route),
+            served=info.id if info is not None and info.id != model_id else "",
         )
 
     async def check_context(

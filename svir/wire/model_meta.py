@@ -57,10 +57,23 @@ class ModelFacts(msgspec.Struct, frozen=True):
     thinking: bool = False
     insert: bool = False
     embedding: bool = False
+    # The model's id as its server lists it, when it differs (llama.cpp: its file's path,
+    # whatever name the request used).
+    served: str = ""
+
+    @property
+    def own_id(self) -> str:
+        return self.served or self.model_id
 
     @property
     def architecture(self) -> str:
-        return architecture_of(self.model_id)
+        return architecture_of(self.own_id)
+
+    @property
+    def basename(self) -> str:
+        """The model's own name: a file's without its folders and `.gguf`."""
+        last = self.own_id.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        return last.removesuffix(".gguf") or self.own_id
 
     @property
     def capabilities(self) -> list[str]:
@@ -132,7 +145,7 @@ def _positive_int(value: Any) -> int | None:
     return None
 
 
-_ARCH: Final = re.compile(r"([a-z]+)[-_ ]?(\d+)?")
+_ARCH: Final = re.compile(r"([a-z]{2,})[-_ ]?(\d+)?")
 _SIZE_LABEL: Final = re.compile(r"(?:^|[-_:.])(\d+(?:\.\d+)?)([bmk])(?:$|[-_:.])", re.IGNORECASE)
 _QUANT_IN_NAME: Final = re.compile(
     r"(?:^|[-_.])((?:i?q\d(?:_[a-z0-9]+)*)|bf16|f16|f32)(?:$|[-_.])", re.IGNORECASE
