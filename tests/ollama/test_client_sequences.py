@@ -133,7 +133,7 @@ def check_reads(doc: Any, reads: list[list[Any]], where: str) -> None:
             assert typed(value, kind), f"{where}: {'.'.join(path)} = {value!r} is not {kind}"
 
 
-def typed(value: Any, kind: str) -> bool:  # noqa: PLR0911 - one answer per type word
+def typed(value: Any, kind: str) -> bool:
     if kind == "absent":
         return value is _MISSING
     if kind.endswith("?"):
