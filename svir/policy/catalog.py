@@ -154,7 +154,8 @@ class Catalog:
             thinking=thinking,
             insert=self.insert(route),
             embedding=self.embedding(route),
-            served=info.id if info is not None and info.id != model_id else "",
+            # A model svir runs is named by its config; a llama.cpp server's by its file.
+            served=info.id if info is not None and runtime is None else "",
         )
 
     async def check_context(
