@@ -112,9 +112,7 @@ class Catalog:
         self.embedding = embedding
         self.runtimes: dict[str, Runtime] = {}
         # By model name: until when, from which server, what it said.
-        self._server: BoundedMap[str, tuple[float, str, ServerProps, ModelInfo | None]] = (
-            router.bounded()
-        )
+        self._server: BoundedMap[str, _ServerSays] = router.bounded()
 
     def set_runtime(self, provider: str, runtime: Runtime) -> None:
         """Read the models of `provider` from servers svir runs itself."""
@@ -125,13 +123,15 @@ class Catalog:
         kind = route.kind.name
         model_id = route.model_id
         runtime = self.runtimes.get(route.provider.name)
-        props, info = ServerProps(), None
+        props, info, infill = ServerProps(), None, None
+        insert = self.insert(route)
         if runtime is not None:
             url = runtime.server_url(model_id)
             if url is not None:
-                props, info = await self._from_server(name, url, route)
+                props, info, infill = await self._from_server(name, url, route, insert)
         elif kind in LLAMACPP_KINDS:
-            props, info = await self._from_server(name, _server_base(route.base_url), route)
+            base = _server_base(route.base_url)
+            props, info, infill = await self._from_server(name, base, route, insert)
         else:
             info = await self.router.listed_info(route.provider.name, model_id)
         context = props.context_length or (info.context_length if info else None)
@@ -152,7 +152,9 @@ class Catalog:
             tools=props.tools if props.tools is not None else True,
             vision=vision,
             thinking=thinking,
-            insert=self.insert(route),
+            # A llama.cpp server fills in the middle only with the model's FIM tokens: it is
+            # asked (once per cache period) when svir's setting says the route may.
+            insert=insert and infill is not False,
             embedding=self.embedding(route),
             # A model svir runs is named by its config; a llama.cpp server's by its file.
             served=info.id if info is not None and runtime is None else "",
@@ -194,14 +196,20 @@ class Catalog:
             )
 
     async def _from_server(
-        self, key: str, base: str, route: Route
-    ) -> tuple[ServerProps, ModelInfo | None]:
-        """`/props` and `/v1/models` of the llama.cpp server at `base`, cached under `key`
-        (a restarted server on another port is asked again)."""
+        self, key: str, base: str, route: Route, insert: bool
+    ) -> tuple[ServerProps, ModelInfo | None, bool | None]:
+        """`/props` and `/v1/models` of the llama.cpp server at `base` (and with `insert`,
+        whether its `/infill` works: None when not asked), cached under `key` (a restarted
+        server on another port is asked again)."""
         now = self._clock()
         cached = self._server.get(key)
-        if cached is not None and now < cached[0] and cached[1] == base:
-            return cached[2], cached[3]
+        if (
+            cached is not None
+            and now < cached.until
+            and cached.base == base
+            and (cached.infill is not None or not insert)
+        ):
+            return cached.props, cached.info, cached.infill
         headers = route.kind.auth_headers(route.api_key) if route.api_key else {}
         props, info, expires = ServerProps(), None, now + self.ttl
         try:
@@ -224,8 +232,35 @@ class Catalog:
                 extra={"fields": {"model": key, "error": str(exc)}},
             )
             expires = now + min(FAILED_RETRY, self.ttl)
-        self._server[key] = (expires, base, props, info)
-        return props, info
+        infill = await self._infill(base, headers) if insert else None
+        self._server[key] = _ServerSays(expires, base, props, info, infill)
+        return props, info, infill
+
+    async def _infill(self, base: str, headers: dict[str, str]) -> bool:
+        """Whether llama.cpp's `/infill` takes a request for the loaded model: it refuses (501)
+        a model without fill-in-the-middle tokens. The request generates nothing."""
+        body = b'{"input_prefix": "", "input_suffix": "", "n_predict": 0}'
+        try:
+            await self.router.client.get_json_bytes(
+                base + "/infill",
+                headers={**headers, "content-type": "application/json"},
+                timeout=FETCH_TIMEOUT,
+                body=body,
+            )
+        except UpstreamError:
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _ServerSays:
+    """What a llama.cpp server said, until when, at which base URL."""
+
+    until: float
+    base: str
+    props: ServerProps
+    info: ModelInfo | None
+    infill: bool | None
 
 
 def context_refusal(message: str) -> GatewayError:

@@ -187,7 +187,8 @@ async def test_num_ctx_raises_a_managed_models_context(svir: InProcess) -> None:
     svir.app.catalog.set_runtime("lab", runtime)
     c = client(svir)
     shown = await c.show(TOK)
-    assert shown.modelinfo is not None and shown.modelinfo["muse.context_length"] == 4096
+    assert shown.modelinfo is not None
+    assert shown.modelinfo[f"{shown.modelinfo['general.architecture']}.context_length"] == 4096
     hi = [{"role": "user", "content": "hi"}]
     await c.chat(model=TOK, messages=hi, options={"num_ctx": 2048})
     assert runtime.asked == []  # it runs with more already
@@ -225,3 +226,38 @@ async def test_model_files(svir: InProcess) -> None:
             await call
         assert info.value.status_code == 400
         assert "svir does not manage model files" in info.value.error
+
+
+async def test_insert_is_said_only_where_the_servers_infill_works(tmp_path: Path) -> None:
+    """svir's fill-in-the-middle setting says a llama.cpp route may take a suffix; the server's
+    `/infill` says whether its model can (llama.cpp refuses a model without FIM tokens)."""
+    takes = {"llama.test": True}
+
+    def handler(request: MockRequest) -> Any:
+        if request.path == "/infill":
+            host = request.url.split("/")[2]
+            if takes.get(host):
+                return MockResponse.json({"content": ""})
+            return MockResponse.json({"error": {"code": 501, "message": "no FIM"}}, status=501)
+        return Upstreams()(request)
+
+    config = (
+        CONFIG
+        + '\n[[providers]]\nname = "nofim"\nkind = "llamacpp"\nbase_url = "http://nofim.test/v1"\n'
+    )
+    async with serve(tmp_path, config, handler) as svir:
+        svir.app.catalog.insert = lambda route: route.kind.name == "llamacpp"
+        c = client(svir)
+        shown = await c.show(TOK)
+        assert shown.capabilities is not None and "insert" in shown.capabilities
+        assert shown.template is not None and ".Suffix" in shown.template
+        shown = await c.show("nofim/tok-3")
+        assert shown.capabilities is not None and "insert" not in shown.capabilities
+        assert shown.template is not None and ".Suffix" not in shown.template
+        # vLLM is not a llama.cpp server: the setting alone decides, and it says no here.
+        shown = await c.show("vl/qwen3.8")
+        assert shown.capabilities is not None and "insert" not in shown.capabilities
+        infills = [r for r in svir.transport.requests if r.url.endswith("/infill")]
+        assert len(infills) == 2
+        await c.show(TOK)  # cached with the rest of what the server said
+        assert len([r for r in svir.transport.requests if r.url.endswith("/infill")]) == 2
