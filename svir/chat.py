@@ -19,13 +19,27 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from svir.config import ProviderConfig, Timeouts
+from svir.config import PYPI_GEMMA, ProviderConfig, Timeouts
 from svir.errors import GatewayError, request_error
 from svir.providers import ProviderKind, build_upstream_body
 from svir.providers.adapt import answer_transform
 from svir.transport import StreamResponse, Transport
 from svir.wire.blobs import Blobs
 from svir.wire.classify import redact_error, to_client_error
+from svir.wire.completions import (
+    CompletionDialect,
+    LlamaCompletionDecoder,
+    OpenAICompletionDecoder,
+    TextCompletionEncoder,
+    completion_object,
+    explain_fim_error,
+    is_completion,
+    is_fim,
+    llama_body,
+    llama_url,
+    openai_body,
+    openai_completions_url,
+)
 from svir.wire.decoder import ChatDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
@@ -64,10 +78,28 @@ class Route:
     ensure: Callable[[str], Awaitable[str]] | None = None
     # Called with the model id when a call whose `ensure` succeeded closes (in-flight tracking).
     release: Callable[[str], None] | None = None
+    # For a server svir runs itself: stops the model's server now if no call is using it
+    # (Ollama's `keep_alive: 0`); True if it was stopped.
+    unload: Callable[[str], Awaitable[bool]] | None = None
 
     @property
     def think_tags(self) -> bool:
         return self.kind.think_tags_for(self.provider)
+
+    @property
+    def fim(self) -> bool:
+        """Whether this route fills in the middle (a completion with a suffix): a managed model's
+        own `fim` setting, else the provider's, else what is known of the model file (Gemma 3
+        from PyPI has no FIM tokens), else its kind's (`ProviderKind.fim_for`)."""
+        kind, provider = self.kind, self.provider
+        if kind.completions_for(provider) is None:
+            return False
+        spec = provider.managed.model(self.model_id) if provider.managed is not None else None
+        if spec is not None and spec.fim is not None:
+            return spec.fim
+        if provider.fim is None and spec is not None and spec.path == PYPI_GEMMA:
+            return False
+        return kind.fim_for(provider)
 
 
 @dataclass(slots=True)
@@ -227,17 +259,34 @@ class ChatCall:
         self.drop_fields = drop_fields
         self.state = _NEW
         self.stats = CallStats()
-        self._decoder: ChatDecoder = route.kind.new_decoder(
-            think_tags=route.think_tags,
-            tool_names=tool_names(request),
-            clock=time.perf_counter,
-        )
+        # A text completion (svir.wire.completions) is the same call to another endpoint of the
+        # same server, with its own body and stream decoder; everything around it is the same.
+        self.completion = is_completion(request)
+        self._dialect: CompletionDialect | None = None
+        if self.completion:
+            self._dialect = route.kind.completions_for(route.provider)
+            decoder_type = (
+                LlamaCompletionDecoder if self._dialect == "llama" else OpenAICompletionDecoder
+            )
+            self._decoder: ChatDecoder = decoder_type(clock=time.perf_counter)
+        else:
+            self._decoder = route.kind.new_decoder(
+                think_tags=route.think_tags,
+                tool_names=tool_names(request),
+                clock=time.perf_counter,
+            )
         options = request.get("stream_options")
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        self.relay_mode = bool(route.provider.relay) and bool(request.get("stream"))
+        self.relay_mode = (
+            bool(route.provider.relay) and bool(request.get("stream")) and not self.completion
+        )
         self._on_close: list[CloseHook] = [*on_close]
         self._guard: StreamGuard | None = None
-        self._transform = answer_transform(route.kind, route.provider.response_format, request)
+        self._transform = (
+            None
+            if self.completion
+            else answer_transform(route.kind, route.provider.response_format, request)
+        )
         self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
@@ -283,6 +332,8 @@ class ChatCall:
         return self.blobs.splice(body) if self.blobs is not None else [body]
 
     def _encoded_body(self) -> bytes:
+        if self.completion:
+            return self._completion_body()
         if not self.route.kind.images_for(self.route.provider) and has_images(self.request):
             # Refused here rather than by the server, which may answer 404 or 500 (§2.2).
             name = self.route.provider.name
@@ -306,6 +357,41 @@ class ChatCall:
             body.pop(name, None)
         return _encode(body)
 
+    def _completion_body(self) -> bytes:
+        route = self.route
+        fim = is_fim(self.request)
+        refusal: str | None = None
+        where = f"provider {route.provider.name!r} (kind {route.kind.name!r})"
+        if self._dialect is None:
+            refusal = (
+                f"The model {self.model_label!r} does not take text completions: {where} has no "
+                "completion endpoint svir sends to; use a chat model or /v1/chat/completions."
+            )
+        elif fim and not route.fim:
+            # Refused here: sending the prefix alone would answer with a plain continuation.
+            refusal = (
+                f"The model {self.model_label!r} cannot fill in the middle (suffix): {where} is "
+                f"not known to take a suffix (set fim = true under [providers] name = "
+                f"{route.provider.name!r} if it does), or send the prompt without a suffix."
+            )
+        if refusal is not None:
+            err = UpstreamError(
+                ErrorKind.UNSUPPORTED_INPUT, refusal, param="suffix" if fim else "model"
+            )
+            raise GatewayError(to_client_error(err), err)
+        if self._dialect == "llama":
+            body = llama_body(self.request, route.model_id)
+        else:
+            body = openai_body(self.request, route.model_id)
+        for name in self.drop_fields | route.kind.drop_params_for(route.provider):
+            body.pop(name, None)
+        return _encode(body)
+
+    def _completion_url(self, base: str) -> str:
+        if self._dialect == "llama":
+            return llama_url(base, is_fim(self.request))
+        return openai_completions_url(base)
+
     def upstream_headers(self) -> dict[str, str]:
         headers = {
             "Content-Type": "application/json",
@@ -326,7 +412,10 @@ class ChatCall:
         return redact_error(error, (key,) if key and len(key) >= 4 else ())
 
     def _raise(self, error: UpstreamError) -> None:
-        error = self._scrub(self.route.kind.explain_error(error))
+        error = self.route.kind.explain_error(error)
+        if self.completion and is_fim(self.request):
+            error = explain_fim_error(error, self.model_label)
+        error = self._scrub(error)
         self.stats.error_kind = error.kind.value
         self.close()
         raise GatewayError(to_client_error(error), error)
@@ -360,7 +449,10 @@ class ChatCall:
             if route.release is not None:
                 release, model_id = route.release, route.model_id
                 self._on_close.append(lambda _call: release(model_id))
-        url = route.kind.chat_url(base, route.model_id, route.provider)
+        if self.completion:
+            url = self._completion_url(base)
+        else:
+            url = route.kind.chat_url(base, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(
                 url, headers=self.upstream_headers(), body=body, timeouts=route.timeouts
@@ -526,8 +618,10 @@ class ChatCall:
             async for data in self._relay():
                 yield data
             return
-        encoder = ChunkEncoder(
-            id=completion_id(),
+        # A text completion's chunks are `text_completion`s; the stream rules are the same.
+        make = TextCompletionEncoder if self.completion else ChunkEncoder
+        encoder = make(
+            id=self._answer_id(),
             model=self.model_label,
             created=int(time.time()),
             include_usage=self.include_usage,
@@ -546,14 +640,21 @@ class ChatCall:
                 yield b"".join(frames)
 
     async def complete(self) -> dict[str, Any]:
-        """The aggregated `chat.completion`; a failure after priming is a GatewayError too."""
+        """The aggregated `chat.completion` (a `text_completion` for a text completion); a
+        failure after priming is a GatewayError too."""
         agg = CompletionAggregator()
         async for _, events in self._pairs():
             for ev in events:
                 if isinstance(ev, StreamError):
                     raise GatewayError(to_client_error(ev.error), ev.error)
                 agg.add(ev)
-        return agg.completion(id=completion_id(), model=self.model_label, created=int(time.time()))
+        answer_id, created = self._answer_id(), int(time.time())
+        if self.completion:
+            return completion_object(agg, id=answer_id, model=self.model_label, created=created)
+        return agg.completion(id=answer_id, model=self.model_label, created=created)
+
+    def _answer_id(self) -> str:
+        return ("cmpl-" + unique_id()) if self.completion else completion_id()
 
 
 def _error_frame(err: UpstreamError) -> bytes:

@@ -242,6 +242,9 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     parallel: int | None = None
     extra_args: tuple[str, ...] | None = None
     chat_template: str | None = None
+    # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
+    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
+    fim: bool | None = None
 
 
 class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -285,6 +288,7 @@ class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             parallel=entry.parallel if entry.parallel is not None else self.parallel,
             extra_args=entry.extra_args if entry.extra_args is not None else self.extra_args,
             chat_template=template,
+            fim=entry.fim,
         )
 
 
@@ -313,6 +317,10 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     images: bool | None = None
     # For servers that ignore response_format (§2.6): "pass" it on, or "validate" the answer.
     response_format: str = "pass"
+    # Text completions (docs/completions.md): false sends none to this provider; None takes the
+    # kind's API. `fim`: whether a completion with a suffix (fill-in-the-middle) may be sent.
+    completions: bool | None = None
+    fim: bool | None = None
     # Kind llamacpp-managed only: the models and the servers svir runs for them.
     managed: ManagedConfig | None = None
 
@@ -645,6 +653,23 @@ def _checked_provider(
             f"{at}.relay",
             f"kind {kind.name!r} streams its own protocol, which an OpenAI client cannot read;"
             " remove relay (svir translates the stream)",
+        )
+
+    if provider.completions is True and kind.completions is None:
+        raise fail(
+            f"{at}.completions",
+            f"kind {kind.name!r} has no text-completion endpoint svir can send to;"
+            " remove completions (or set it to false)",
+        )
+    if provider.fim is True and kind.completions_for(provider) is None:
+        why = (
+            "completions = false sends it none"
+            if kind.completions is not None
+            else f"kind {kind.name!r} has no text-completion endpoint"
+        )
+        raise fail(
+            f"{at}.fim",
+            f"fill-in-the-middle is a text completion, and {why}; remove fim",
         )
 
     models: list[str] = list(managed.models) if managed is not None else []

@@ -55,7 +55,7 @@ def replay() -> Iterator[ScriptedServer]:
 @pytest.fixture
 async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
-    harness = Harness(text, fronts=("ollama", "threads", "anthropic"))
+    harness = Harness(text, fronts=("ollama", "threads", "anthropic", "completions"))
     await harness.start()
     try:
         yield harness
@@ -149,7 +149,9 @@ def message_of(r: httpx.Response, shape: str) -> str:
 # Every route that takes a JSON body, with the shape of its errors.
 ROUTES = [
     ("/v1/chat/completions", "openai"),
+    ("/v1/completions", "openai"),
     ("/api/chat", "ollama"),
+    ("/api/generate", "ollama"),
     ("/api/show", "ollama"),
     ("/api/pull", "ollama"),
     ("/api/copy", "ollama"),
@@ -239,7 +241,9 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         ("GET", "/v1/nothing", 404, "openai", None),
         ("DELETE", "/v1/models", 405, "openai", "GET"),
         ("GET", "/v1/chat/completions", 405, "openai", "POST"),
-        ("GET", "/api/generate", 404, "ollama", None),
+        ("GET", "/api/nothing", 404, "ollama", None),
+        ("GET", "/api/generate", 405, "ollama", "POST"),
+        ("GET", "/v1/completions", 405, "openai", "POST"),
         ("GET", "/api/chat", 405, "ollama", "POST"),
         ("GET", "/v1/messages", 405, "anthropic", "POST"),
         ("POST", "/v1/messages/batches", 404, "anthropic", None),
@@ -341,6 +345,8 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
     calls = [
         ("POST", "/v1/chat/completions", body, "openai"),
         ("POST", "/api/chat", body, "ollama"),
+        ("POST", "/v1/completions", {"model": CASE, "prompt": "hi"}, "openai"),
+        ("POST", "/api/generate", {"model": CASE, "prompt": "hi", "raw": True}, "ollama"),
         ("POST", "/v1/messages", {**body, "max_tokens": 8}, "anthropic"),
         ("GET", "/v1/models", None, "openai"),
         ("GET", "/api/tags", None, "ollama"),
@@ -633,3 +639,43 @@ discover = false
         assert r.status_code == 200 and "51." in r.text
         log = proc.log()
     assert "Traceback" not in log and "Exception in ASGI application" not in log
+
+
+COMPLETION_FIELDS = [
+    "suffix", "max_tokens", "stream", "stop", "echo", "logprobs", "n", "best_of", "temperature",
+    "seed", "stream_options", "user", "logit_bias", "raw", "system", "template", "images",
+    "format", "options", "think", "keep_alive", "context",
+]  # fmt: skip
+completion_bodies = st.builds(
+    lambda base, extra: {**base, **extra},
+    st.fixed_dictionaries(
+        {
+            "model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])),
+            "prompt": mostly(st.sampled_from(["hi", "", ["hi"]])),
+        }
+    ),
+    st.dictionaries(
+        st.sampled_from(COMPLETION_FIELDS),
+        json_values | st.sampled_from([5, True, "x", [5], {}, {"num_predict": "x"}, 0]),
+        max_size=3,
+    ),
+)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(body=completion_bodies | json_values)
+async def test_completions_and_generate_answer_only_their_errors(stub_app: App, body: Any) -> None:
+    transport = httpx.ASGITransport(app=stub_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svir") as client:
+        r = await client.post("/v1/completions", content=msgspec.json.encode(body))
+        assert r.status_code in (400, 404, 502), (r.status_code, r.text)
+        assert_openai_error(r, r.status_code)
+        r = await client.post("/api/generate", content=msgspec.json.encode(body))
+        # 200: Ollama's load form (an empty prompt) answers without an upstream.
+        assert r.status_code in (200, 400, 404, 502), (r.status_code, r.text)
+        if r.status_code != 200:
+            assert_ollama_error(r, r.status_code)

@@ -343,6 +343,22 @@ class Supervisor:
         m.last_used_wall = time.time()
         self._changed.set()
 
+    async def unload(self, model_id: str) -> bool:
+        """Stop the server of `model_id` now if no request is using it (Ollama's
+        `keep_alive: 0`); True if one was stopped. One in use is left to the idle timer."""
+        m = self._models.get(model_id)
+        if m is None:
+            return False
+        async with self._lock:
+            if (
+                m.server is None
+                or m.in_flight > 0
+                or (m.loading is not None and m.loading.running())
+            ):
+                return False
+            await self._stop(m, "unloaded by a client (keep_alive 0)")
+            return True
+
     def _take(self, m: _Model) -> None:
         m.in_flight += 1
         m.last_used = self._clock()
@@ -729,7 +745,7 @@ def install(app: App) -> Managed:
             continue
         sup = Supervisor(provider)
         supervisors[provider.name] = sup
-        app.router.set_ensure(provider.name, sup.ensure, sup.release)
+        app.router.set_ensure(provider.name, sup.ensure, sup.release, sup.unload)
         app.catalog.set_runtime(provider.name, sup)
         app.on_startup(sup.start)
         app.on_shutdown(sup.close)

@@ -12,7 +12,8 @@ to `gateway.open_chat(ctx, request)`, raises what goes wrong, and leaves every e
 app's one error mapper (svir.edges.app), which answers in the shape the route registered.
 
     openai_chat.py        OpenAI Chat Completions: /v1/chat/completions, /v1/models
-    ollama.py             Ollama's native API: /api/chat, /api/tags, /api/show, /api/ps, ...
+    completions.py        OpenAI's legacy text completions: /v1/completions (FIM by suffix)
+    ollama.py             Ollama's native API: /api/chat, /api/generate, /api/tags, /api/show, ...
     ollama_translate.py   its translation both ways, pure (no IO), tested on its own
     anthropic.py          Anthropic Messages: /v1/messages, /v1/messages/count_tokens, HEAD /
                           (its pure translation is in the wire core: svir.wire.anthropic*)
@@ -20,7 +21,7 @@ app's one error mapper (svir.edges.app), which answers in the shape the route re
     http.py               the plumbing they share: body with its limit, JSON, SSE/NDJSON, ...
     routes.py             the one router (path templates, 404 and 405) and `Host`, the app's face
 
-A new client protocol (OpenAI Responses, legacy completions, embeddings) is
+A new client protocol (OpenAI Responses, embeddings) is
 one new module here, `svir/frontends/<protocol>.py` (with a pure `<protocol>_translate.py`
 beside it when its translation is big enough to test on its own), plus one line in
 `svir.edges.server.build_app` that installs it. Its tests go in `tests/<protocol>/` (or

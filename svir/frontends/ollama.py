@@ -1,12 +1,14 @@
 """Ollama's native API on svir's port, over the same gateway, providers and models as `/v1`.
 
 Routes: `GET /` and `HEAD /` ("Ollama is running", the words Ollama's clients check; Anthropic's
-only probe the base URL), `POST /api/chat` (NDJSON stream, or one object with `"stream": false`),
+only probe the base URL), `POST /api/chat` and `POST /api/generate` (NDJSON stream, or one
+object with `"stream": false`; generate's `raw` and `suffix` forms are text completions),
 `GET /api/tags`, `POST /api/show`, `GET /api/version`, `GET /api/ps`, and the model-file routes
 (`/api/pull`, `/api/delete`, `/api/copy`, `/api/create`, `/api/push`), which svir does not have
 files for; any other `/api/` path is a 404 in Ollama's error shape. What the listings say of a
 model is what is true of it as svir serves it (svir.policy.catalog), and `options.num_ctx` is
-honoured or refused there, before anything is sent (`fit_context`).
+honoured or refused there, before anything is sent, for chat and generate alike
+(`fit_context`).
 
 Errors are `{"error": "<message>"}` with the status svir's `/v1` would
 give; a stream that fails after its first line ends with one `{"error": ...}` line. A client
@@ -46,6 +48,8 @@ from svir.frontends.http import (
 from svir.frontends.ollama_translate import (
     OLLAMA_API_VERSION,
     ChatAggregator,
+    GenerateAggregator,
+    GenerateEncoder,
     Metrics,
     NDJSONEncoder,
     created_at,
@@ -58,12 +62,14 @@ from svir.frontends.ollama_translate import (
     pull_lines,
     show_response,
     tags_entry,
+    to_generate_request,
     to_openai_request,
 )
 from svir.frontends.routes import Handler, Host
 from svir.policy.bounded import BoundedMap
 from svir.providers import validate_chat_request
 from svir.wire.classify import to_client_error
+from svir.wire.completions import is_completion
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage
 from svir.wire.model_meta import ModelFacts
@@ -113,6 +119,7 @@ class OllamaAPI:
             ("GET", "/", self.root),
             ("HEAD", "/", self.root),
             ("POST", "/api/chat", self.chat),
+            ("POST", "/api/generate", self.generate),
             ("GET", "/api/tags", self.tags),
             ("POST", "/api/show", self.show),
             ("GET", "/api/version", self.version),
@@ -139,21 +146,41 @@ class OllamaAPI:
     async def chat(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
+        return await self._answer(scope, receive, send, rid, fields, generate=False)
+
+    async def generate(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """`/api/generate`: a chat of one turn, or with `raw` or a `suffix` a text completion
+        (svir.wire.completions), answered with `response` where `/api/chat` has `message`."""
+        return await self._answer(scope, receive, send, rid, fields, generate=True)
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        rid: str,
+        fields: dict[str, Any],
+        *,
+        generate: bool,
+    ) -> int:
         headers = {"x-request-id": rid}
         fields["api"] = "ollama"
         label = ""
         try:
             body = await read_json(scope, receive, self.max_body_bytes)
-            request = to_openai_request(body)
+            request = to_generate_request(body) if generate else to_openai_request(body)
             # Ollama answers with the name the client asked for, tag and all.
             label = body.get("model") or body.get("name")
             fields["stream"] = request["stream"]
-            if not request["messages"]:
-                return await self._load(request, label, body, send, headers)
-            validate_chat_request(request)
+            if not is_completion(request):
+                if not request["messages"]:
+                    return await self._load(request, label, body, send, headers, generate=generate)
+                validate_chat_request(request)
             await self.fit_context(request, body)
             ctx = new_call_context(scope, rid, "ollama")
-            work = self._serve_chat(request, label, send, ctx)
+            work = self._serve_chat(request, label, send, ctx, generate)
             return await until_disconnect(receive, work)
         except OllamaError as exc:
             raise _refusal(exc) from None
@@ -181,23 +208,34 @@ class OllamaAPI:
         body: dict[str, Any],
         send: Send,
         headers: dict[str, str],
+        *,
+        generate: bool,
     ) -> int:
-        """No messages: Ollama loads (or with `keep_alive: 0` unloads) the model and says so.
+        """No messages (no prompt): Ollama loads (or with `keep_alive: 0` unloads) the model and
+        says so.
 
-        For a server svir runs itself, loading starts it (or swaps the model in); for any other,
-        svir checks that the model routes. Unloading is left to the server's own idle timer.
+        For a server svir runs itself, loading starts it (or swaps the model in), and unloading
+        stops it when no request is using it; for any other, svir checks that the model routes
+        and leaves unloading to the server.
         """
         route = self._route(request["model"])
-        unload = body.get("keep_alive") in (0, "0", "0s", "0m")
-        if route.ensure is not None and not unload:
-            try:
+        unload = body.get("keep_alive") in (0, 0.0, "0", "0s", "0m")
+        try:
+            if unload and route.unload is not None:
+                await route.unload(route.model_id)
+            elif route.ensure is not None and not unload:
                 await route.ensure(route.model_id)
-            except UpstreamError as exc:
-                raise GatewayError(to_client_error(exc), exc) from None
+                if route.release is not None:
+                    route.release(route.model_id)
+        except UpstreamError as exc:
+            raise GatewayError(to_client_error(exc), exc) from None
+        content: dict[str, Any] = (
+            {"response": ""} if generate else {"message": {"role": "assistant", "content": ""}}
+        )
         answer = {
             "model": label,
             "created_at": created_at(),
-            "message": {"role": "assistant", "content": ""},
+            **content,
             "done_reason": "unload" if unload else "load",
             "done": True,
         }
@@ -205,7 +243,7 @@ class OllamaAPI:
         return 200
 
     async def _serve_chat(
-        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext
+        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext, generate: bool
     ) -> int:
         headers = {"x-request-id": ctx.request_id}
         call = await self.app.gateway.open_chat(ctx, request)
@@ -214,14 +252,14 @@ class OllamaAPI:
         metrics = functools.partial(_metrics, call)
         try:
             if not request["stream"]:
-                agg = await folded(call, ChatAggregator())
+                agg = await folded(call, GenerateAggregator() if generate else ChatAggregator())
                 try:
                     answer = agg.response(model=label, metrics=metrics)
                 except UpstreamError as exc:
                     raise GatewayError(to_client_error(exc), exc) from None
                 await send_json(send, 200, answer, headers)
                 return 200
-            encoder = NDJSONEncoder(model=label, metrics=metrics)
+            encoder = (GenerateEncoder if generate else NDJSONEncoder)(model=label, metrics=metrics)
             await send_stream(send, _lines(call, encoder), headers, NDJSON_HEADERS)
             return 200
         finally:

@@ -50,6 +50,8 @@ __all__ = [
     "MODIFIED_AT",
     "OLLAMA_API_VERSION",
     "ChatAggregator",
+    "GenerateAggregator",
+    "GenerateEncoder",
     "Metrics",
     "NDJSONEncoder",
     "created_at",
@@ -67,6 +69,7 @@ __all__ = [
     "show_response",
     "tags_entry",
     "template_text",
+    "to_generate_request",
     "to_openai_request",
 ]
 
@@ -623,21 +626,23 @@ class NDJSONEncoder:
         lines.append(error_line(message))
 
     def _line(self, now: str, message: dict[str, Any]) -> bytes:
-        msg: dict[str, Any] = {"role": "assistant", "content": ""}
-        msg.update(message)
-        obj = {"model": self.model, "created_at": now, "message": msg, "done": False}
+        obj = {"model": self.model, "created_at": now, **self._content(message), "done": False}
         return _encode(obj) + b"\n"
 
     def _final(self, now: str) -> bytes:
         obj: dict[str, Any] = {
             "model": self.model,
             "created_at": now,
-            "message": {"role": "assistant", "content": ""},
+            **self._content({}),
             "done": True,
             "done_reason": done_reason(self._answer.finish_reason),
         }
         obj.update(self.metrics(self._answer.usage).fields())
         return _encode(obj) + b"\n"
+
+    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
+        """What one line carries of the answer: `/api/chat` puts it in a `message`."""
+        return {"message": {"role": "assistant", "content": "", **message}}
 
 
 class ChatAggregator(AnswerFold):
@@ -660,12 +665,106 @@ class ChatAggregator(AnswerFold):
         out: dict[str, Any] = {
             "model": model,
             "created_at": now or created_at(),
-            "message": message,
+            **self._content(message),
             "done": True,
             "done_reason": done_reason(self.finish_reason),
         }
         out.update(metrics(self.usage).fields())
         return out
+
+    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Where the answer goes: `/api/chat` puts it in a `message`."""
+        return {"message": message}
+
+
+# ---------------------------------------------------------------------------------------------
+# /api/generate
+
+
+def _generate_text(message: dict[str, Any]) -> dict[str, Any]:
+    """An answer's text as `/api/generate` carries it: `response`, and `thinking` if any."""
+    out: dict[str, Any] = {"response": message.get("content", "")}
+    thinking = message.get("thinking")
+    if thinking:
+        out["thinking"] = thinking
+    return out
+
+
+class GenerateEncoder(NDJSONEncoder):
+    """A streamed `/api/generate` answer: the lines of `/api/chat`, with `response` (and
+    `thinking`) where a chat line has its `message`; no `context`."""
+
+    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
+        return _generate_text(message)
+
+
+class GenerateAggregator(ChatAggregator):
+    """A non-streamed `/api/generate` answer."""
+
+    __slots__ = ()
+
+    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
+        return _generate_text(message)
+
+
+def to_generate_request(body: Any) -> dict[str, Any]:
+    """The canonical request for an Ollama `/api/generate` body (docs/ollama.md).
+
+    With `raw: true` or a `suffix` it is a text completion (svir.wire.completions: the prompt as
+    it is, or the prefix and suffix the model fills between), otherwise a chat of one user turn
+    (and the `system` before it) through the model's own template, as Ollama renders it. An
+    empty prompt is Ollama's load (or, with `keep_alive: 0`, unload) form: a chat request with
+    no messages, as `/api/chat` has it. Raises OllamaError (400) for anything malformed or not
+    honoured, and nothing else, for any JSON value.
+    """
+    if not isinstance(body, dict):
+        raise OllamaError(f"the request body must be a JSON object, not {json_type(body)}")
+    head = {k: body[k] for k in ("model", "name", "stream", "options") if k in body}
+    base = to_openai_request(head)  # model, stream and options, read as /api/chat reads them
+    prompt = _string("prompt", body.get("prompt"))
+    suffix = _string("suffix", body.get("suffix"))
+    system = _string("system", body.get("system"))
+    template = _string("template", body.get("template"))
+    raw = body.get("raw")
+    if raw is not None and not isinstance(raw, bool):
+        raise OllamaError(f"raw must be a boolean, not {json_type(raw)}")
+    context = body.get("context")
+    if context is not None and not isinstance(context, list):
+        raise OllamaError(f"context must be an array, not {json_type(context)}")
+    images = body.get("images")
+    if images is not None and not isinstance(images, list):
+        raise OllamaError(f"images must be an array, not {json_type(images)}")
+    if raw and (template or system or context):
+        raise OllamaError("raw mode does not support template, system, or context")  # Ollama's
+    if template:
+        raise OllamaError(
+            "template is not supported: svir renders the model's own chat template; send "
+            "raw: true with a prompt you formatted"
+        )
+    if context:
+        raise OllamaError(
+            "context is not supported (Ollama deprecated it): send the conversation to /api/chat"
+        )
+    if not prompt and not suffix and not images:
+        return base  # Ollama's load form: no messages
+    if raw or suffix:
+        what = "raw: true" if raw else "a suffix"
+        for key in ("images", "format", "think"):
+            if body.get(key) not in (None, "", [], False):
+                # A completion has no template to put them in, nor a grammar svir sends.
+                raise OllamaError(f"{key} is not supported with {what}: leave it out")
+        out: dict[str, Any] = {"model": base["model"], "prompt": prompt, "stream": base["stream"]}
+        if suffix:
+            out["suffix"] = suffix
+        out.update((k, v) for k, v in base.items() if k not in ("model", "messages", "stream"))
+        top_k = body["options"].get("top_k") if isinstance(body.get("options"), dict) else None
+        if top_k is not None:
+            out["top_k"] = _integer("options.top_k", top_k)  # a completion API's own sampler
+        return out
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt, "images": images})
+    chat = {k: v for k, v in body.items() if k in ("format", "think")}
+    return {**to_openai_request({**head, **chat, "messages": messages}), "model": base["model"]}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -84,8 +84,12 @@ class Runtime(Protocol):
 
 
 # What a route is for the settings other front ends own: whether a model fills in the middle,
-# whether it embeds (each False until those settings say).
+# whether it embeds.
 RouteFact = Callable[[Route], bool]
+
+
+def _fim(route: Route) -> bool:
+    return route.fim
 
 
 def _never(route: Route) -> bool:
@@ -100,14 +104,15 @@ class Catalog:
         router: Router,
         *,
         clock: Callable[[], float] = time.monotonic,
-        insert: RouteFact = _never,
+        insert: RouteFact = _fim,
         embedding: RouteFact = _never,
     ) -> None:
         self.router = router
         self.ttl = router.ttl
         self._clock = clock
-        # The seams for what /v1/completions and /v1/embeddings know (fill-in-the-middle,
-        # embedding models); replaced by their front ends' settings.
+        # What the completions and embeddings settings say of a route: whether it fills in the
+        # middle (`Route.fim`: `fim` of the provider or managed model, else the kind's) and
+        # whether it embeds.
         self.insert = insert
         self.embedding = embedding
         self.runtimes: dict[str, Runtime] = {}

@@ -44,6 +44,7 @@ class Provider:
     timeouts: Timeouts
     ensure: Callable[[str], Awaitable[str]] | None = None
     release: Callable[[str], None] | None = None
+    unload: Callable[[str], Awaitable[bool]] | None = None
 
 
 class Router:
@@ -102,11 +103,14 @@ class Router:
         name: str,
         ensure: Callable[[str], Awaitable[str]],
         release: Callable[[str], None] | None = None,
+        unload: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         """Have requests to provider `name` first call `ensure(model_id)` for the base URL
         (a server svir starts itself), and `release(model_id)` when a call that ensure served
-        closes."""
-        self.providers[name] = replace(self.providers[name], ensure=ensure, release=release)
+        closes; `unload(model_id)` stops a model's server on a client's word."""
+        self.providers[name] = replace(
+            self.providers[name], ensure=ensure, release=release, unload=unload
+        )
 
     def resolve(self, model: str) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
@@ -142,6 +146,7 @@ class Router:
             timeouts=provider.timeouts,
             ensure=provider.ensure,
             release=provider.release,
+            unload=provider.unload,
         )
 
     async def models(self) -> list[tuple[str, str]]:

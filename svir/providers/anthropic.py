@@ -52,4 +52,5 @@ KIND = ProviderKind(
     models_url=models_url,
     build_body=messages_body,
     new_decoder=AnthropicStreamDecoder,
+    completions=None,  # no text-completion endpoint
 )

@@ -61,4 +61,6 @@ KIND = ProviderKind(
     normalize_base=normalize_base,
     chat_url=chat_url,
     models_url=models_url,
+    # Its completions live at deployment URLs of their own, which svir does not build yet.
+    completions=None,
 )

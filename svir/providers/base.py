@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
+from svir.wire.completions import CompletionDialect
 from svir.wire.decoder import DecoderFactory, StreamDecoder
 from svir.wire.errors import UpstreamError
 from svir.wire.models import normalize_base_url
@@ -47,6 +48,10 @@ class ProviderSettings(Protocol):
     def images(self) -> bool | None: ...
     @property
     def api_version(self) -> str | None: ...
+    @property
+    def completions(self) -> bool | None: ...
+    @property
+    def fim(self) -> bool | None: ...
 
 
 def unchanged_error(error: UpstreamError) -> UpstreamError:
@@ -127,6 +132,12 @@ class ProviderKind:
     # decoder of the stream it answers with.
     build_body: BodyBuilder | None = None
     new_decoder: DecoderFactory = field(default=StreamDecoder)
+    # The text-completion API the server has (svir.wire.completions, docs/completions.md):
+    # llama-server's native `/completion` and `/infill`, OpenAI's `/v1/completions`, or none.
+    completions: CompletionDialect | None = "openai"
+    # Whether it fills in the middle (a `suffix`) by default: llama-server's `/infill` does with
+    # the model's FIM tokens; most OpenAI-compatible servers ignore or refuse a suffix.
+    fim: bool = False
 
     @property
     def speaks_openai(self) -> bool:
@@ -160,6 +171,18 @@ class ProviderKind:
     def images_for(self, provider: ProviderSettings) -> bool:
         """Whether image parts may be sent to this provider."""
         return self.images if provider.images is None else provider.images
+
+    def completions_for(self, provider: ProviderSettings) -> CompletionDialect | None:
+        """The completion API the provider is sent text completions by; None when it takes none
+        (the kind has none, or the provider says `completions = false`)."""
+        return None if provider.completions is False else self.completions
+
+    def fim_for(self, provider: ProviderSettings) -> bool:
+        """Whether a completion with a suffix (fill-in-the-middle) may be sent to the provider:
+        its `fim` setting, else the kind's; never without a completion API."""
+        if self.completions_for(provider) is None:
+            return False
+        return self.fim if provider.fim is None else provider.fim
 
     def discover_for(self, provider: ProviderSettings) -> bool:
         """Whether the provider's `/models` is asked for its models."""

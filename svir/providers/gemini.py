@@ -29,4 +29,5 @@ KIND = ProviderKind(
     key_required=True,
     default_base_url="https://generativelanguage.googleapis.com" + _OPENAI_PATH,
     normalize_base=normalize_base,
+    completions=None,  # no text-completion endpoint
 )

@@ -26,4 +26,5 @@ KIND = ProviderKind(
     key_required=True,
     default_base_url="https://api.moonshot.ai/v1",
     adapt_body=adapt_body,
+    completions=None,  # no text-completion endpoint
 )

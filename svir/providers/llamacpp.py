@@ -1,7 +1,12 @@
-"""llama.cpp's `llama-server`: the common defaults; reasoning as `reasoning_content` (§4)."""
+"""llama.cpp's `llama-server`: reasoning as `reasoning_content` (§4); native text completions."""
 
 from __future__ import annotations
 
 from svir.providers.base import ProviderKind
 
-KIND = ProviderKind(name="llamacpp", reasoning_key="reasoning_content")
+# Text completions go to its native `/completion`, fill-in-the-middle to `/infill` (which wraps
+# the prefix and suffix in the model's own FIM tokens): its `/v1/completions` drops a `suffix`
+# without a word, which would answer a FIM request with a plain continuation.
+KIND = ProviderKind(
+    name="llamacpp", reasoning_key="reasoning_content", completions="llama", fim=True
+)

@@ -15,4 +15,6 @@ KIND = ProviderKind(
     reasoning_key="reasoning_content",
     discover=False,
     closed_models=True,
+    completions="llama",  # as `llamacpp`'s
+    fim=True,
 )

@@ -5,4 +5,5 @@ from __future__ import annotations
 from svir.providers.base import ProviderKind
 
 # `reasoning` is only mlx-vlm's alias for `reasoning_content`, so one key is enough going back.
-KIND = ProviderKind(name="mlx-vlm", reasoning_key="reasoning_content")
+# Its server has no text-completion endpoint.
+KIND = ProviderKind(name="mlx-vlm", reasoning_key="reasoning_content", completions=None)

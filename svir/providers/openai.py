@@ -13,4 +13,6 @@ KIND = ProviderKind(
     reasoning_key=None,
     key_required=True,
     default_base_url="https://api.openai.com/v1",
+    # Its legacy `/v1/completions` (gpt-3.5-turbo-instruct) takes `suffix`.
+    fim=True,
 )

@@ -406,7 +406,9 @@ def to_client_error(err: UpstreamError, *, before_first_byte: bool = True) -> Cl
     elif kind is ErrorKind.CONTENT_FILTER:
         ce = ClientError(400, "invalid_request_error", "content_filter", message, err.param)
     elif kind is ErrorKind.UNSUPPORTED_INPUT:
-        ce = ClientError(400, "invalid_request_error", "unsupported_input", message, "messages")
+        # The part refused (a completion's `suffix`), else the messages that carried it.
+        param = err.param if err.param in ("suffix", "model") else "messages"
+        ce = ClientError(400, "invalid_request_error", "unsupported_input", message, param)
     elif kind is ErrorKind.REJECTED:
         status = err.status if err.status in (400, 413, 422) else 400
         code = err.code if isinstance(err.code, str) else None

@@ -11,7 +11,7 @@ order (finish, usage, done) never depends on the server's.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -43,6 +43,7 @@ from svir.wire.think import ThinkSplitter
 from svir.wire.toolcalls import ToolCall, ToolCallAssembler, ToolCallPiece
 
 DONE_MARKER = b"[DONE]"
+C = TypeVar("C")  # a decoder's chunk type
 
 
 class _Delta(msgspec.Struct, gc=False):
@@ -57,6 +58,7 @@ class _Delta(msgspec.Struct, gc=False):
 class _Choice(msgspec.Struct, gc=False):
     index: int | None = 0
     delta: _Delta | None = None
+    text: str | None = None
     finish_reason: str | None = None
     content_filter_results: dict[str, Any] | None = None
     content_filter_offsets: dict[str, Any] | None = None
@@ -85,6 +87,10 @@ class _Chunk(msgspec.Struct, gc=False):
     prompt_filter_results: list[dict[str, Any]] | None = None
     prompt_annotations: list[dict[str, Any]] | None = None
 
+
+# A chunk as OpenAI's APIs stream it, for the other decoder of them: a text completion's
+# (svir.wire.completions), whose choices carry `text` where a chat's carry a `delta`.
+ChunkObject = _Chunk
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
 _any_decoder = msgspec.json.Decoder()
@@ -234,6 +240,42 @@ class ChatDecoder:
         self._ended = True
         out.append(StreamError(error))
 
+    def _chunk(self, decoder: msgspec.json.Decoder[C], data: bytes, out: list[Event]) -> C | None:
+        """One data frame decoded as `decoder`'s chunk type (which has an `error` field); None
+        when the frame ended the stream: an error object (in the chunk's shape or not), or
+        something that is no chunk at all."""
+        try:
+            chunk = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            # The JSON may still be an error object of an unusual shape.
+            try:
+                payload = _any_decoder.decode(data)
+            except msgspec.DecodeError:
+                payload = None
+            if isinstance(payload, dict) and payload.get("error") is not None:
+                self._fail(classify_stream_error(payload), out)
+            else:
+                self._protocol(f"malformed chunk: {exc}", out)
+            return None
+        except msgspec.DecodeError as exc:
+            self._protocol(f"chunk is not JSON: {exc}", out)
+            return None
+        error = getattr(chunk, "error", None)
+        if error is not None:
+            self._fail(classify_stream_error({"error": error}), out)
+            return None
+        return chunk
+
+    def _finish(self, reason: str, out: list[Event]) -> None:
+        """End the answer complete: its finish, the usage held until now, `Done`."""
+        self.finish_reason = reason
+        out.append(Finish(reason))
+        if self.usage is not None:
+            out.append(self.usage)
+        out.append(Done())
+        self.complete = True
+        self._ended = True
+
     def _protocol(self, message: str, out: list[Event]) -> None:
         self._fail(UpstreamError(ErrorKind.PROTOCOL, message, in_stream=True), out)
 
@@ -289,24 +331,8 @@ class StreamDecoder(ChatDecoder):
         if data == DONE_MARKER:
             self._done(out)
             return
-        try:
-            chunk = _chunk_decoder.decode(data)
-        except msgspec.ValidationError as exc:
-            # The JSON may still be an error object of an unusual shape.
-            try:
-                payload = _any_decoder.decode(data)
-            except msgspec.DecodeError:
-                payload = None
-            if isinstance(payload, dict) and payload.get("error") is not None:
-                self._fail(classify_stream_error(payload), out)
-            else:
-                self._protocol(f"malformed chunk: {exc}", out)
-            return
-        except msgspec.DecodeError as exc:
-            self._protocol(f"chunk is not JSON: {exc}", out)
-            return
-        if chunk.error is not None:
-            self._fail(classify_stream_error({"error": chunk.error}), out)
+        chunk = self._chunk(_chunk_decoder, data, out)
+        if chunk is None:
             return
         if chunk.prompt_filter_results or chunk.prompt_annotations:
             for entry in chunk.prompt_filter_results or chunk.prompt_annotations or ():
@@ -414,12 +440,7 @@ class StreamDecoder(ChatDecoder):
             except ToolCallError as exc:
                 self._protocol(str(exc), out)
                 return
-        out.append(Finish(reason))
-        if self.usage is not None:
-            out.append(self.usage)
-        out.append(Done())
-        self.complete = True
-        self._ended = True
+        self._finish(reason, out)
 
 
 class DecoderFactory(Protocol):

@@ -9,7 +9,7 @@ that did not stream.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -70,13 +70,17 @@ class ChunkEncoder:
     """Encodes one response's events. Stateful: it tracks the role chunk and the stream's end."""
 
     __slots__ = ("_delta_prefix", "_ended", "_head", "_role_sent", "include_usage")
+    # Each chunk's `object` (svir.wire.completions' encoder writes `text_completion`s).
+    OBJECT: ClassVar[bytes] = b"chat.completion.chunk"
 
     def __init__(self, *, id: str, model: str, created: int, include_usage: bool = False) -> None:
         self.include_usage = include_usage
         self._head = (
             b'data: {"id":'
             + _enc(id)
-            + b',"object":"chat.completion.chunk","created":'
+            + b',"object":"'
+            + self.OBJECT
+            + b'","created":'
             + str(int(created)).encode()
             + b',"model":'
             + _enc(model)

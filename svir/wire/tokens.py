@@ -1,5 +1,6 @@
-"""A cheap estimate of a chat request's prompt tokens, before a server counts them: what the key
-gate reserves for a call, and what Anthropic's count_tokens answers when no upstream tokenizes.
+"""A cheap estimate of a chat (or text-completion) request's prompt tokens, before a server
+counts them: what the key gate reserves for a call, and what Anthropic's count_tokens answers
+when no upstream tokenizes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _text_tokens(text: str) -> int:
 
 
 def estimate_prompt_tokens(request: dict[str, Any]) -> int:
-    """A cheap estimate of the prompt's tokens, before the server counts them."""
+    """A cheap estimate of the prompt's tokens (a chat's messages and tools, a completion's
+    prompt and suffix), before the server counts them."""
     units = 0  # quarter tokens
     images = 0
     messages = request.get("messages") or ()
@@ -57,6 +59,16 @@ def estimate_prompt_tokens(request: dict[str, Any]) -> int:
                         value = fn.get(key)
                         if isinstance(value, str):
                             units += _text_tokens(value)
+    # A text completion (svir.wire.completions) has its prompt and suffix where messages go.
+    for key in ("prompt", "suffix"):
+        value = request.get(key)
+        if isinstance(value, str):
+            units += _text_tokens(value)
+    # A text completion's prompt and the suffix it fills up to (svir.wire.completions).
+    for key in ("prompt", "suffix"):
+        value = request.get(key)
+        if isinstance(value, str):
+            units += _text_tokens(value)
     tools = request.get("tools")
     if tools:
         units += len(msgspec.json.encode(tools))

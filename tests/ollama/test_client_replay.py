@@ -498,7 +498,7 @@ def test_version_and_unknown_routes(svir: SvirProcess) -> None:
     # Clients gate on the version: GitHub Copilot wants at least 0.6.4.
     assert tuple(int(p) for p in version.split(".")) >= (0, 6, 4)
     assert r.json()["svir_version"]
-    r = httpx.post(svir.url + "/api/generate", json={"model": "plain/x", "prompt": "hi"})
-    assert r.status_code == 404 and "/api/generate" in r.json()["error"]
+    r = httpx.post(svir.url + "/api/nothing", json={"model": "plain/x", "prompt": "hi"})
+    assert r.status_code == 404 and "/api/nothing" in r.json()["error"]
     r = httpx.get(svir.url + "/api/chat")
     assert r.status_code == 405

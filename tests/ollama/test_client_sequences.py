@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from svir.chat import Route
+from svir.testing import MockRequest, MockResponse
 from tests.support.inprocess import InProcess, serve
 from tests.support.upstream import LLAMA_CPP_MODELS, LLAMA_CPP_PROPS, ScriptedUpstream
 
@@ -52,9 +53,20 @@ def fixtures() -> list[str]:
 @pytest.fixture(params=[False, True], ids=["no-fim", "fim"])
 async def svir(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[InProcess]:
     """The app over the scripted llama.cpp server; in the `fim` world, svir's fill-in-the-middle
-    setting says the model takes a suffix, and the clients must see it."""
-    async with serve(tmp_path, CONFIG, ScriptedUpstream(models="llamacpp")) as app:
-        if request.param:
+    setting says the route takes a suffix and the server's `/infill` takes the model, and the
+    clients must see it (otherwise the server refuses, as for a model without FIM tokens)."""
+    scripted = ScriptedUpstream(models="llamacpp")
+    fim = bool(request.param)
+
+    def handler(req: MockRequest) -> Any:
+        if req.path == "/infill":  # llama.cpp refuses a model without FIM tokens with a 501
+            if fim:
+                return MockResponse.json({"content": ""})
+            return MockResponse.json({"error": {"code": 501, "message": "no FIM"}}, status=501)
+        return scripted(req)
+
+    async with serve(tmp_path, CONFIG, handler) as app:
+        if fim:
             app.app.catalog.insert = lambda route: isinstance(route, Route)
         app.truth = {**TRUTH, "insert": request.param}  # type: ignore[attr-defined]
         # Served once, so /api/ps lists it (Open WebUI reads it).

@@ -238,4 +238,3 @@ async def test_num_ctx_of_any_value_is_served_or_a_clean_400(app: App, value: An
     assert r.status_code in (400, 502), (r.status_code, r.text)
     if r.status_code == 400:
         assert "num_ctx" in r.json()["error"]
-

@@ -11,7 +11,7 @@ from svir.chat import ChatCall
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import request_error
-from svir.frontends import openai_chat
+from svir.frontends import completions, ollama, openai_chat
 
 CONFIG = """
 [server]
@@ -29,6 +29,8 @@ models = ["m"]
 def down_upstream_app() -> App:
     app = App(parse_config(CONFIG), {})
     openai_chat.install(app)
+    completions.install(app)
+    ollama.install(app)
 
     async def open_chat(ctx: CallContext, request: dict[str, Any]) -> ChatCall:
         route = app.router.resolve(request["model"])
