@@ -493,6 +493,7 @@ class Supervisor:
         extra: list[str] = []
         if spec.parallel is not None:
             extra += ["--parallel", str(spec.parallel)]
+        extra += embedding_args(spec)
         extra += list(spec.extra_args or ())
         assert self._log_dir is not None
         log_path = self._log_dir / f"{_file_name(m.id)}.log"
@@ -753,6 +754,18 @@ def install(app: App) -> Managed:
     if supervisors:
         app.health_extras.append(managed.snapshot)
     return managed
+
+
+def embedding_args(spec: ManagedModel) -> list[str]:
+    """llama-server's arguments for an embedding model: `--embeddings`, and its pooling when one
+    is set (this build serves chat too with `--embeddings`; /v1/embeddings refuses pooling
+    "none", a chat model's own)."""
+    if not spec.embeddings:
+        return []
+    args = ["--embeddings"]
+    if spec.pooling is not None:
+        args += ["--pooling", spec.pooling]
+    return args
 
 
 def _template_path(template: str | None) -> Path | None:

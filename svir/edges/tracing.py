@@ -33,7 +33,7 @@ from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
 
 if TYPE_CHECKING:
     from svir.call import CallContext
-    from svir.chat import ChatCall, CloseHook, Route
+    from svir.chat import Call, CloseHook, Route
     from svir.policy.resilience import Resilience
 
 __all__ = ["Tracing"]
@@ -158,8 +158,9 @@ class Tracing:
 
         def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             url = urlsplit(route.base_url)
+            operation = ctx.operation  # "chat" or "embeddings": OpenTelemetry's own names
             attributes: dict[str, Any] = {
-                "gen_ai.operation.name": "chat",
+                "gen_ai.operation.name": operation,
                 "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),
                 "gen_ai.request.model": route.model_id,
                 "gen_ai.request.stream": bool(request.get("stream")),
@@ -181,14 +182,14 @@ class Tracing:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     attributes[dst] = float(value)
             span = self.tracer.start_span(
-                f"chat {route.model_id}", kind=client, attributes=attributes
+                f"{operation} {route.model_id}", kind=client, attributes=attributes
             )
             return lambda done: _end_attempt(trace, span, done)
 
         policy.on_attempt.append(attempt)
 
 
-def _end_attempt(trace: Any, span: Any, call: ChatCall) -> None:
+def _end_attempt(trace: Any, span: Any, call: Call) -> None:
     s = call.stats
     if s.upstream_id:
         span.set_attribute("gen_ai.response.id", s.upstream_id)

@@ -32,9 +32,10 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import Receive, Scope, Send
-from svir.call import CallContext
+from svir.call import EMBEDDINGS, CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, OllamaError, RequestError, request_error
+from svir.frontends.embeddings import embed, prompt_tokens
 from svir.frontends.http import (
     NDJSON_HEADERS,
     folded,
@@ -70,6 +71,13 @@ from svir.policy.bounded import BoundedMap
 from svir.providers import validate_chat_request
 from svir.wire.classify import to_client_error
 from svir.wire.completions import is_completion
+from svir.wire.embeddings import (
+    EmbeddingInputError,
+    check_ollama_embed,
+    check_ollama_embeddings,
+    ollama_embed_answer,
+    ollama_embeddings_answer,
+)
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage
 from svir.wire.model_meta import ModelFacts
@@ -83,6 +91,8 @@ NEVER = "2318-01-01T00:00:00.000000Z"
 ROOT_TEXT = b"Ollama is running"
 TEXT_HEADERS = ((b"content-type", b"text/plain; charset=utf-8"),)
 _NS = 1_000_000_000
+# The embedding routes' name in the ledger and the logs (`CallContext.api`).
+OLLAMA_EMBED_API = "ollama_embed"
 
 
 def install(app: Host) -> OllamaAPI:
@@ -129,6 +139,9 @@ class OllamaAPI:
             ("POST", "/api/create", self.model_files),
             ("POST", "/api/push", self.model_files),
             ("DELETE", "/api/delete", self.model_files),
+            # Embeddings: `input` -> `embeddings`, and the older `prompt` -> `embedding`.
+            ("POST", "/api/embed", self.embed),
+            ("POST", "/api/embeddings", self.embeddings),
         ]
 
     async def root(
@@ -354,6 +367,58 @@ class OllamaAPI:
     ) -> int:
         answer = {"version": OLLAMA_API_VERSION, "svir_version": __version__}
         await send_json(send, 200, answer, {"x-request-id": rid})
+        return 200
+
+    # Embeddings (the call and its checks: svir.frontends.embeddings, svir.wire.embeddings)
+
+    async def embed(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """`/api/embed`: `input` a string or strings -> `embeddings`, counts and durations."""
+        return await self._embedding(scope, receive, send, rid, legacy=False)
+
+    async def embeddings(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """The older `/api/embeddings`: `prompt` -> `embedding`."""
+        return await self._embedding(scope, receive, send, rid, legacy=True)
+
+    async def _embedding(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, *, legacy: bool
+    ) -> int:
+        body = await read_json(scope, receive, self.max_body_bytes)
+        try:
+            request = check_ollama_embeddings(body) if legacy else check_ollama_embed(body)
+        except EmbeddingInputError as exc:
+            raise _refusal(OllamaError(exc.message)) from None
+        label = request["model"]
+        request["model"] = model_name(label)
+        ctx = new_call_context(scope, rid, OLLAMA_EMBED_API, operation=EMBEDDINGS)
+        work = self._serve_embedding(request, label, send, ctx, legacy=legacy)
+        try:
+            return await until_disconnect(receive, work)
+        except GatewayError as exc:
+            if exc.error.code != "model_not_found":
+                raise
+            ce = msgspec.structs.replace(exc.error, message=error_message(exc.error, label))
+            raise GatewayError(ce, exc.upstream) from None
+
+    async def _serve_embedding(
+        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext, *, legacy: bool
+    ) -> int:
+        call, headers = await embed(self.app.gateway, ctx, request)
+        assert call.answer is not None
+        self.recent[request["model"]] = self.clock()
+        if legacy:
+            answer = ollama_embeddings_answer(call.answer)
+        else:
+            answer = ollama_embed_answer(
+                call.answer,
+                model=label,
+                total_duration=call.elapsed_ns(),
+                prompt_tokens=prompt_tokens(call),
+            )
+        await send_json(send, 200, answer, headers)
         return 200
 
     # Helpers

@@ -92,8 +92,8 @@ def _fim(route: Route) -> bool:
     return route.fim
 
 
-def _never(route: Route) -> bool:
-    return False
+def _embeds(route: Route) -> bool:
+    return route.provider.embeds(route.model_id)
 
 
 class Catalog:
@@ -105,14 +105,15 @@ class Catalog:
         *,
         clock: Callable[[], float] = time.monotonic,
         insert: RouteFact = _fim,
-        embedding: RouteFact = _never,
+        embedding: RouteFact = _embeds,
     ) -> None:
         self.router = router
         self.ttl = router.ttl
         self._clock = clock
         # What the completions and embeddings settings say of a route: whether it fills in the
         # middle (`Route.fim`: `fim` of the provider or managed model, else the kind's) and
-        # whether it embeds.
+        # whether it embeds (`ProviderConfig.embeds`: a managed model's `embeddings = true`, or
+        # one of the provider's `embedding_models`).
         self.insert = insert
         self.embedding = embedding
         self.runtimes: dict[str, Runtime] = {}

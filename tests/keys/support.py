@@ -11,7 +11,7 @@ import httpx
 from svir.config import Config, parse_config
 from svir.edges.app import App
 from svir.edges.server import thread_service
-from svir.frontends import anthropic, completions, ollama, openai_chat, threads
+from svir.frontends import anthropic, completions, embeddings, ollama, openai_chat, threads
 from svir.keys.service import KeysService, install
 from tests.support.asgi import Lifespan
 
@@ -104,6 +104,8 @@ class Harness:
             anthropic.install(self.app)
         if "completions" in fronts:
             completions.install(self.app)
+        if "embeddings" in fronts:
+            embeddings.install(self.app)
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None
