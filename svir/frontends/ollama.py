@@ -359,6 +359,8 @@ class OllamaAPI:
     async def model_files(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
+        # The body is read as every route's is: too large or not JSON is that error first.
+        await read_json(scope, receive, self.max_body_bytes, empty=None)
         action = scope["path"].rsplit("/", 1)[-1]
         raise _refusal(OllamaError(not_managed(action)))
 
