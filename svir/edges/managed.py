@@ -425,11 +425,16 @@ class Supervisor:
                         f"Cannot restart {self.name}/{m.id} with a context of {m.ctx}: "
                         f"{m.in_flight} request(s) in flight did not end in time",
                     )
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 0.25)
+                await self._next_change()
         finally:
             m.draining = False
+
+    async def _next_change(self) -> None:
+        """Wait for a server to change state (a request ends, a server stops), a short while
+        at most: the caller looks again either way."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), 0.25)
 
     def _reap_dead(self) -> None:
         for x in self._models.values():
@@ -472,9 +477,7 @@ class Supervisor:
                         f"Cannot load {self.name}/{target.id}: the {len(loaded)} model(s) "
                         f"provider {self.name!r} may run at once are busy: {busy}",
                     )
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 0.25)
+                await self._next_change()
         finally:
             if victim is not None:
                 victim.draining = False

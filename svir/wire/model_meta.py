@@ -12,8 +12,7 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.wire.errors import ProtocolError
-from svir.wire.jsonbody import json_type
+from svir.wire.models import json_object
 
 __all__ = [
     "ModelFacts",
@@ -107,12 +106,7 @@ def capabilities(
 
 def parse_props(body: bytes | bytearray | memoryview) -> ServerProps:
     """Read llama.cpp's `/props`; a body that is not a JSON object raises ProtocolError."""
-    try:
-        doc = msgspec.json.decode(bytes(body))
-    except (msgspec.DecodeError, RecursionError, ValueError) as exc:
-        raise ProtocolError(f"/props is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ProtocolError(f"/props must be a JSON object, got {json_type(doc)}")
+    doc = json_object(body, "/props")
     settings = doc.get("default_generation_settings")
     context = None
     if isinstance(settings, dict):

@@ -17,6 +17,7 @@ __all__ = [
     "ModelInfo",
     "endpoint_url",
     "is_chat_model",
+    "json_object",
     "normalize_base_url",
     "parse_model_list",
 ]
@@ -46,14 +47,7 @@ def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
     Entries are kept in the order listed, each id once; an entry without a usable id is skipped.
     A body that is not JSON, or has neither array, raises ProtocolError.
     """
-    if not isinstance(body, (bytes, bytearray, memoryview)):
-        raise TypeError(f"body must be bytes, not {type(body).__name__}")
-    try:
-        doc = msgspec.json.decode(bytes(body))
-    except (msgspec.DecodeError, RecursionError, ValueError) as exc:
-        raise ProtocolError(f"model list is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ProtocolError(f"model list must be a JSON object, got {json_type(doc)}")
+    doc = json_object(body, "model list")
     data, models = doc.get("data"), doc.get("models")
     if not isinstance(data, list) and not isinstance(models, list):
         raise ProtocolError("model list has no `data` array")
@@ -70,6 +64,20 @@ def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
         if isinstance(entry, dict):
             _merge_models_entry(found, entry)
     return list(found.values())
+
+
+def json_object(body: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
+    """A server's JSON object (`what` names it in the error): a body that is not JSON, or not
+    an object, raises ProtocolError."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise TypeError(f"body must be bytes, not {type(body).__name__}")
+    try:
+        doc = msgspec.json.decode(bytes(body))
+    except (msgspec.DecodeError, RecursionError, ValueError) as exc:
+        raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"{what} must be a JSON object, got {json_type(doc)}")
+    return doc
 
 
 def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:

@@ -22,7 +22,8 @@ from svir.edges.llama_server import ensure_gemma_model, find_llama_server
 from svir.errors import LlamaServerError
 from svir.testing import MockServerThread
 from tests.anthropic.agent_model import FINAL, TOOL, AgentModel
-from tests.support.svir_proc import SvirProcess, free_port
+from tests.support.agents import agent_env
+from tests.support.svir_proc import SvirProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN_MODEL = "claude-sonnet-4-5"
@@ -52,24 +53,19 @@ def routes(target_main: str, target_small: str) -> str:
 def run_claude(
     svir: SvirProcess, cwd: Path, home: Path, prompt: str, *extra: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    closed = f"http://127.0.0.1:{free_port()}"
-    environ = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": svir.url,
-        "ANTHROPIC_API_KEY": "sk-svir-test",
-        "ANTHROPIC_MODEL": MAIN_MODEL,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": SMALL_MODEL,
-        "ANTHROPIC_SMALL_FAST_MODEL": SMALL_MODEL,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "HTTPS_PROXY": closed,
-        "HTTP_PROXY": closed,
-        "NO_PROXY": "127.0.0.1,localhost",
-        **env,
-    }
+    environ = agent_env(
+        home,
+        ANTHROPIC_BASE_URL=svir.url,
+        ANTHROPIC_API_KEY="sk-svir-test",
+        ANTHROPIC_MODEL=MAIN_MODEL,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=SMALL_MODEL,
+        ANTHROPIC_SMALL_FAST_MODEL=SMALL_MODEL,
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+    )
+    environ.update(env)
     return subprocess.run(
         [str(claude_binary()), "-p", prompt, *extra],
         cwd=cwd,

@@ -4,7 +4,7 @@ scripts/continue.sh) with a local config.yaml pointed at a real `svir serve`: a 
 provider `openai` (apiBase svir's `/v1`), to a scripted upstream and to the real llama.cpp server.
 
 Nothing leaves loopback: telemetry is off, the proxies point at a closed port, and a preloaded
-guard (tests/support/node/loopback-only.cjs) refuses any other connection and lists it.
+guard (tests/support/agents.py's LOOPBACK_GUARD) refuses any other connection and lists it.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 
 from svir.edges.llama_server import ensure_gemma_model, find_llama_server
 from svir.errors import LlamaServerError
+from tests.support.agents import LOOPBACK_GUARD, agent_env
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
-GUARD = ROOT / "tests" / "support" / "node" / "loopback-only.cjs"
 # The CLI looks for its updates at api.continue.dev whatever its settings: the guard stops it.
 KNOWN_CALLS_HOME = {"api.continue.dev"}
 
@@ -60,20 +60,16 @@ def run_cn(
     path = tmp / "config.yaml"
     path.write_text(config)
     blocked = tmp / "blocked.log"
-    closed = f"http://127.0.0.1:{free_port()}"
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "CONTINUE_GLOBAL_DIR": str(home / ".continue"),
-        "CONTINUE_CLI_ENABLE_TELEMETRY": "0",
-        "CONTINUE_METRICS_ENABLED": "0",
-        "CONTINUE_API_BASE": closed + "/",
-        "HTTPS_PROXY": closed,
-        "HTTP_PROXY": closed,
-        "NO_PROXY": "127.0.0.1,localhost",
-        "NODE_OPTIONS": f"--require {GUARD}",
-        "SVIR_BLOCKED_LOG": str(blocked),
-    }
+    env = agent_env(
+        home,
+        CONTINUE_GLOBAL_DIR=str(home / ".continue"),
+        CONTINUE_CLI_ENABLE_TELEMETRY="0",
+        CONTINUE_METRICS_ENABLED="0",
+        # Its hub API, at a closed port too.
+        CONTINUE_API_BASE=f"http://127.0.0.1:{free_port()}/",
+        NODE_OPTIONS=f"--require {LOOPBACK_GUARD}",
+        SVIR_BLOCKED_LOG=str(blocked),
+    )
     done = subprocess.run(
         [str(cn_binary()), "-p", prompt, "--config", str(path), *extra],
         cwd=tmp,
