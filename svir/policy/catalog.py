@@ -135,6 +135,9 @@ class Catalog:
             url = runtime.server_url(model_id)
             if url is not None:
                 props, info, infill = await self._from_server(name, url, route, insert)
+            elif (known := self._server.get(name)) is not None:
+                # Stopped: what its server said when it last ran (the same model file).
+                props, info, infill = known.props, known.info, known.infill
         elif kind in LLAMACPP_KINDS:
             base = _server_base(route.base_url)
             props, info, infill = await self._from_server(name, base, route, insert)

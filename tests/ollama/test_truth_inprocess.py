@@ -171,8 +171,10 @@ class FakeRuntime:
     def context_of(self, model_id: str) -> int | None:
         return self.ctx
 
+    running = True
+
     def server_url(self, model_id: str) -> str | None:
-        return "http://llama.test"
+        return "http://llama.test" if self.running else None
 
     def loaded(self) -> list[Loaded]:
         return [Loaded("tok-3", self.ctx, None, 77)]
@@ -206,6 +208,12 @@ async def test_num_ctx_raises_a_managed_models_context(svir: InProcess) -> None:
     with pytest.raises(ollama.ResponseError) as info:
         await c.chat(model=TOK, messages=hi, options={"num_ctx": "big"})
     assert info.value.status_code == 400 and "num_ctx" in info.value.error
+    # Stopped, it is shown as its server last said (the same file), at the context it starts with.
+    runtime.running = False
+    shown = await c.show(TOK)
+    assert shown.modelinfo is not None
+    assert shown.modelinfo["general.parameter_count"] == 30532122624
+    assert shown.modelinfo[f"{shown.modelinfo['general.architecture']}.context_length"] == 8192
 
 
 async def test_model_files(svir: InProcess) -> None:
