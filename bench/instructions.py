@@ -11,9 +11,11 @@ and the ledger's work is part of a request's cost); not counted: time in the ker
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
+        [--responses]
 
-`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages` (every tree
-compared must serve it).
+`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`, and
+`--responses` through OpenAI's `/v1/responses` (`store: false`; every tree compared must serve
+them).
 
 Needs valgrind (`apt-get install -y valgrind`).
 """
@@ -32,22 +34,23 @@ from pathlib import Path
 
 from bench.common import (
     CHAT,
-    MESSAGES,
     ROOT,
     STREAM_CHUNKS,
     Child,
     check_completion,
     check_messages_stream,
+    check_responses_stream,
     check_stream,
     describe,
     free_port,
     messages_body,
     post,
     request_body,
+    responses_body,
     start_fake_upstream,
     wait_healthy,
 )
-from bench.suite import SVIR_CONFIG
+from bench.suite import BESIDE, SVIR_CONFIG
 
 KINDS = {"json": ("fake/json", False), "stream": (f"fake/stream-{STREAM_CHUNKS}", True)}
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
@@ -76,12 +79,16 @@ def check(kind: str, data: bytes) -> str | None:
         return check_completion(data)
     if kind == "messages":
         return check_messages_stream(data, STREAM_CHUNKS)
+    if kind == "responses":
+        return check_responses_stream(data, STREAM_CHUNKS)
     return check_stream(data, STREAM_CHUNKS)
 
 
 def measure(
-    src: Path, name: str, up_port: int, tmp: Path, requests: int, *, messages: bool = False
+    src: Path, name: str, up_port: int, tmp: Path, requests: int, *, beside: tuple[str, ...] = ()
 ) -> dict[str, float]:
+    """Instructions per request of each kind: json, stream, and the `beside` ones ("messages",
+    "responses": the same stream through those front ends)."""
     port = free_port()
     config = tmp / f"{name}.toml"
     config.write_text(SVIR_CONFIG.format(upstream=up_port, slow=up_port, max_body=1 << 20, tmp=tmp))
@@ -95,9 +102,10 @@ def measure(
         wait_healthy(child, port, "/healthz", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
-        if messages:
-            bodies["messages"] = messages_body(f"fake/stream-{STREAM_CHUNKS}")
-        paths = {kind: MESSAGES if kind == "messages" else CHAT for kind in bodies}
+        builders = {"messages": messages_body, "responses": responses_body}
+        for kind in beside:
+            bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
+        paths = {kind: BESIDE.get(kind, CHAT) for kind in bodies}
         for _ in range(20):  # warm-up, and a check that the answers are right
             for kind, body in bodies.items():
                 status, data = post(conn, body, path=paths[kind])
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--compare-src", type=Path, action="append", default=[])
     parser.add_argument("--messages", action="store_true", help="also /v1/messages, streamed")
+    parser.add_argument("--responses", action="store_true", help="also /v1/responses, streamed")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
@@ -136,13 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="svir-instructions-"))
     upstream, up_port = start_fake_upstream(tmp / "upstream.log")
     rows: list[tuple[str, dict[str, float]]] = []
+    beside = tuple(kind for kind in BESIDE if getattr(args, kind))
     try:
         trees = [("svir", ROOT)] + [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
         for name, src in trees:
             print(f"{name} ({src}) under callgrind ...", flush=True)
-            measured = measure(
-                src.resolve(), name, up_port, tmp, args.requests, messages=args.messages
-            )
+            measured = measure(src.resolve(), name, up_port, tmp, args.requests, beside=beside)
             rows.append((name, measured))
     finally:
         upstream.stop()
@@ -154,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in rows:
         ratio = f"{r['json'] / base['json']:.3f}x / {r['stream'] / base['stream']:.3f}x"
         print(f"| {name} | {r['json']:,.0f} | {r['stream']:,.0f} | {ratio} |")
-    if args.messages:
-        print("\n| svir tree | /v1/messages stream (20 chunks) | vs its chat stream |")
+    for kind in beside:
+        print(f"\n| svir tree | {BESIDE[kind]} stream (20 chunks) | vs its chat stream |")
         print("|---|---|---|")
         for name, r in rows:
-            print(f"| {name} | {r['messages']:,.0f} | {r['messages'] / r['stream']:.3f}x |")
+            print(f"| {name} | {r[kind]:,.0f} | {r[kind] / r['stream']:.3f}x |")
     return 0
 
 

@@ -24,7 +24,9 @@ Figures, per target:
    whole stream; and at c=16: `wrk -c16` p99 minus direct's (closed loop, so it includes queueing);
 4. with `--messages`, svir targets only: the same 20-chunk stream asked through Anthropic's
    `/v1/messages` (checked whole: message_start ... message_stop, 20 text deltas), alternating with
-   the chat stream inside each round; req/s and CPU µs per request of both, and their ratio;
+   the chat stream inside each round; req/s and CPU µs per request of both, and their ratio; with
+   `--responses`, the same through OpenAI's `/v1/responses` (`store: false`; checked whole:
+   response.created ... response.completed, 20 text deltas);
 5. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
    stream = (RSS with the streams open - idle) / N; every stream must end whole), and the peak RSS
    of one request carrying a 50 MiB image.
@@ -32,7 +34,7 @@ Figures, per target:
 Run (needs `wrk`: `apt-get install -y wrk`):
 
     .venv/bin/python -m bench.suite [--peers litellm,portkey,nginx] [--quick] [--messages]
-        [--out FILE]
+        [--responses] [--out FILE]
 
 `--quick` is one round of 5 s figures and 200 probe requests (min = median then: said in the
 report). `--profile FILE` records svir under the streamed load with py-spy and summarizes it.
@@ -61,6 +63,7 @@ from bench.common import (
     CHAT,
     INSTALL_WRK,
     MESSAGES,
+    RESPONSES,
     ROOT,
     STREAM_CHUNKS,
     Child,
@@ -68,6 +71,7 @@ from bench.common import (
     WrkRun,
     check_completion,
     check_messages_stream,
+    check_responses_stream,
     check_stream,
     describe,
     free_port,
@@ -77,6 +81,7 @@ from bench.common import (
     post,
     profile,
     request_body,
+    responses_body,
     rss_probe,
     run_wrk,
     start_fake_upstream,
@@ -88,6 +93,8 @@ from bench.common import (
 PEERS_DIR = ROOT / "bench" / ".peers"
 PEERS = ("nginx", "portkey", "litellm")
 STREAM_MODEL = f"stream-{STREAM_CHUNKS}"
+# The other front ends' streams measured beside the chat stream: kind -> path.
+BESIDE = {"messages": MESSAGES, "responses": RESPONSES}
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
@@ -156,15 +163,18 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)
     idle_rss: int = 0
     version: str = ""
-    kinds: tuple[str, ...] = ("json", "stream")  # "messages" too: the streamed /v1/messages
+    # "messages" and "responses" too: the streamed /v1/messages and /v1/responses
+    kinds: tuple[str, ...] = ("json", "stream")
 
     def body(self, kind: str) -> bytes:
         if kind == "messages":
             return messages_body(self.models["stream"])
+        if kind == "responses":
+            return responses_body(self.models["stream"])
         return request_body(self.models[kind], kind == "stream")
 
     def path(self, kind: str) -> str:
-        return MESSAGES if kind == "messages" else CHAT
+        return BESIDE.get(kind, CHAT)
 
     def headers_for(self, kind: str) -> dict[str, str]:
         return {**self.headers, **ANTHROPIC_HEADERS} if kind == "messages" else self.headers
@@ -352,6 +362,8 @@ def check_target(t: Target) -> list[str]:
             continue
         if kind == "messages":
             problem = check_messages_stream(data, STREAM_CHUNKS)
+        elif kind == "responses":
+            problem = check_responses_stream(data, STREAM_CHUNKS)
         elif kind == "stream":
             problem = check_stream(data, STREAM_CHUNKS)
         else:
@@ -592,21 +604,24 @@ def report(  # noqa: PLR0917
     return out
 
 
-def messages_lines(targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]]) -> list[str]:
-    """The streamed /v1/messages beside the chat stream, for the targets that measured it."""
+def beside_lines(
+    targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]], kind: str
+) -> list[str]:
+    """The streamed `kind` ("messages", "responses") beside the chat stream, for the targets that
+    measured it."""
     out = [
         "",
-        f"Streamed `{MESSAGES}` beside the `{CHAT}` stream ({STREAM_CHUNKS} chunks each, the same"
-        " fake upstream, wrk -t1 -c32, alternating inside each round; medians over runs):",
+        f"Streamed `{BESIDE[kind]}` beside the `{CHAT}` stream ({STREAM_CHUNKS} chunks each, the"
+        " same fake upstream, wrk -t1 -c32, alternating inside each round; medians over runs):",
         "",
-        "| target | chat stream req/s | messages stream req/s | messages / chat req/s"
-        " | target CPU µs per request chat / messages | messages / chat CPU |",
+        f"| target | chat stream req/s | {kind} stream req/s | {kind} / chat req/s"
+        f" | target CPU µs per request chat / {kind} | {kind} / chat CPU |",
         "|---|---|---|---|---|---|",
     ]
     for t in targets:
-        if "messages" not in t.kinds:
+        if kind not in t.kinds:
             continue
-        chat, msgs = wrk32[(t.name, "stream")], wrk32[(t.name, "messages")]
+        chat, msgs = wrk32[(t.name, "stream")], wrk32[(t.name, kind)]
         rate_c = statistics.median(r.rps for r in chat)
         rate_m = statistics.median(r.rps for r in msgs)
         us_c, us_m = cpu_us_per_request(chat, "target"), cpu_us_per_request(msgs, "target")
@@ -666,6 +681,11 @@ def main(argv: list[str] | None = None) -> int:
         "--messages",
         action="store_true",
         help="svir targets: also the streamed /v1/messages beside the chat stream",
+    )
+    parser.add_argument(
+        "--responses",
+        action="store_true",
+        help="svir targets: also the streamed /v1/responses beside the chat stream",
     )
     parser.add_argument(
         "--svir-python",
@@ -744,8 +764,9 @@ def main(argv: list[str] | None = None) -> int:
                 starters.append(lambda p=p: start_peer(tmp, p, up_port))
         for start in starters:
             t = start()
-            if args.messages and t.name.startswith("svir"):
-                t.kinds = ("json", "stream", "messages")
+            if t.name.startswith("svir"):
+                extra = [k for k in BESIDE if getattr(args, k)]
+                t.kinds = ("json", "stream", *extra)
             children.append(t.child)
             targets.append(t)
             print(f"{t.name} {t.version} on :{t.port} (pid {t.child.pid})", flush=True)
@@ -777,8 +798,9 @@ def main(argv: list[str] | None = None) -> int:
                 if t is not direct:
                     watched["upstream"] = upstream
                 for kind in t.kinds:
-                    # The messages stream is compared at c=32 only (its c=16 p99 is not reported).
-                    levels = ((32, wrk32),) if kind == "messages" else ((32, wrk32), (16, wrk16))
+                    # The other front ends' streams are compared at c=32 only (their c=16 p99 is
+                    # not reported).
+                    levels = ((32, wrk32),) if kind in BESIDE else ((32, wrk32), (16, wrk16))
                     for conns, store in levels:
                         dur = args.duration if conns == 32 else max(3.0, args.duration / 2)
                         run = run_wrk(
@@ -800,8 +822,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
         out += report(targets, direct, wrk32, wrk16, lat, args)
-        if args.messages:
-            out += messages_lines(targets, wrk32)
+        for kind in BESIDE:
+            if getattr(args, kind):
+                out += beside_lines(targets, wrk32, kind)
 
         svir = targets[0]
         if args.streams:

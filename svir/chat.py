@@ -335,6 +335,8 @@ class ChatCall:
         self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
+        # The base URL the request went to (a managed server's once it runs), for errors.
+        self._base = route.base_url
 
     def attach(self, *, guard: StreamGuard | None, on_close: CloseHook) -> None:
         """The one step that adds to a built call, for whoever gets it opened (the key gate),
@@ -447,7 +449,7 @@ class ChatCall:
         error = self.route.kind.explain_error(error)
         if self.completion and is_fim(self.request):
             error = explain_fim_error(error, self.model_label)
-        error = self._scrub(error)
+        error = located(self._scrub(error), self.route, self._base)
         self.stats.error_kind = error.kind.value
         self.close()
         raise GatewayError(to_client_error(error), error)
@@ -472,12 +474,13 @@ class ChatCall:
         except GatewayError:
             self.close()
             raise
-        base = route.base_url
+        base = self._base = route.base_url
         if route.ensure is not None:
             try:
                 base = await route.ensure(route.model_id)
             except UpstreamError as exc:
                 self._raise(exc)
+            self._base = base
             if route.release is not None:
                 release, model_id = route.release, route.model_id
                 self._on_close.append(lambda _call: release(model_id))
@@ -687,6 +690,38 @@ class ChatCall:
 
     def _answer_id(self) -> str:
         return ("cmpl-" + unique_id()) if self.completion else completion_id()
+
+
+# The failures whose own words do not say where they happened: the connection's, the time's and
+# the credentials' (a server's 4xx about the request itself speaks for itself).
+_LOCATED: Final = frozenset({ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.AUTH})
+
+
+def located(error: UpstreamError, route: Route, base: str) -> UpstreamError:
+    """`error` naming the provider and the base URL it failed at ("cannot connect to upstream"
+    says neither), and for a refused credential whether the provider's `api_key_env` is set.
+    Errors in a stream, and svir's own, are left as they are."""
+    if error.in_stream or error.kind not in _LOCATED or "client_error" in error.details:
+        return error
+    provider = route.provider
+    where = f"provider {provider.name!r}" + (f" at {base}" if base else "")
+    if error.kind is ErrorKind.AUTH:
+        var = provider.api_key_env
+        if var is None:
+            hint = "it has no api_key_env, so svir sent no key"
+        elif not route.api_key:
+            hint = f"its api_key_env is {var}, which is not set (or empty) in svir's environment"
+        else:
+            hint = f"it refused the key in {var}"
+        message = f"{error.message} ({where}: {hint})"
+    else:
+        message = f"{where}: {error.message}"
+    # The same error in other words: every other field and the details as they were.
+    out = UpstreamError.__new__(UpstreamError)
+    out.__dict__.update(error.__dict__)
+    out.message = message
+    out.args = (message,)
+    return out
 
 
 def _error_frame(err: UpstreamError) -> bytes:

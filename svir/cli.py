@@ -14,6 +14,19 @@ from svir.keys.cli import COMMANDS as KEYS_COMMANDS
 from svir.keys.cli import add_commands as add_keys_commands
 
 
+def port_number(text: str) -> int:
+    """`--port`: a TCP port, 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{port} is not a port: a port is between 0 (any free one) and 65535"
+        )
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="svir", description="A gateway for OpenAI-compatible chat."
@@ -23,11 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help="TOML config file (default: none, or $SVIR_CONFIG)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on (default 11434)")
+    serve.add_argument(
+        "--port", type=port_number, help="port to listen on (default 11434; 0: any free port)"
+    )
     serve.add_argument(
         "--workers", type=int, help="processes serving the port (default 1, or [server] workers)"
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-format",
+        default="auto",
+        choices=["auto", "json", "text"],
+        help="json: one JSON object a line, for machines; text: plain lines for a person;"
+        " auto (default): text on a terminal, else json",
+    )
     serve.add_argument(
         "--allow-open",
         action="store_true",
@@ -44,15 +66,29 @@ def serve(args: argparse.Namespace) -> int:
     from svir.errors import ConfigError
     from svir.keys import cli as keys_cli
     from svir.log import setup_logging
+    from svir.store import with_store_url
 
-    setup_logging(args.log_level)
+    log_format = args.log_format
+    if log_format == "auto":
+        log_format = "text" if sys.stderr.isatty() else "json"
+    setup_logging(args.log_level, fmt=log_format)
     path = args.config or os.environ.get("SVIR_CONFIG")
     try:
         config = load_config(path) if path else managed.default_config()
     except ConfigError as exc:
         print(f"svir: bad config: {exc}", file=sys.stderr)
         return 2
-    for warning in check_keys(config, os.environ):
+    config, moved = with_store_url(config, path, os.environ)
+    warnings = check_keys(config, os.environ)
+    if path and not config.providers:
+        warnings.append(
+            f"{path} names no providers: every model request will be answered 404 and"
+            " /v1/models is empty. Add a [[providers]] table (see svir.example.toml), or run"
+            " without --config to serve the bundled local model"
+        )
+    if moved is not None:
+        warnings.append(moved)
+    for warning in warnings:
         print(f"svir: warning: {warning}", file=sys.stderr)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
@@ -67,8 +103,16 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     for warning in server.worker_warnings(config, workers):
         print(f"svir: warning: {warning}", file=sys.stderr)
-    server.run(config, host=host, port=port, workers=workers, log_level=args.log_level, path=path)
-    return 0
+    return server.run(
+        config,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=args.log_level,
+        path=path,
+        log_format=log_format,
+        keys=keys_cli.keys_state(config),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

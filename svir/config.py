@@ -799,7 +799,12 @@ def _checked_managed(
         path = Path(value).expanduser()
         path = path if path.is_absolute() else base_dir / path
         if not path.is_file():
-            raise fail(field, f"no such file: {path}")
+            raise fail(
+                field,
+                f"no such file: {path}. If this line came from an example (the README's"
+                " qwen3-8b), it is an example path: edit it to a GGUF file you have, or delete"
+                " the line",
+            )
         return str(path)
 
     def check_settings(field: str, entry: ManagedConfig | ManagedModel) -> None:

@@ -1,4 +1,6 @@
-"""Structured JSON logs: one object a line, each with the request id of the request it is about."""
+"""svir's logs: one JSON object a line (the default, for machines), or one plain line each for a
+person at a terminal (`svir serve --log-format text`); each with its ISO-8601 UTC time and the
+request id of the request it is about."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import contextvars
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 import msgspec
@@ -32,6 +34,29 @@ def hide_in_logs(*values: str | None) -> None:
                 _secrets.append(form)
 
 
+# The formats `setup_logging` takes (`svir serve --log-format`).
+LOG_FORMATS = ("json", "text")
+# The time text of the last second formatted: most lines of a busy second share it.
+_second: tuple[int, str] = (-1, "")
+
+
+def iso_time(created: float) -> str:
+    """`created` (unix time) as ISO-8601 UTC with milliseconds: 2026-01-02T03:04:05.123Z."""
+    global _second
+    whole, millis = divmod(round(created * 1000), 1000)
+    second = _second  # one read: another thread may swap it meanwhile
+    if second[0] != whole:
+        second = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{second[1]}.{millis:03d}Z"
+
+
+def _redacted(line: str) -> str:
+    for secret in _secrets:
+        if secret in line:
+            line = line.replace(secret, "[redacted]")
+    return line
+
+
 def json_line(
     created: float,
     level: str,
@@ -44,26 +69,51 @@ def json_line(
 ) -> str:
     """One log line: a JSON object with the time, level, logger, message, request id and fields,
     every registered secret replaced."""
-    out: dict[str, Any] = {"ts": round(created, 3), "level": level, "logger": logger, "msg": msg}
+    out: dict[str, Any] = {"ts": iso_time(created), "level": level, "logger": logger, "msg": msg}
     if request_id:
         out["request_id"] = request_id
     if fields:
         out.update(fields)
     if exc:
         out["exc"] = exc
-    line = _encode(out).decode()
-    for secret in _secrets:
-        if secret in line:
-            line = line.replace(secret, "[redacted]")
-    return line
+    return _redacted(_encode(out).decode())
+
+
+def text_line(
+    created: float,
+    level: str,
+    logger: str,
+    msg: str,
+    *,
+    request_id: str | None = None,
+    fields: Mapping[str, Any] | None = None,
+    exc: str | None = None,
+) -> str:
+    """The same as `json_line` for a person: `time level logger: message key=value ...`, the
+    traceback on the lines after, every registered secret replaced."""
+    parts = [iso_time(created), f"{level:<7}", f"{logger}:", msg]
+    if request_id:
+        parts.append(f"request_id={request_id}")
+    for key, value in (fields or {}).items():
+        text = value if isinstance(value, str) and value and " " not in value else None
+        parts.append(f"{key}={text if text is not None else _encode(value).decode()}")
+    line = " ".join(parts)
+    if exc:
+        line += "\n" + exc
+    return _redacted(line)
+
+
+LineFormat = Callable[..., str]
 
 
 class JSONFormatter(logging.Formatter):
     """Formats a record as one JSON object; `extra={"fields": {...}}` adds fields."""
 
+    line: LineFormat = staticmethod(json_line)
+
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None)
-        return json_line(
+        return self.line(
             record.created,
             record.levelname.lower(),
             record.name,
@@ -72,6 +122,19 @@ class JSONFormatter(logging.Formatter):
             fields=fields if isinstance(fields, dict) else None,
             exc=self.formatException(record.exc_info) if record.exc_info else None,
         )
+
+
+class TextFormatter(JSONFormatter):
+    """Formats a record as one plain line (`text_line`), fields as key=value; a record with
+    `extra={"banner": text}` (svir's start-up banner) as that text, for a person to read."""
+
+    line: LineFormat = staticmethod(text_line)
+
+    def format(self, record: logging.LogRecord) -> str:
+        block = getattr(record, "banner", None)
+        if isinstance(block, str):
+            return _redacted(block)
+        return super().format(record)
 
 
 class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -133,6 +196,8 @@ _svir = logging.getLogger("svir")
 _access = logging.getLogger("svir.access")
 # svir's own handler, once `setup_logging` installed it: the access lines go to it directly.
 _direct: BatchedHandler | None = None
+# How that handler writes a line (json_line or text_line).
+_line: LineFormat = json_line
 
 
 def log_request(fields: Mapping[str, Any], request_id: str) -> None:
@@ -156,7 +221,7 @@ def log_request(fields: Mapping[str, Any], request_id: str) -> None:
         and handler.level <= logging.INFO
         and access.isEnabledFor(logging.INFO)
     ):
-        line = json_line(
+        line = _line(
             time.time(), "info", "svir.access", "request", request_id=request_id, fields=fields
         )
         handler.add(line)
@@ -164,9 +229,11 @@ def log_request(fields: Mapping[str, Any], request_id: str) -> None:
         access.info("request", extra={"fields": fields, "request_id": request_id})
 
 
-def setup_logging(level: str = "info", stream: TextIO | None = None) -> None:
-    """Send svir's logs as JSON lines to stderr (or `stream`)."""
-    global _direct
+def setup_logging(level: str = "info", stream: TextIO | None = None, fmt: str = "json") -> None:
+    """Send svir's logs to stderr (or `stream`): JSON lines, or with `fmt="text"` plain ones."""
+    global _direct, _line
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
     # The JSON lines name none of these; looking them up costs a system call per record, and
     # finding the caller's file and line walks the stack (the logging HOWTO's optimization list).
     logging.logProcesses = False
@@ -174,7 +241,9 @@ def setup_logging(level: str = "info", stream: TextIO | None = None) -> None:
     logging.logMultiprocessing = False
     logging._srcfile = None
     handler = BatchedHandler(stream or sys.stderr)
-    handler.setFormatter(JSONFormatter())
+    formatter = TextFormatter() if fmt == "text" else JSONFormatter()
+    handler.setFormatter(formatter)
+    _line = formatter.line
     _svir.handlers[:] = [handler]
     _svir.setLevel(level.upper())
     _svir.propagate = False

@@ -53,13 +53,12 @@ import msgspec
 from svir.config import Timeouts
 from svir.transport import (
     ERROR_BODY_LIMIT,
-    ERROR_BODY_TIMEOUT,
     JSON_BODY_LIMIT,
     Headers,
     error_answer,
+    error_body_timeout,
     first_byte_timeout,
     idle_timeout,
-    reads_error_body,
     too_large,
 )
 from svir.wire.classify import check_stream_response, classify_http_error
@@ -257,12 +256,11 @@ class MockTransport:
             raise first_byte_timeout(timeouts.first_byte) from None
         if response.status >= 300:
             error_body = b""
-            if reads_error_body(response.status):
-                try:
-                    async with asyncio.timeout(ERROR_BODY_TIMEOUT):
-                        error_body = await _read(_chunks(response.body), ERROR_BODY_LIMIT)
-                except (TimeoutError, UpstreamError):
-                    pass
+            try:
+                async with asyncio.timeout(error_body_timeout(response.status)):
+                    error_body = await _read(_chunks(response.body), ERROR_BODY_LIMIT)
+            except (TimeoutError, UpstreamError):
+                pass
             raise error_answer(response.status, answer_headers, error_body, now=self._clock())
         problem = check_stream_response(response.status, answer_headers.get("Content-Type"))
         if problem is not None:

@@ -28,7 +28,6 @@ __all__ = [
     "error_answer",
     "first_byte_timeout",
     "idle_timeout",
-    "reads_error_body",
     "too_large",
 ]
 
@@ -42,20 +41,22 @@ def too_large(limit: int) -> UpstreamError:
     return UpstreamError(ErrorKind.PROTOCOL, f"the upstream's answer is larger than {limit} bytes")
 
 
-def reads_error_body(status: int) -> bool:
-    """Whether an error answer's body is read at all: some servers stall an auth error's body,
-    and its words would not change the answer anyway."""
-    return status not in (401, 403)
+AUTH_BODY_TIMEOUT = 1.0  # s an auth error's body is waited for: some servers stall it
+
+
+def error_body_timeout(status: int) -> float:
+    """How long an error answer's body is waited for: an auth error's only briefly, since some
+    servers send its head and stall its body, while svir's answer would wait on it. (Its words
+    say why the key was refused; they reach the client with any credential redacted.)"""
+    return AUTH_BODY_TIMEOUT if status in (401, 403) else ERROR_BODY_TIMEOUT
 
 
 def error_answer(
     status: int, headers: Mapping[str, str], body: bytes, *, now: float
 ) -> UpstreamError:
     """The classified error of a non-2xx answer to a streamed request, from the body as far as
-    it was read (`reads_error_body`, `ERROR_BODY_LIMIT`); `now` is the wall clock (unix time) a
-    Retry-After date is read against."""
-    if not reads_error_body(status):
-        body = b""
+    it was read (within `error_body_timeout`, up to `ERROR_BODY_LIMIT`); `now` is the wall clock
+    (unix time) a Retry-After date is read against."""
     return classify_http_error(status, headers, body[:ERROR_BODY_LIMIT], now=now)
 
 

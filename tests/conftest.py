@@ -9,6 +9,7 @@ it does not skip them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,16 @@ def llama_server_small_ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     server = _start_llama(tmp_path_factory, "llama_server_small_ctx", LLAMA_SMALL_CTX)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def agent_dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """An npm agent's work dir and its HOME (tests/anthropic/test_claude_code.py,
+    tests/responses/test_codex.py)."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    return work, home
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -58,7 +58,9 @@ def replay() -> Iterator[ScriptedServer]:
 @pytest.fixture
 async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
-    harness = Harness(text, fronts=("ollama", "threads", "anthropic", "completions", "embeddings"))
+    harness = Harness(
+        text, fronts=("ollama", "threads", "anthropic", "completions", "embeddings", "responses")
+    )
     await harness.start()
     try:
         yield harness
@@ -166,6 +168,7 @@ ROUTES = [
     ("/v1/threads/{thread}", "openai"),
     ("/v1/threads/{thread}/messages", "openai"),
     ("/v1/threads/{thread}/continue", "openai"),
+    ("/v1/responses", "openai"),
     ("/admin/keys", "openai"),
     ("/v1/embeddings", "openai"),
     ("/api/embed", "ollama"),
@@ -256,6 +259,8 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         ("PUT", f"/v1/threads/{thread}", 405, "openai", "DELETE, GET, POST"),
         ("GET", f"/v1/threads/{thread}/continue", 405, "openai", "POST"),
         ("GET", f"/v1/threads/{thread}/nothing", 404, "openai", None),
+        ("GET", "/v1/responses", 405, "openai", "POST"),
+        ("PUT", "/v1/responses/resp_1", 405, "openai", "DELETE, GET"),
         ("PUT", "/admin/keys", 405, "openai", "GET, POST"),
         ("GET", "/admin/nothing", 404, "openai", None),
     ]
@@ -355,6 +360,7 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
         ("POST", "/v1/completions", {"model": CASE, "prompt": "hi"}, "openai"),
         ("POST", "/api/generate", {"model": CASE, "prompt": "hi", "raw": True}, "ollama"),
         ("POST", "/v1/messages", {**body, "max_tokens": 8}, "anthropic"),
+        ("POST", "/v1/responses", {"model": CASE, "input": "hi", "stream": True}, "openai"),
         ("GET", "/v1/models", None, "openai"),
         ("GET", "/api/tags", None, "ollama"),
         ("GET", f"/v1/threads/{thread}", None, "openai"),
@@ -457,28 +463,32 @@ def mostly(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.integers(0, 5).flatmap(lambda i: json_values if i == 0 else good)
 
 
-# A request that would be valid, with a few fields of any value: a field that is wrong, alone.
-chat_bodies = st.builds(
-    lambda base, extra: {**base, **extra},
-    st.fixed_dictionaries(
-        {
-            "model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])),
-            "messages": mostly(st.just(HI)),
-        }
-    ),
-    st.dictionaries(
-        st.sampled_from(FIELDS),
-        json_values | st.sampled_from([5, True, "x", [5], [{}], {}, [{"function": {"name": 1}}]]),
-        max_size=3,
-    ),
+def bodies(key: str, good: st.SearchStrategy[Any], fields: list[str], odd: list[Any]) -> Any:
+    """A request that would be valid (a model and `key`), with a few `fields` of any value (or
+    one of the `odd` ones): a field that is wrong, alone."""
+    return st.builds(
+        lambda base, extra: {**base, **extra},
+        st.fixed_dictionaries(
+            {"model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])), key: mostly(good)}
+        ),
+        st.dictionaries(st.sampled_from(fields), json_values | st.sampled_from(odd), max_size=3),
+    )
+
+
+chat_bodies = bodies(
+    "messages", st.just(HI), FIELDS, [5, True, "x", [5], [{}], {}, [{"function": {"name": 1}}]]
 )
 
 
-@settings(
+# The whole app fuzzed: its requests take time, and the app fixture is the test's.
+whole_app = settings(
     max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+
+
+@whole_app
 @given(body=chat_bodies | json_values)
 async def test_chat_completions_answers_only_openai_errors(stub_app: App, body: Any) -> None:
     transport = httpx.ASGITransport(app=stub_app)
@@ -719,35 +729,23 @@ COMPLETION_FIELDS = [
     "seed", "stream_options", "user", "logit_bias", "raw", "system", "template", "images",
     "format", "options", "think", "keep_alive", "context",
 ]  # fmt: skip
-completion_bodies = st.builds(
-    lambda base, extra: {**base, **extra},
-    st.fixed_dictionaries(
-        {
-            "model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m"])),
-            "prompt": mostly(st.sampled_from(["hi", "", ["hi"]])),
-        }
-    ),
-    st.dictionaries(
-        st.sampled_from(COMPLETION_FIELDS),
-        json_values | st.sampled_from([5, True, "x", [5], {}, {"num_predict": "x"}, 0]),
-        max_size=3,
-    ),
+completion_bodies = bodies(
+    "prompt",
+    st.sampled_from(["hi", "", ["hi"]]),
+    COMPLETION_FIELDS,
+    [5, True, "x", [5], {}, {"num_predict": "x"}, 0],
 )
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@whole_app
 @given(body=completion_bodies | json_values)
 async def test_completions_and_generate_answer_only_their_errors(stub_app: App, body: Any) -> None:
-    transport = httpx.ASGITransport(app=stub_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://svir") as client:
-        r = await client.post("/v1/completions", content=msgspec.json.encode(body))
+    content = msgspec.json.encode(body)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stub_app)) as client:
+        r = await client.post("http://svir/v1/completions", content=content)
         assert r.status_code in (400, 404, 502), (r.status_code, r.text)
         assert_openai_error(r, r.status_code)
-        r = await client.post("/api/generate", content=msgspec.json.encode(body))
+        r = await client.post("http://svir/api/generate", content=content)
         # 200: Ollama's load form (an empty prompt) answers without an upstream.
         assert r.status_code in (200, 400, 404, 502), (r.status_code, r.text)
         if r.status_code != 200:

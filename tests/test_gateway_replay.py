@@ -310,13 +310,13 @@ def test_upstream_errors_map_to_openai_errors(
 
 
 def test_stalled_auth_body_is_not_waited_for(client: openai.OpenAI) -> None:
-    t = time.monotonic()
+    # The body never comes: svir answers after its bounded read of it, long before the client's
+    # own timeout (svir waiting for the body would be an APITimeoutError here, not a 500).
     with pytest.raises(openai.InternalServerError) as info:
-        client.chat.completions.create(
+        client.with_options(timeout=120).chat.completions.create(
             model="plain/stall-401", messages=[{"role": "user", "content": "hi"}]
         )
     assert info.value.code == "upstream_auth_error"
-    assert time.monotonic() - t < 3
 
 
 def test_not_a_stream_is_502(client: openai.OpenAI) -> None:

@@ -6,6 +6,7 @@ test waits for real time except the first-byte timeout's."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -336,10 +337,13 @@ async def test_the_mock_classifies_an_error_with_its_clock() -> None:
     assert err.kind is ErrorKind.RATE_LIMITED and err.retry_after == 5.0
 
 
-async def test_the_mock_does_not_read_an_auth_errors_body() -> None:
+async def test_the_mock_reads_an_auth_errors_words_and_not_a_stalled_body() -> None:
     async def stalls() -> AsyncIterator[bytes]:
-        raise AssertionError("an auth error's body is not read")
+        await asyncio.Event().wait()  # the head of a refusal, and its body never
         yield b""
 
+    # Given up on after svir.transport.AUTH_BODY_TIMEOUT: the error without the server's words.
     err = await open_one(MockResponse(401, stalls(), {"Content-Type": "application/json"}))
-    assert err.kind is ErrorKind.AUTH
+    assert err.kind is ErrorKind.AUTH and err.message == "HTTP 401"
+    err = await open_one(error(401, {"error": {"message": "Invalid key for this project"}}))
+    assert err.kind is ErrorKind.AUTH and err.message == "Invalid key for this project"

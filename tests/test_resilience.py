@@ -156,6 +156,36 @@ def test_least_in_flight_prefers_the_idle_deployment() -> None:
     assert res.pick(targets, "least-in-flight", set()).model == "p/a"  # type: ignore[union-attr]
 
 
+def test_a_prompt_cache_key_keeps_its_deployment_and_moves_only_while_it_rests() -> None:
+    from svir.config import BreakerConfig
+
+    clock = [0.0]
+    res = policy(clock)
+    targets = (RouteTarget("p/a"), RouteTarget("q/a", weight=2.0))
+    for strategy in ("weighted", "least-in-flight"):
+        chosen = {
+            key: {res.pick(targets, strategy, set(), key).model for _ in range(10)}  # type: ignore[union-attr]
+            for key in (f"conv-{i}" for i in range(60))
+        }
+        assert all(len(models) == 1 for models in chosen.values())  # each key, one deployment
+        firsts = [next(iter(m)) for m in chosen.values()]
+        # Both deployments get keys, the heavier one more (rendezvous weighted by share).
+        assert 0 < firsts.count("p/a") < firsts.count("q/a")
+    key = next(k for k, m in chosen.items() if m == {"p/a"})
+    res.deployment("q/a").in_flight = 0
+    res.deployment("p/a").in_flight = 9  # busy: the key stays anyway (its server has the cache)
+    assert res.pick(targets, "least-in-flight", set(), key).model == "p/a"  # type: ignore[union-attr]
+    assert res.pick(targets, "weighted", {"p/a"}, key).model == "q/a"  # type: ignore[union-attr]
+    cfg = BreakerConfig(failures=1, cooldown=5.0)
+    res._failed(res.deployment("p/a"), cfg)  # it rests: the key goes elsewhere meanwhile
+    assert res.pick(targets, "weighted", set(), key).model == "q/a"  # type: ignore[union-attr]
+    clock[0] = 5.1
+    probe = res.pick(targets, "weighted", set(), key)
+    assert probe is not None
+    res._succeeded(res.deployment("p/a"))
+    assert res.pick(targets, "weighted", set(), key).model == "p/a"  # type: ignore[union-attr]
+
+
 def test_breaker_half_open_allows_one_probe() -> None:
     clock = [0.0]
     res = policy(clock)

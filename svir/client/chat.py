@@ -509,29 +509,43 @@ def run_piped(
     """Send `text`; write only the answer to `out`. 0 when the answer completed."""
     history.add([{"role": "user", "content": text}], options.model)
     answer = history.answer(options.model, options.request_params(), clock)
-    wrote = ""
     fold = AnswerFold()
+    last = [""]  # the last piece written, also when stopped halfway
     try:
-        for ev in answer:
-            fold.add(ev)
-            if isinstance(ev, TextDelta):
-                out.write(ev.text)
-                out.flush()
-                wrote = ev.text or wrote
-            elif isinstance(ev, RefusalDelta):
-                out.write(ev.text)
-                wrote = ev.text or wrote
+        _write_answer(answer, fold, out, last)
+    except KeyboardInterrupt:
+        if last[0] and not last[0].endswith("\n"):
+            out.write("\n")  # a stopped answer still ends its line
+        out.flush()
+        raise
     finally:
         answer.close()
-    if wrote and not wrote.endswith("\n"):
+    if last[0] and not last[0].endswith("\n"):
         out.write("\n")
     out.flush()
+    if isinstance(history, ThreadHistory) and history.thread_id is not None:
+        # stdout is only the answer; the thread to go on with goes beside it.
+        err.write(f"svir chat: thread {history.thread_id} (go on with --thread"
+                  f" {history.thread_id})\n")  # fmt: skip
     for call in fold.tool_calls():
         err.write(f"svir chat: the model called {call.name}({call.arguments})\n")
     if fold.error is not None:
         err.write(f"svir chat: error: {error_text(fold.error)}\n")
         return 1
     return 0
+
+
+def _write_answer(answer: Answer, fold: AnswerFold, out: IO[str], last: list[str]) -> None:
+    """Write the answer's text as it comes, noting the last piece written in `last`."""
+    for ev in answer:
+        fold.add(ev)
+        if isinstance(ev, TextDelta):
+            out.write(ev.text)
+            out.flush()
+            last[0] = ev.text or last[0]
+        elif isinstance(ev, RefusalDelta):
+            out.write(ev.text)
+            last[0] = ev.text or last[0]
 
 
 # ---------------------------------------------------------------------------------------------

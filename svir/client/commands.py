@@ -25,7 +25,7 @@ def add_client_commands(commands: Any) -> None:
         description="An interactive chat through svir. With stdin not a terminal, stdin is one "
         "message and only the answer goes to stdout.",
     )
-    chat.add_argument("model", help="model as svir lists it, e.g. lab/gemma-3-270m")
+    chat.add_argument("model", help="model as svir lists it, e.g. local/gemma-3-270m")
     chat.add_argument("--base-url", help=_BASE_HELP)
     chat.add_argument("--api-key-env", metavar="VAR", help=_SVIR_KEY_HELP)
     chat.add_argument("--system", help="a system prompt")

@@ -45,6 +45,10 @@ class ClientFailure(Exception):
     """Something the user has to fix or know (a bad URL, an unset key, a server that is down)."""
 
 
+class Unreachable(ClientFailure):
+    """No answer from the server at all (a connection refused, a timeout)."""
+
+
 def _transport_error(exc: httpx.HTTPError, url: str, in_stream: bool) -> UpstreamError:
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamError(ErrorKind.TIMEOUT, f"no answer in time ({type(exc).__name__})",
@@ -58,10 +62,21 @@ def _transport_error(exc: httpx.HTTPError, url: str, in_stream: bool) -> Upstrea
     )
 
 
+# How long the body of a 401/403 is waited for: svir sends its words with the head, but some
+# servers send the head of a refusal and never its body.
+_AUTH_BODY_TIMEOUT = 2.0
+
+
 def error_of(resp: httpx.Response) -> UpstreamError:
-    """A non-2xx response, classified (§5). The body of a 401/403 is not waited for."""
+    """A non-2xx response, classified (§5), with the server's own words (svir's error text).
+    The body of a 401/403 is waited for `_AUTH_BODY_TIMEOUT` seconds at most."""
     body = b""
-    if resp.status_code not in (401, 403):
+    if resp.status_code in (401, 403) and not resp.is_stream_consumed:
+        # httpcore reads the timeouts of the request's extensions at each read of the body.
+        timeouts = dict(resp.request.extensions.get("timeout") or {})
+        timeouts["read"] = min(timeouts.get("read") or _AUTH_BODY_TIMEOUT, _AUTH_BODY_TIMEOUT)
+        resp.request.extensions["timeout"] = timeouts
+    if not resp.is_stream_consumed:
         try:
             parts: list[bytes] = []
             size = 0
@@ -140,7 +155,7 @@ class Connection:
         try:
             resp = client.get(url)
         except httpx.HTTPError as exc:
-            raise ClientFailure(_transport_error(exc, self.root, False).message) from None
+            raise Unreachable(_transport_error(exc, self.root, False).message) from None
         if resp.status_code >= 300:
             err = classify_http_error(resp.status_code, dict(resp.headers), resp.content)
             raise ClientFailure(f"GET {url}: HTTP {resp.status_code}: {err.message}")

@@ -33,7 +33,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from svir.client.connection import ClientFailure, Connection
+from svir.client.connection import ClientFailure, Connection, Unreachable
 from svir.providers import KINDS
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.decoder import StreamDecoder
@@ -449,6 +449,8 @@ class Prober:
             self.models = self.conn.list_models(client)
         except ClientFailure as exc:
             if self.model is None:
+                if isinstance(exc, Unreachable):
+                    raise  # naming a model would not make the server answer
                 raise ClientFailure(f"{exc}; name the model with --model") from None
             self.models = []
         if self.model is None:

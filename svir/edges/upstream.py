@@ -18,12 +18,11 @@ from svir.edges.h1 import H1Pool, H1Response
 from svir.errors import H1Error
 from svir.transport import (
     ERROR_BODY_LIMIT,
-    ERROR_BODY_TIMEOUT,
     JSON_BODY_LIMIT,
     error_answer,
+    error_body_timeout,
     first_byte_timeout,
     idle_timeout,
-    reads_error_body,
     too_large,
 )
 from svir.wire.classify import check_stream_response, classify_http_error
@@ -219,11 +218,10 @@ class UpstreamClient:
 
     async def _error(self, resp: H1Response) -> UpstreamError:
         body = b""
-        if reads_error_body(resp.status):
-            try:
-                async with asyncio.timeout(ERROR_BODY_TIMEOUT):
-                    body = await read_limited(resp, ERROR_BODY_LIMIT)
-            except (TimeoutError, H1Error):
-                pass
+        try:
+            async with asyncio.timeout(error_body_timeout(resp.status)):
+                body = await read_limited(resp, ERROR_BODY_LIMIT)
+        except (TimeoutError, H1Error):
+            pass
         resp.close()
         return error_answer(resp.status, resp.headers, body, now=self._clock())

@@ -21,10 +21,13 @@ app's one error mapper (svir.edges.app), which answers in the shape the route re
     anthropic.py          Anthropic Messages: /v1/messages, /v1/messages/count_tokens, HEAD /
                           (its pure translation is in the wire core: svir.wire.anthropic*)
     threads.py            svir's threads API, /v1/threads (the threads themselves: svir.threads)
-    http.py               the plumbing they share: body with its limit, JSON, SSE/NDJSON, ...
+    responses.py          OpenAI's Responses API: /v1/responses, stored responses (their SQL:
+                          svir.store.responses; the translation: svir.wire.responses*)
+    http.py               the plumbing they share: body with its limit, JSON, SSE/NDJSON, the
+                          owner of what a request stores, a stream's early start, ...
     routes.py             the one router (path templates, 404 and 405) and `Host`, the app's face
 
-A new client protocol (OpenAI Responses, embeddings) is
+A new client protocol (embeddings) is
 one new module here, `svir/frontends/<protocol>.py` (with a pure `<protocol>_translate.py`
 beside it when its translation is big enough to test on its own), plus one line in
 `svir.edges.server.build_app` that installs it. Its tests go in `tests/<protocol>/` (or

@@ -26,7 +26,6 @@ template makes: `x-svir-token-count: exact`), svir's estimate otherwise (`estima
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Final
 
 import msgspec
@@ -36,14 +35,16 @@ from svir.call import CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
-    SSE_HEADERS,
+    WARNING_HEADER,
+    EarlyStart,
     folded,
-    headers_with,
+    merge_headers,
     new_call_context,
     read_json,
     send_json,
     send_stream,
     until_disconnect,
+    warning_header,
 )
 from svir.frontends.routes import Host
 from svir.providers import build_upstream_body, validate_chat_request
@@ -55,7 +56,6 @@ from svir.wire.tokens import estimate_prompt_tokens
 
 __all__ = ["AnthropicMessages", "error_shape", "install"]
 
-WARNING_HEADER: Final = "x-svir-warning"
 COUNT_HEADER: Final = "x-svir-token-count"
 # Seconds of an upstream's silence before a stream starts anyway, and between its pings then:
 # well inside Claude Code's patience, well past what an answer in time takes to begin.
@@ -100,12 +100,6 @@ def _unmapped(exc: GatewayError, model: str) -> GatewayError:
     return GatewayError(msgspec.structs.replace(ce, message=message), exc.upstream)
 
 
-def _warning_header(warnings: tuple[str, ...]) -> str:
-    # A header value is one latin-1 line; the warnings name fields and tools the client sent.
-    text = "; ".join(warnings).encode("latin-1", "replace").decode("latin-1")
-    return " ".join(text.split())
-
-
 class AnthropicMessages:
     def __init__(
         self, app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
@@ -133,7 +127,7 @@ class AnthropicMessages:
         fields["stream"] = translated.stream
         headers = {"x-request-id": rid}
         if translated.warnings:
-            headers[WARNING_HEADER] = _warning_header(translated.warnings)
+            headers[WARNING_HEADER] = warning_header(translated.warnings)
         ctx = new_call_context(scope, rid, "anthropic", client_user=translated.user_id)
         work = self._serve(ctx, request, model=model, send=send, headers=headers)
         return await until_disconnect(receive, work)
@@ -149,19 +143,21 @@ class AnthropicMessages:
     ) -> int:
         stream = bool(request.get("stream"))
         encoder = MessageStreamEncoder(id=ctx.request_id, model=model)
-        early = _EarlyStart(send, encoder, headers, self.ping_after, self.ping_every, stream=stream)
-        try:
-            call = await self.gateway.open_chat(ctx, request)
-        except GatewayError as exc:
-            if not await early.stop():
-                raise _unmapped(exc, model) from None
-            await early.fail(_unmapped(exc, model))
-            return 200
-        except BaseException:
-            await early.stop()
-            raise
-        started = await early.stop()
-        headers.update(call.headers)
+        early = EarlyStart(
+            send,
+            headers,
+            self.ping_after,
+            self.ping_every,
+            stream=stream,
+            first=encoder.start,
+            ping=lambda: encoder.encode(_WAITING),
+            fail=encoder.error,
+        )
+        opening = self.gateway.open_chat(ctx, request)
+        call, started = await early.open(opening, lambda exc: _unmapped(exc, model))
+        if call is None:
+            return 200  # the started stream ended with the failure
+        merge_headers(headers, call.headers)
         try:
             if not stream:
                 fold = await folded(call, MessageAggregator())
@@ -256,81 +252,3 @@ async def _frames(call: ChatCall, encoder: MessageStreamEncoder) -> Any:
         data = b"".join([encode(event) for event in events])
         if data:
             yield data
-
-
-class _EarlyStart:
-    """The start of a stream sent while its upstream is still silent: after `after` seconds, the
-    response's headers and `message_start`, then a `ping` every `every` seconds, from a task
-    made only then (until then a timer: nothing more for an answer that comes in time). A
-    request that is not streamed gets none of it: its answer is one JSON body."""
-
-    __slots__ = (
-        "_encoder",
-        "_every",
-        "_headers",
-        "_send",
-        "_sleeping",
-        "_stopping",
-        "_task",
-        "_timer",
-        "started",
-    )
-
-    def __init__(
-        self,
-        send: Send,
-        encoder: MessageStreamEncoder,
-        headers: dict[str, str],
-        after: float,
-        every: float,
-        *,
-        stream: bool,
-    ) -> None:
-        self._send = send
-        self._encoder = encoder
-        self._headers = headers
-        self._every = every
-        self._task: asyncio.Task[None] | None = None
-        self._sleeping = False
-        self._stopping = False
-        self.started = False
-        self._timer = asyncio.get_running_loop().call_later(after, self._start) if stream else None
-
-    def _start(self) -> None:
-        self._task = asyncio.ensure_future(self._pings())
-
-    async def _pings(self) -> None:
-        # Never cancelled inside a send (see `stop`): the client gets whole frames.
-        self.started = True
-        start = headers_with(SSE_HEADERS, self._headers)
-        await self._send({"type": "http.response.start", "status": 200, "headers": start})
-        first = self._encoder.start()
-        await self._send({"type": "http.response.body", "body": first, "more_body": True})
-        while not self._stopping:
-            self._sleeping = True
-            try:
-                await asyncio.sleep(self._every)
-            finally:
-                self._sleeping = False
-            ping = self._encoder.encode(_WAITING)
-            await self._send({"type": "http.response.body", "body": ping, "more_body": True})
-
-    async def stop(self) -> bool:
-        """Stop pinging; whether the response has started."""
-        if self._timer is not None:
-            self._timer.cancel()
-        task = self._task
-        if task is None:
-            return False
-        self._stopping = True
-        if self._sleeping or not self.started:
-            task.cancel()
-        await asyncio.wait([task])
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
-        return self.started
-
-    async def fail(self, exc: GatewayError) -> None:
-        """End the started stream with `exc` as its one error event."""
-        data = self._encoder.error(exc.error)
-        await self._send({"type": "http.response.body", "body": data, "more_body": False})

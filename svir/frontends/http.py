@@ -1,7 +1,8 @@
 """The plumbing every front end shares, written once: the request id, the request body read within
 its limit (a 413 past it) and decoded as JSON within the depth limit, JSON answers, streamed
 answers (SSE or NDJSON) that send their 200 only with their first bytes, the watch that stops a
-request's work the moment its client disconnects, and the context of a request's chat call.
+request's work the moment its client disconnects, the context of a request's chat call, who owns
+what a request stores, and the early start of a stream whose upstream is still silent.
 
 What a handler raises is answered by the app's one error mapper (svir.edges.app); nothing here
 answers an error itself.
@@ -10,8 +11,9 @@ answers an error itself.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl
 
@@ -24,16 +26,21 @@ from svir.errors import BodyTooLarge, ClientGone, GatewayError
 from svir.keys.context import current_key
 from svir.wire.answer import AnswerFold
 from svir.wire.blobs import Blobs
-from svir.wire.classify import to_client_error
+from svir.wire.classify import ClientError, to_client_error
 from svir.wire.jsonbody import decode_body
 
 __all__ = [
+    "ANONYMOUS",
     "JSON_HEADERS",
     "NDJSON_HEADERS",
     "SSE_HEADERS",
+    "WARNING_HEADER",
+    "EarlyStart",
     "folded",
     "headers_with",
+    "merge_headers",
     "new_call_context",
+    "owner_of",
     "query_params",
     "read_body",
     "read_json",
@@ -41,6 +48,7 @@ __all__ = [
     "send_json",
     "send_stream",
     "until_disconnect",
+    "warning_header",
 ]
 
 _encode = msgspec.json.encode
@@ -58,6 +66,9 @@ NDJSON_HEADERS = (
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 _DONE_FRAME = b"data: [DONE]\n\n"
 _REQUIRED: Final[Any] = object()
+WARNING_HEADER: Final = "x-svir-warning"
+# The owner of what a request without a bearer token stores.
+ANONYMOUS: Final = "anonymous"
 Fold = TypeVar("Fold", bound=AnswerFold)
 
 
@@ -135,13 +146,17 @@ async def send_stream(
     stream: AsyncIterator[bytes],
     headers: dict[str, str],
     kind: Iterable[tuple[bytes, bytes]] = SSE_HEADERS,
+    *,
+    last: Callable[[bytes], bool] | None = None,
 ) -> None:
     """Send a streamed 200 (`kind`: its content headers, SSE unless NDJSON_HEADERS) only with the
     first bytes: an earlier failure is still an HTTP error.
 
-    A piece that ends with SSE's `[DONE]` frame is the last one: it goes out with the end of the
-    response in the same send (one write fewer per stream); the stream is then run to its end.
+    A piece that `last` says is the last one (by default: one that ends with SSE's `[DONE]`
+    frame) goes out with the end of the response in the same send (one write fewer per stream);
+    the stream is then run to its end.
     """
+    is_last = last or _ends_done
     first = await anext(stream, None)
     await send(
         {
@@ -151,18 +166,22 @@ async def send_stream(
         }
     )
     if first is not None:
-        if first.endswith(_DONE_FRAME):
+        if is_last(first):
             await send({"type": "http.response.body", "body": first, "more_body": False})
             await _drain(stream)
             return
         await send({"type": "http.response.body", "body": first, "more_body": True})
         async for data in stream:
-            if data.endswith(_DONE_FRAME):
+            if is_last(data):
                 await send({"type": "http.response.body", "body": data, "more_body": False})
                 await _drain(stream)
                 return
             await send({"type": "http.response.body", "body": data, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _ends_done(data: bytes) -> bool:
+    return data.endswith(_DONE_FRAME)
 
 
 async def _drain(stream: AsyncIterator[bytes]) -> None:
@@ -231,3 +250,139 @@ def new_call_context(
     ctx = CallContext(rid, api, current_key(), blobs, client_user, operation=operation)
     scope[CALL_CONTEXT] = ctx
     return ctx
+
+
+def owner_of(scope: Scope) -> str:
+    """Who owns what this request creates (a thread, a stored response): the SHA-256 of its bearer
+    token (the token itself is never stored), or ANONYMOUS without one."""
+    value = header(scope, b"authorization")
+    if value is None:
+        return ANONYMOUS
+    token = value.strip()
+    scheme, _, rest = token.partition(b" ")
+    if scheme.lower() == b"bearer":
+        token = rest.strip()
+    if not token:
+        return ANONYMOUS
+    return "sha256:" + hashlib.sha256(token).hexdigest()
+
+
+def merge_headers(headers: dict[str, str], extra: Mapping[str, str]) -> None:
+    """Add a call's answer headers to the front end's own: an `x-svir-warning` both have says
+    both (what the translation dropped, then what the upstream was sent without)."""
+    for name, value in extra.items():
+        if name == WARNING_HEADER and headers.get(name):
+            headers[name] = f"{headers[name]}; {value}"
+        else:
+            headers[name] = value
+
+
+def warning_header(warnings: Iterable[str]) -> str:
+    """The `x-svir-warning` value for what a translation ignored: one latin-1 line (the warnings
+    name fields and tools the client sent)."""
+    text = "; ".join(warnings).encode("latin-1", "replace").decode("latin-1")
+    return " ".join(text.split())
+
+
+class EarlyStart:
+    """The start of a stream sent while its upstream is still silent: after `after` seconds, the
+    response's headers and `first()`'s bytes, then `ping()`'s every `every` seconds, from a task
+    made only then (until then a timer: nothing more for an answer that comes in time). A
+    request that is not streamed gets none of it: its answer is one JSON body."""
+
+    __slots__ = (
+        "_every",
+        "_fail",
+        "_first",
+        "_headers",
+        "_ping",
+        "_send",
+        "_sleeping",
+        "_stopping",
+        "_task",
+        "_timer",
+        "started",
+    )
+
+    def __init__(
+        self,
+        send: Send,
+        headers: dict[str, str],
+        after: float,
+        every: float,
+        *,
+        stream: bool,
+        first: Callable[[], bytes],
+        ping: Callable[[], bytes],
+        fail: Callable[[ClientError], bytes],
+    ) -> None:
+        self._send = send
+        self._headers = headers
+        self._every = every
+        self._first = first
+        self._ping = ping
+        self._fail = fail
+        self._task: asyncio.Task[None] | None = None
+        self._sleeping = False
+        self._stopping = False
+        self.started = False
+        self._timer = asyncio.get_running_loop().call_later(after, self._start) if stream else None
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._pings())
+
+    async def _pings(self) -> None:
+        # Never cancelled inside a send (see `stop`): the client gets whole frames.
+        self.started = True
+        start = headers_with(SSE_HEADERS, self._headers)
+        await self._send({"type": "http.response.start", "status": 200, "headers": start})
+        await self._send({"type": "http.response.body", "body": self._first(), "more_body": True})
+        while not self._stopping:
+            self._sleeping = True
+            try:
+                await asyncio.sleep(self._every)
+            finally:
+                self._sleeping = False
+            ping = self._ping()
+            await self._send({"type": "http.response.body", "body": ping, "more_body": True})
+
+    async def stop(self) -> bool:
+        """Stop pinging; whether the response has started."""
+        if self._timer is not None:
+            self._timer.cancel()
+        task = self._task
+        if task is None:
+            return False
+        self._stopping = True
+        if self._sleeping or not self.started:
+            task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        return self.started
+
+    async def fail(self, exc: GatewayError) -> None:
+        """End the started stream with `exc` as its last event."""
+        data = self._fail(exc.error)
+        await self._send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def open(
+        self,
+        opening: Awaitable[ChatCall],
+        refused: Callable[[GatewayError], GatewayError] | None = None,
+    ) -> tuple[ChatCall | None, bool]:
+        """The call `opening` opens, while the early start runs, and whether the response has
+        started. A call that fails is raised (as `refused` words it) before the start, and is the
+        started stream's last event after it (the call is then None)."""
+        try:
+            call = await opening
+        except GatewayError as exc:
+            error = exc if refused is None else refused(exc)
+            if not await self.stop():
+                raise error from None
+            await self.fail(error)
+            return None, True
+        except BaseException:
+            await self.stop()
+            raise
+        return call, await self.stop()

@@ -24,7 +24,6 @@ anonymous owner); any other token gets 404 for it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -33,8 +32,10 @@ from typing import Any, Final
 from svir.asgi import Receive, Scope, Send, header
 from svir.errors import GatewayError, ThreadError, request_error
 from svir.frontends.http import (
+    ANONYMOUS,
     headers_with,
     new_call_context,
+    owner_of,
     query_params,
     read_body,
     read_json,
@@ -52,7 +53,6 @@ __all__ = ["ANONYMOUS", "ThreadsAPI", "install", "owner_of"]
 log = logging.getLogger("svir.threads")
 
 PREFIX: Final = "/v1/threads"
-ANONYMOUS: Final = "anonymous"
 _STORE_CLOSED: Final = GatewayError(
     ClientError(503, "server_error", "store_unavailable", "The thread store is not open.")
 )
@@ -83,21 +83,6 @@ def continue_error(exc: GatewayError) -> frames.Frame:
     """A continue request's error answer: the error frame's object (seed 002), which is an OpenAI
     error body with two more fields."""
     return frames.error(exc.error, **(exc.extra if isinstance(exc, ThreadError) else {}))
-
-
-def owner_of(scope: Scope) -> str:
-    """Who owns what this request creates: the SHA-256 of its bearer token (the token itself is
-    never stored), or ANONYMOUS without one."""
-    value = header(scope, b"authorization")
-    if value is None:
-        return ANONYMOUS
-    token = value.strip()
-    scheme, _, rest = token.partition(b" ")
-    if scheme.lower() == b"bearer":
-        token = rest.strip()
-    if not token:
-        return ANONYMOUS
-    return "sha256:" + hashlib.sha256(token).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,17 +81,39 @@ def add_commands(commands: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> Config:
+    """The config the command names, its store's place filled in as `svir serve` fills it."""
     from svir.config import Config, load_config
+    from svir.store import with_store_url
 
     path = args.config or os.environ.get("SVIR_CONFIG")
-    return load_config(path) if path else Config.default()
+    config, warning = with_store_url(load_config(path) if path else Config.default(), path)
+    if warning is not None:
+        print(f"svir: warning: {warning}", file=sys.stderr)
+    return config
+
+
+def store_line(config: Config) -> str:
+    """Which store a command read or wrote, as its text output says it."""
+    from svir.store import sqlite_path
+
+    url = config.store.url
+    path = sqlite_path(url)
+    return f"Store: {path} (SQLite)" if path is not None else f"Store: {_without_password(url)}"
+
+
+def _without_password(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    who, at, where = rest.rpartition("@")
+    if not at or ":" not in who:
+        return url
+    return f"{scheme}{sep}{who.split(':', 1)[0]}:***@{where}"
 
 
 async def _with_store(config: Config, work: Callable[[SqlStore], Awaitable[int]]) -> int:
     from svir.store import default_url, make_store
     from svir.store.base import SqlStore
 
-    store = make_store(config.store.url or default_url())
+    store = make_store(config.store.url or default_url())  # set by _config; empty in tests
     assert isinstance(store, SqlStore)
     await store.open()
     try:
@@ -109,6 +131,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except ConfigError as exc:
         print(f"svir: bad config: {exc}", file=sys.stderr)
         return 2
+    args.resolved_config = config
+    if args.command == "keys" and args.keys_command == "create":
+        refusal = cost_budget_refusal(config, args)
+        if refusal is not None:
+            print(f"svir: {refusal}", file=sys.stderr)
+            return 2
     try:
         if args.command == "usage":
             return asyncio.run(_with_store(config, lambda s: _usage(s, args, out)))
@@ -120,6 +148,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except ValueError as exc:
         print(f"svir: {exc}", file=sys.stderr)
         return 2
+
+
+def cost_budget_refusal(config: Config, args: argparse.Namespace) -> str | None:
+    """Why `svir keys create --cost-budget` cannot work with `config`, or None: a cost is
+    counted from the config's [[prices]], and with none every request costs $0, so the budget
+    would never run out."""
+    if not args.cost_budget or config.prices:
+        return None
+    where = args.config or os.environ.get("SVIR_CONFIG")
+    source = f"the config {where}" if where else "no config file (--config or $SVIR_CONFIG)"
+    return (
+        f"--cost-budget needs prices, and {source} has no [[prices]] entries: every request"
+        " would cost $0 and the budget never run out. Add [[prices]] (model, input, output in"
+        " USD per million tokens; docs/keys.md) to the config and pass it with --config, or"
+        " limit tokens instead with --budget TOKENS/PERIOD."
+    )
 
 
 def spec_from_args(args: argparse.Namespace) -> KeySpec:
@@ -160,6 +204,7 @@ async def _create(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int
     out.write("Its secret, shown this once (svir keeps only a hash of it):\n\n")
     out.write(f"    {secret}\n\n")
     out.write("Clients send it as: Authorization: Bearer <secret>\n")
+    out.write(f"{store_line(args.resolved_config)}: the svir serving this config sees it.\n")
     return 0
 
 
@@ -203,6 +248,7 @@ async def _list(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if not records:
         out.write("No keys: svir runs open, for this machine only.\n")
+        out.write(store_line(args.resolved_config) + "\n")
         return 0
     now = time.time()
     rows = [["ID", "NAME", "STATE", "MODELS", "LIMITS", "EXPIRES", "HINT"]]
@@ -220,6 +266,7 @@ async def _list(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
             ]
         )
     _table(rows, out)
+    out.write(store_line(args.resolved_config) + "\n")
     return 0
 
 
@@ -236,7 +283,7 @@ async def _revoke(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int
     if args.json:
         out.write(msgspec.json.encode(record.public()).decode() + "\n")
     else:
-        out.write(f"Revoked {record.id} ({record.name}).\n")
+        out.write(f"Revoked {record.id} ({record.name}). {store_line(args.resolved_config)}\n")
     return 0
 
 
@@ -288,21 +335,39 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _has_keys(config: Config) -> bool:
+    """Whether the config's store holds a key (KeyStore.configured); StoreError if unreadable."""
+    from svir.keys.store import KeyStore
+
+    async def configured(store: SqlStore) -> int:
+        return 1 if await KeyStore(store).configured() else 0
+
+    return bool(asyncio.run(_with_store(config, configured)))
+
+
+def keys_state(config: Config) -> str:
+    """Whether svir's keys are on, for the start-up banner."""
+    from svir.errors import StoreError
+
+    try:
+        on = _has_keys(config)
+    except StoreError as exc:
+        return f"unknown: cannot read the store ({exc})"
+    if on:
+        return "on: every request needs a key (svir keys list)"
+    return "off: no keys issued, open to whoever reaches it (svir keys create --name NAME)"
+
+
 def check_listen(config: Config, host: str, allow_open: bool) -> str | None:
     """Why `svir serve` must not listen on `host`, or None: without keys, only on loopback,
     unless told otherwise (`--allow-open` or `[auth] allow_open_non_loopback`)."""
     from svir.errors import StoreError
     from svir.keys.auth import is_loopback
-    from svir.keys.store import KeyStore
 
     if is_loopback(host) or allow_open or config.auth.allow_open_non_loopback:
         return None
-
-    async def configured(store: SqlStore) -> int:
-        return 1 if await KeyStore(store).configured() else 0
-
     try:
-        has_keys = asyncio.run(_with_store(config, configured))
+        has_keys = _has_keys(config)
     except StoreError as exc:
         return f"cannot read the keys to decide whether {host} is safe: {exc}"
     if has_keys:

@@ -13,7 +13,9 @@ doing: `BREAKER_KINDS`) rests (a circuit breaker) and is probed back with one re
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import math
 import random
 import re
 import time
@@ -57,6 +59,14 @@ BREAKER_KINDS = RETRYABLE_KINDS | {ErrorKind.AUTH, ErrorKind.NOT_A_STREAM, Error
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _EFFORT_WORD = re.compile(r"\b(" + "|".join(EFFORTS) + r")\b")
 OPTIONAL_FIELDS = ("reasoning_effort", "stream_options")
+
+
+def _rendezvous(key: str, target: RouteTarget) -> float:
+    """The rank of `target` for `key` (lowest first): -ln(u) / weight for a u in (0, 1] hashed
+    from both, so each deployment is first for a share of the keys its weight's."""
+    digest = hashlib.blake2b(f"{key}\0{target.model}".encode(), digest_size=8).digest()
+    u = (int.from_bytes(digest, "big") + 1) / 2.0**64
+    return -math.log(u) / target.weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +211,20 @@ class Resilience:
         return self.deployments.setdefault(model, lambda: Deployment(model))
 
     def pick(
-        self, targets: tuple[RouteTarget, ...], strategy: str, avoid: set[str]
+        self,
+        targets: tuple[RouteTarget, ...],
+        strategy: str,
+        avoid: set[str],
+        affinity: str | None = None,
     ) -> Deployment | None:
-        """A deployment to try: closed ones first, else one half-open probe; None if all rest."""
+        """A deployment to try: closed ones first, else one half-open probe; None if all rest.
+
+        With an `affinity` (the request's `prompt_cache_key`), the same key picks the same
+        deployment among those ready, whatever the strategy, so that one conversation keeps the
+        prompt cache of one server: the deployment ranked first for the key by weighted
+        rendezvous hashing. A resting or avoided one is passed over for the key's next, and the
+        key goes back to its first once that is well (no table to keep, the same on every worker).
+        """
         now = self._clock()
         ready: list[tuple[RouteTarget, Deployment]] = []
         probe: list[tuple[RouteTarget, Deployment]] = []
@@ -223,6 +244,8 @@ class Resilience:
             _, d = probe[0]
             d.probing = True
             return d
+        if affinity is not None and len(fresh) > 1:
+            return min(fresh, key=lambda x: _rendezvous(affinity, x[0]))[1]
         if strategy == "least-in-flight":
             least = min(d.in_flight / t.weight for t, d in fresh)
             fresh = [(t, d) for t, d in fresh if d.in_flight / t.weight == least]
@@ -315,12 +338,14 @@ class Resilience:
         last: GatewayError | None = None
         tier = 0
         context_fallback_used = False
+        key = request.get("prompt_cache_key")
+        affinity = key if isinstance(key, str) and key else None
         while tier < len(tiers):
             targets = tiers[tier]
             attempt = 0
             avoid: set[str] = set()
             while True:
-                d = self.pick(targets, route.strategy, avoid)
+                d = self.pick(targets, route.strategy, avoid, affinity)
                 if d is None:
                     last = last or GatewayError(
                         _cooling_error(targets), UpstreamError(ErrorKind.TRANSIENT, "cooling down")

@@ -3,7 +3,9 @@
 A model name is `<provider>/<model-id>`: the provider's name picks where the request goes and the
 rest is the id that server knows. The catalog joins each provider's configured models with what
 its server lists, keeps chat models only (§6), and caches the result for a while; a server that
-cannot be reached drops out of the list without failing the request.
+cannot be reached drops out of the list without failing the request (and is logged). A model a
+server lists by its file path (llama-server's GGUF path) is listed by the file's stem, and the
+stem routes to the path, which also still routes as it is.
 
 The models the config names or a server listed are the known ones (`known`): state svir keeps per
 model is held for them, and for at most `[server] max_unlisted_models` others (`bounded`).
@@ -25,7 +27,7 @@ from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
 from svir.transport import Transport
 from svir.wire.errors import ProtocolError, UpstreamError
-from svir.wire.models import ModelInfo, is_chat_model, parse_model_list
+from svir.wire.models import ModelInfo, clean_model_id, is_chat_model, parse_model_list
 
 log = logging.getLogger("svir.routing")
 
@@ -84,6 +86,8 @@ class Router:
         self._listed: dict[str, frozenset[str]] = {}
         # What each server said of its models when it last listed them (svir.policy.catalog).
         self._infos: dict[str, dict[str, ModelInfo]] = {}
+        # Per provider, the clean ids of models its server lists by file path -> that path.
+        self._aliases: dict[str, dict[str, str]] = {}
 
     def known(self, model: str) -> bool:
         """Whether the config names `model` (as a provider's model or in a route) or its server
@@ -129,6 +133,7 @@ class Router:
                 code="model_not_found",
                 param="model",
             )
+        model_id = self._aliases.get(prefix, {}).get(model_id, model_id)
         if provider.kind.closed_models and model_id not in provider.config.models:
             raise request_error(
                 f"The model {model!r} does not exist: provider {prefix!r} serves "
@@ -174,22 +179,30 @@ class Router:
                     else {},
                     timeout=DISCOVERY_TIMEOUT,
                 )
+                aliases: dict[str, str] = {}
                 infos = parse_model_list(body)
                 for info in infos:
-                    if info.id not in ids and is_chat_model(info.id, info.name):
-                        ids.append(info.id)
+                    clean = clean_model_id(info.id)
+                    listed = info.id if clean is None or clean in ids else clean
+                    if listed not in ids and is_chat_model(listed, info.name):
+                        ids.append(listed)
+                        if listed != info.id:
+                            aliases[listed] = info.id
+                self._aliases[name] = aliases
                 self._infos[name] = {info.id: info for info in infos}
             except (UpstreamError, ProtocolError) as exc:
                 # An unreachable server drops out of the list; configured models stay.
+                url = provider.kind.models_url(provider.base_url, provider.config)
                 log.warning(
-                    "model discovery failed",
-                    extra={"fields": {"provider": name, "error": str(exc)}},
+                    f"provider {name!r}: could not list its models at {url}, so /v1/models"
+                    f" leaves its server's models out ({exc})",
+                    extra={"fields": {"provider": name, "url": url, "error": str(exc)}},
                 )
                 # Ask again soon rather than after the whole TTL.
                 self._cache[name] = (now - self.ttl + min(FAILED_RETRY, self.ttl), ids)
                 return ids
         self._cache[name] = (now, ids)
-        self._listed[name] = frozenset(ids)
+        self._listed[name] = frozenset(ids) | frozenset(self._aliases.get(name, {}).values())
         return ids
 
     async def listed_info(self, provider: str, model_id: str) -> ModelInfo | None:
@@ -199,4 +212,5 @@ class Router:
         if found is None:
             return None
         await self._models_of(found)
-        return self._infos.get(provider, {}).get(model_id)
+        listed = self._aliases.get(provider, {}).get(model_id, model_id)
+        return self._infos.get(provider, {}).get(listed)

@@ -220,16 +220,45 @@ _POSTGRES_2 = (
 # 3: the end user the client named (Anthropic's `metadata.user_id`, OpenAI's `user`) in the ledger.
 _LEDGER_CLIENT_USER_3 = ("ALTER TABLE usage_ledger ADD COLUMN client_user TEXT",)
 
+
+# 4: the Responses API's stored responses (svir.store.responses) and svir's own secrets (the key
+# that seals reasoning items, shared by every replica on the store).
+def _responses_4(real: str, serial: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE responses (
+        pk {serial},
+        id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        model TEXT NOT NULL,
+        previous_response_id TEXT,
+        input_items TEXT NOT NULL,
+        output_items TEXT NOT NULL,
+        response TEXT NOT NULL
+    )""",
+        f"""CREATE TABLE svir_secrets (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        created_at {real} NOT NULL
+    )""",
+    )
+
+
+_SQLITE_4 = _responses_4("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")
+_POSTGRES_4 = _responses_4("DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+
 MIGRATIONS: Final[dict[str, tuple[Migration, ...]]] = {
     "sqlite": (
         Migration(1, "threads, messages and attachments", _SQLITE_1),
         Migration(2, "api keys and the usage ledger", _SQLITE_2),
         Migration(3, "the client's user in the usage ledger", _LEDGER_CLIENT_USER_3),
+        Migration(4, "stored responses and svir's secrets", _SQLITE_4),
     ),
     "postgresql": (
         Migration(1, "threads, messages and attachments", _POSTGRES_1),
         Migration(2, "api keys and the usage ledger", _POSTGRES_2),
         Migration(3, "the client's user in the usage ledger", _LEDGER_CLIENT_USER_3),
+        Migration(4, "stored responses and svir's secrets", _POSTGRES_4),
     ),
 }
 

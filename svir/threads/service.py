@@ -62,7 +62,7 @@ from svir.wire.events import (
 )
 from svir.wire.jsonbody import json_type
 
-__all__ = ["Continuation", "ThreadService"]
+__all__ = ["Continuation", "ThreadService", "list_object", "page_query"]
 
 log = logging.getLogger("svir.threads")
 _encode = msgspec.json.encode
@@ -196,7 +196,8 @@ def page_query(query: Mapping[str, str], default_order: str) -> tuple[int, str |
     return limit, after, order
 
 
-def _list_object(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+def list_object(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """OpenAI's list shape: a page of objects with ids, and whether more follow."""
     return {
         "object": "list",
         "data": data,
@@ -321,7 +322,7 @@ class ThreadService:
             page = await self.store.list_threads(owner, limit=limit, after=after, order=order)
         except StoreError as exc:
             raise store_errors(None, exc) from None
-        return _list_object([thread_object(t) for t in page.items], page.has_more)
+        return list_object([thread_object(t) for t in page.items], page.has_more)
 
     async def get(self, owner: str, thread_id: str) -> dict[str, Any]:
         try:
@@ -347,7 +348,7 @@ class ThreadService:
         stored = await self._append(owner, thread_id, messages)
         if single:
             return message_object(stored[0])
-        return _list_object([message_object(m) for m in stored], False)
+        return list_object([message_object(m) for m in stored], False)
 
     async def post_multipart_message(
         self, owner: str, thread_id: str, body: bytes, content_type: str
@@ -378,7 +379,7 @@ class ThreadService:
             )
         except StoreError as exc:
             raise store_errors(thread_id, exc) from None
-        return _list_object([message_object(m) for m in page.items], page.has_more)
+        return list_object([message_object(m) for m in page.items], page.has_more)
 
     async def get_message(self, owner: str, thread_id: str, message_id: str) -> dict[str, Any]:
         try:

@@ -52,15 +52,14 @@ for any JSON value. What the translation does, field by field:
 from __future__ import annotations
 
 import binascii
-from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
 
 from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.errors import BodyError
-from svir.wire.jsonbody import json_type, shown
-from svir.wire.request import file_block
+from svir.wire.jsonbody import TypeChecks, json_type, shown
+from svir.wire.request import file_block, split_text
 from svir.wire.tokens import estimate_prompt_tokens
 
 __all__ = ["MessagesRequest", "MessagesRequestError", "count_tokens", "translate_request"]
@@ -404,16 +403,12 @@ class _Translation:
         elif isinstance(content, str):
             text = content
         elif isinstance(content, list):
-            texts = []
+            parts = []
             for k, inner in enumerate(content):
                 where = f"{here}.content.{k}"
-                kind = _block_type(where, inner)
-                part = self.part(where, kind, inner)
-                if part["type"] == "text":
-                    texts.append(part["text"])
-                else:
-                    images.append(part)
-            text = "\n".join(t for t in texts if t)
+                parts.append(self.part(where, _block_type(where, inner), inner))
+            text, media = split_text(parts)
+            images.extend(media)
         else:
             raise MessagesRequestError(
                 f"{here}.content",
@@ -630,15 +625,6 @@ def _user_id(metadata: Any) -> str | None:
     return None if user_id is None else _string("metadata.user_id", user_id)
 
 
-def _block_type(where: str, block: Any) -> str:
-    if not isinstance(block, dict):
-        raise MessagesRequestError(where, f"must be an object, not {json_type(block)}")
-    kind = block.get("type")
-    if not isinstance(kind, str):
-        raise MessagesRequestError(f"{where}.type", f"must be a string, not {json_type(kind)}")
-    return kind
-
-
 def _joined(
     a: str | list[dict[str, Any]], b: str | list[dict[str, Any]]
 ) -> str | list[dict[str, Any]]:
@@ -670,22 +656,9 @@ def _mark(where: str, block: dict[str, Any]) -> dict[str, Any] | None:
     return mark
 
 
-def _integer(where: str, value: Any, least: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        what = "a positive integer" if least == 1 else f"an integer of at least {least}"
-        raise MessagesRequestError(where, f"must be {what}, not {shown(value)}")
-    return value
-
-
-def _checker(what: str, ok: Callable[[Any], bool]) -> Callable[[str, Any], Any]:
-    def check(where: str, value: Any) -> Any:
-        if not ok(value):
-            raise MessagesRequestError(where, f"must be {what}, not {json_type(value)}")
-        return value
-
-    return check
-
-
-_string = _checker("a string", lambda v: isinstance(v, str))
-_bool = _checker("a boolean", lambda v: isinstance(v, bool))
-_number = _checker("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool))
+_checks = TypeChecks(MessagesRequestError)
+_string = _checks.string
+_bool = _checks.boolean
+_number = _checks.number
+_block_type = _checks.tagged
+_integer = _checks.integer

@@ -116,7 +116,8 @@ _REDACTED = "[redacted]"
 # `Bearer <key>` is not made of them, and words ("a Bearer token") are not credentials: a token
 # counts when it has a digit and 8 characters, or 20 characters whatever they are.
 _BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9\-._~+/]+=*)")
-_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
+# A key, or the masked key a server quotes back ("sk-proj-****abcd"): neither is shown.
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-*]{8,}")
 # How much of an error's details is read for secrets: anything deeper or past the count is
 # dropped, not shown unread.
 _DETAILS_DEPTH = 8
@@ -379,12 +380,13 @@ def to_client_error(err: UpstreamError, *, before_first_byte: bool = True) -> Cl
     kind = err.kind
     if kind is ErrorKind.AUTH:
         status_text = f" (HTTP {err.status})" if err.status is not None else ""
-        # The server's own words may quote the key it refused; they stay out.
+        # The server's own words say why (a wrong key, a missing one, a model not allowed); a
+        # credential they quote is redacted (`redact`), as the caller's key already was.
         ce = ClientError(
             502,
             "upstream_error",
             "upstream_auth_error",
-            f"The model server refused svir's credentials{status_text}.",
+            f"The model server refused svir's credentials{status_text}: {message}",
         )
     elif kind is ErrorKind.RATE_LIMITED:
         if err.retry_after is not None and math.isfinite(err.retry_after):

@@ -24,13 +24,14 @@ client's fields it made safe to drop cost more).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
 
 from svir.wire.errors import WireError
 
-__all__ = ["MAX_DEPTH", "BadJSON", "decode_body", "json_type", "shown"]
+__all__ = ["MAX_DEPTH", "BadJSON", "TypeChecks", "decode_body", "json_type", "shown"]
 
 # How many arrays and objects a value may sit inside. Real clients stay far below it: a chat
 # request's messages reach 5 levels (body, messages, message, content, part), a tool's parameters
@@ -107,3 +108,44 @@ def shown(value: Any) -> str:
     if isinstance(value, str):
         return repr(value if len(value) <= 40 else value[:40] + "…")
     return json_type(value)
+
+
+class TypeChecks:
+    """The JSON-type checks of a translating front end's fields, each raising that front end's
+    own error (`error(where, message)`) in the same words: "must be a string, not an array"."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: Callable[[str, str], Exception]) -> None:
+        self._error = error
+
+    def _wrong(self, where: str, value: Any, what: str) -> Exception:
+        return self._error(where, f"must be {what}, not {json_type(value)}")
+
+    def string(self, where: str, value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        raise self._wrong(where, value, "a string")
+
+    def boolean(self, where: str, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        raise self._wrong(where, value, "a boolean")
+
+    def number(self, where: str, value: Any) -> float:
+        # bool is an int in Python but not in JSON.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+        raise self._wrong(where, value, "a number")
+
+    def integer(self, where: str, value: Any, least: int = 1) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+            return value
+        what = "a positive integer" if least == 1 else f"an integer of at least {least}"
+        raise self._error(where, f"must be {what}, not {shown(value)}")
+
+    def tagged(self, where: str, value: Any) -> str:
+        """The `type` of an object tagged by it (a content block, an item, a tool)."""
+        if not isinstance(value, dict):
+            raise self._wrong(where, value, "an object")
+        return self.string(f"{where}.type", value.get("type"))

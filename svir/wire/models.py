@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -15,6 +15,7 @@ from svir.wire.jsonbody import json_type
 
 __all__ = [
     "ModelInfo",
+    "clean_model_id",
     "endpoint_url",
     "is_chat_model",
     "json_object",
@@ -273,3 +274,18 @@ def endpoint_url(base: str, path: str) -> str:
     if not relative:
         raise ValueError("endpoint path is empty")
     return f"{normalize_base_url(base)}/{relative}"
+
+
+_PATH_START: Final = re.compile(r"^(?:/|~/|\.\.?/|[A-Za-z]:[\\/]|\\\\)")
+_MODEL_FILE: Final = re.compile(r"\.gguf$", re.IGNORECASE)
+
+
+def clean_model_id(model_id: str) -> str | None:
+    """The id a person would type for a model a server lists by its file path (llama-server
+    lists `/models/Qwen3-8B-Q4_K_M.gguf`): the file's stem (`Qwen3-8B-Q4_K_M`). None when the
+    id is no path: a Hugging Face id such as `Qwen/Qwen3-8B` stays as it is."""
+    if not (_PATH_START.match(model_id) or _MODEL_FILE.search(model_id)):
+        return None
+    name = re.split(r"[\\/]", model_id.rstrip("\\/"))[-1]
+    stem = _MODEL_FILE.sub("", name)
+    return stem if stem.strip() and stem not in (".", "..") else None

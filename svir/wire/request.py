@@ -23,9 +23,11 @@ __all__ = [
     "base64_length",
     "build_messages",
     "file_block",
+    "file_text",
     "json_escape",
     "json_escaped_length",
     "message_role",
+    "split_text",
     "tool_result_text",
 ]
 
@@ -146,7 +148,7 @@ def _user_content(where: str, content: Any) -> str | list[dict[str, Any]]:
         if kind in _TEXT_PART_TYPES:
             texts.append(_part_string(here, part, "text"))
         elif kind == "file":
-            texts.append(_file_text(f"{here}.file", part.get("file")))
+            texts.append(file_text(f"{here}.file", part.get("file")))
         elif kind == "image_url":
             images.append(_image_part(f"{here}.image_url", part.get("image_url")))
         else:
@@ -227,8 +229,9 @@ def _check_image_url(where: str, url: str) -> None:
         raise BodyError(f"{where}: the data is not valid base64")
 
 
-def _file_text(where: str, file: Any) -> str:
-    """A client's file part as text: local servers take files no other way (§2.2)."""
+def file_text(where: str, file: Any) -> str:
+    """A client's file part (`filename`, `file_data` as base64 or a data URL) as svir's file
+    block: local servers take files no other way (§2.2). Raises BodyError naming `where`."""
     if not isinstance(file, dict):
         raise BodyError(f"{where} must be an object, not {json_type(file)}")
     name = file.get("filename")
@@ -259,6 +262,13 @@ def _file_text(where: str, file: Any) -> str:
             f"{where}: file {shown(name)} is not UTF-8 text; only text files can be sent"
         ) from None
     return file_block(name, contents)
+
+
+def split_text(parts: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Canonical content parts as a tool message takes them: the text parts' texts joined, and
+    the other parts (images), which go into a user message after the results."""
+    texts = [p["text"] for p in parts if p["type"] == "text"]
+    return _join(texts), [p for p in parts if p["type"] != "text"]
 
 
 def file_block(name: str, contents: str) -> str:

@@ -1,8 +1,9 @@
-"""A scripted OpenAI-compatible model that plays an agent's model, for the Claude Code tests
-(served over loopback by `svir.testing.MockServerThread`). A request with the tool `TOOL` and no
-tool result yet is answered with one call of it (its arguments `arguments`); a request whose
-last message is a tool result, with `FINAL` and the result's first line; any other request
-(Claude Code's side tasks), with "ok". Every request is kept in `requests`."""
+"""A scripted OpenAI-compatible model that plays an agent's model, for the Claude Code and the
+Responses tests (served over loopback by `svir.testing.MockServerThread`, or in process). A
+request with the tool `tool` (default `TOOL`) and fewer than `calls` (default 1) tool results is
+answered with one call of it (its arguments `arguments`, the same call id every time); a request
+whose last message is the last tool result, with `FINAL` and the result's first line; any other
+request (Claude Code's side tasks), with "ok". Every request is kept in `requests`."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 
 
 class AgentModel:
-    def __init__(self, arguments: dict[str, Any]) -> None:
+    def __init__(self, arguments: dict[str, Any], tool: str = TOOL, calls: int = 1) -> None:
         self.arguments = arguments
+        self.tool = tool
+        self.calls = calls
         self.requests: list[MockRequest] = []
 
     def bodies(self) -> list[dict[str, Any]]:
@@ -41,15 +44,17 @@ class AgentModel:
         last = messages[-1] if messages else {}
         tools = [t["function"]["name"] for t in body.get("tools") or ()]
         role = _chunk({"role": "assistant"})
-        if last.get("role") == "tool":
+        results = sum(m.get("role") == "tool" for m in messages)
+        if last.get("role") == "tool" and results >= self.calls:
             text = f"{FINAL} {str(last.get('content', '')).strip().splitlines()[0]}"
             return [role, _chunk({"content": text}), _chunk({}, "stop")]
-        if TOOL in tools:
+        if self.tool in tools and results < self.calls:
+            # The same id on every answer, as servers that number their calls per answer do.
             call = {
                 "index": 0,
                 "id": "call_agent_1",
                 "type": "function",
-                "function": {"name": TOOL, "arguments": json.dumps(self.arguments)},
+                "function": {"name": self.tool, "arguments": json.dumps(self.arguments)},
             }
             return [role, _chunk({"tool_calls": [call]}), _chunk({}, "tool_calls")]
         return [role, _chunk({"content": "ok"}), _chunk({}, "stop")]

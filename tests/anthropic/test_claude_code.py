@@ -18,29 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from svir.edges.llama_server import ensure_gemma_model, find_llama_server
-from svir.errors import LlamaServerError
 from svir.testing import MockServerThread
 from tests.anthropic.agent_model import FINAL, TOOL, AgentModel
-from tests.support.agents import agent_env
-from tests.support.svir_proc import SvirProcess
+from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
+from tests.support.svir_proc import SvirProcess, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 MAIN_MODEL = "claude-sonnet-4-5"
 SMALL_MODEL = "claude-haiku-4-5"
 
 
 def claude_binary() -> Path:
-    version = re.search(r"^CLAUDE_CODE_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert version is not None
-    cache = Path(os.environ.get("CACHE", Path.home() / ".cache" / "svir"))
-    binary = cache / f"claude-code-{version.group(1)}" / "node_modules" / ".bin" / "claude"
-    if not binary.exists():
-        pytest.fail(
-            f"Claude Code is not installed at {binary}: run `make test` (or `make claude-code`).",
-            pytrace=False,
-        )
-    return binary
+    return npm_binary("CLAUDE_CODE_VERSION", "claude-code", "claude")
 
 
 def routes(target_main: str, target_small: str) -> str:
@@ -53,19 +41,24 @@ def routes(target_main: str, target_small: str) -> str:
 def run_claude(
     svir: SvirProcess, cwd: Path, home: Path, prompt: str, *extra: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    environ = agent_env(
-        home,
-        ANTHROPIC_BASE_URL=svir.url,
-        ANTHROPIC_API_KEY="sk-svir-test",
-        ANTHROPIC_MODEL=MAIN_MODEL,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=SMALL_MODEL,
-        ANTHROPIC_SMALL_FAST_MODEL=SMALL_MODEL,
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_ERROR_REPORTING="1",
-    )
-    environ.update(env)
+    closed = f"http://127.0.0.1:{free_port()}"
+    environ = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": svir.url,
+        "ANTHROPIC_API_KEY": "sk-svir-test",
+        "ANTHROPIC_MODEL": MAIN_MODEL,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": SMALL_MODEL,
+        "ANTHROPIC_SMALL_FAST_MODEL": SMALL_MODEL,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "HTTPS_PROXY": closed,
+        "HTTP_PROXY": closed,
+        "NO_PROXY": "127.0.0.1,localhost",
+        **env,
+    }
     return subprocess.run(
         [str(claude_binary()), "-p", prompt, *extra],
         cwd=cwd,
@@ -78,17 +71,9 @@ def run_claude(
 
 
 @pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
-    return work, home
-
-
-@pytest.fixture
-def agent(dirs: tuple[Path, Path]) -> Iterator[tuple[AgentModel, str]]:
+def agent(agent_dirs: tuple[Path, Path]) -> Iterator[tuple[AgentModel, str]]:
     """The scripted model and the base URL it is served on."""
-    work, _ = dirs
+    work, _ = agent_dirs
     (work / "notes.txt").write_text("svir was here\nsecond line\n")
     model = AgentModel({"file_path": str(work / "notes.txt")})
     with MockServerThread(model) as server:
@@ -96,15 +81,11 @@ def agent(dirs: tuple[Path, Path]) -> Iterator[tuple[AgentModel, str]]:
 
 
 def test_claude_code_calls_a_tool_and_finishes_through_svir(
-    tmp_path: Path, dirs: tuple[Path, Path], agent: tuple[AgentModel, str]
+    tmp_path: Path, agent_dirs: tuple[Path, Path], agent: tuple[AgentModel, str]
 ) -> None:
-    work, home = dirs
+    work, home = agent_dirs
     model, base_url = agent
-    config = (
-        f'[[providers]]\nname = "agent"\nkind = "openai-compatible"\n'
-        f'base_url = "{base_url}"\ndiscover = false\nmodels = ["main", "small"]\n\n'
-        + routes("agent/main", "agent/small")
-    )
+    config = scripted_provider(base_url, "main", "small") + routes("agent/main", "agent/small")
     svir = SvirProcess(config, tmp_path).start()
     try:
         done = run_claude(
@@ -135,28 +116,13 @@ def test_claude_code_calls_a_tool_and_finishes_through_svir(
 
 
 def test_claude_code_asks_the_real_llama_server_through_svir(
-    tmp_path: Path, dirs: tuple[Path, Path]
+    tmp_path: Path, agent_dirs: tuple[Path, Path]
 ) -> None:
-    try:
-        find_llama_server()
-        gguf = ensure_gemma_model()
-    except LlamaServerError as exc:
-        pytest.fail(f"{exc}: run `make install`.", pytrace=False)
-    work, home = dirs
-    # Gemma 3 270M does not stop by itself, and Claude Code fails a turn cut at max_tokens: a
-    # grammar (the server's default for every request) makes its answer "4", and the turn ends.
-    # With tools, llama.cpp's own tool-call grammar replaces it, so the question goes without
-    # Claude Code's tools (`--tools ""`): its prompt is then ~7k tokens (~21k with them, which
-    # the scripted test sends). One slot with the model's whole context (Gemma 3 270M's
-    # maximum) holds either. Output is bounded in case the grammar is not applied.
-    grammar = 'root ::= "4"'
-    config = (
-        '[[providers]]\nname = "local"\nkind = "llamacpp-managed"\n'
-        '[providers.managed]\nchat_template = "builtin:gemma3-tools"\nparallel = 1\n'
-        f"extra_args = ['--grammar', '{grammar}']\n"
-        "[providers.managed.models]\n"
-        f'gemma = {{ path = "{gguf}", ctx = 32768 }}\n\n' + routes("local/gemma", "local/gemma")
-    )
+    work, home = agent_dirs
+    # Without Claude Code's tools (`--tools ""`, see gemma_answering) its prompt is ~7k tokens
+    # (~21k with them, which the scripted test sends). Output is bounded in case the grammar is
+    # not applied.
+    config = gemma_answering("4", routes("local/gemma", "local/gemma"))
     svir = SvirProcess(config, tmp_path).start()
     started = time.monotonic()
     try:
@@ -169,9 +135,9 @@ def test_claude_code_asks_the_real_llama_server_through_svir(
     log = svir.log()
     assert done.returncode == 0, (done.stdout, done.stderr, log[-4000:])
     assert done.stdout.strip() == "4", (done.stdout, done.stderr, log[-4000:])
-    served = [line for line in log.splitlines() if '"path":"/v1/messages"' in line]
-    assert served and all('"status":200' in line for line in served), served
-    assert all('"served_model":"local/gemma"' in line for line in served)
+    lines = served(log, "/v1/messages")
+    assert lines and all('"status":200' in line for line in lines), lines
+    assert all('"served_model":"local/gemma"' in line for line in lines)
     prompts = [int(n) for n in re.findall(r'"prompt_tokens":([0-9]+)', log)]
     assert prompts and max(prompts) > 2000, prompts  # Claude Code's own system prompt
     print(f"claude -p via svir to llama-server: {took:.1f} s, prompt tokens {prompts}")

@@ -18,7 +18,7 @@ from svir.frontends import anthropic
 from svir.testing import MockRequest, MockResponse, MockTransport
 from svir.wire.anthropic import error_type
 from tests.anthropic.sdk import check_grammar, frames, stream, text_of
-from tests.support.asgi import Lifespan
+from tests.support.asgi import Lifespan, post_raw
 from tests.support.upstream import token_stream
 
 CONFIG = """
@@ -75,25 +75,7 @@ async def app() -> AsyncIterator[tuple[App, Client]]:
 async def ask(app: App, client: Client, model: str, *, streamed: bool = True) -> None:
     body = {"model": model, "max_tokens": 8, "stream": streamed}
     body["messages"] = [{"role": "user", "content": "hi"}]
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/messages",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 40000),
-    }
-    received = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal received
-        if not received:
-            received = True
-            return {"type": "http.request", "body": msgspec.json.encode(body)}
-        await asyncio.Event().wait()  # the client stays
-        raise AssertionError
-
-    await app(scope, receive, client.send)
+    await post_raw(app, "/v1/messages", msgspec.json.encode(body), client.send)
 
 
 async def test_a_silent_upstream_gets_message_start_and_pings_then_the_answer(

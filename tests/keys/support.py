@@ -11,8 +11,17 @@ import httpx
 from svir.config import Config, parse_config
 from svir.edges.app import App
 from svir.edges.server import thread_service
-from svir.frontends import anthropic, completions, embeddings, ollama, openai_chat, threads
+from svir.frontends import (
+    anthropic,
+    completions,
+    embeddings,
+    ollama,
+    openai_chat,
+    responses,
+    threads,
+)
 from svir.keys.service import KeysService, install
+from svir.store.responses import SqlResponseStore
 from tests.support.asgi import Lifespan
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -106,6 +115,8 @@ class Harness:
             completions.install(self.app)
         if "embeddings" in fronts:
             embeddings.install(self.app)
+        if "responses" in fronts:
+            responses.install(self.app, SqlResponseStore(url))
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None

@@ -207,7 +207,10 @@ def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: ScriptedServer) 
     from svir.cli import main
 
     config = tmp_path / "svir.toml"
-    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "cli.db"}"\n')
+    config.write_text(
+        f'[store]\nurl = "sqlite:///{tmp_path / "cli.db"}"\n'
+        '[[prices]]\nmodel = "fake/"\ninput = 1.0\noutput = 2.0\n'
+    )
     out = io.StringIO()
     from svir.keys import cli as keys_cli
 

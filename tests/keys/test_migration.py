@@ -1,5 +1,5 @@
-"""Migrations 2 (keys and the usage ledger) and 3 (the client's user in the ledger) on stores that
-an older svir made at versions 1 and 2."""
+"""Migrations 2 (keys and the usage ledger), 3 (the client's user in the ledger) and 4 (stored
+responses and svir's secrets) on stores that an older svir made at versions 1, 2 and 3."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from svir.keys.store import KeyStore
 from svir.ledger import Ledger
 from svir.store import make_store, migrations
 from svir.store.base import SqlStore
+from svir.store.responses import SqlResponseStore
 from tests.keys.conftest import Postgres
 from tests.keys.test_ledger import row
+from tests.responses.test_store import record
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -26,7 +28,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 async def opened(url: str, monkeypatch: pytest.MonkeyPatch, knows: int | None = None) -> SqlStore:
     """The store at `url` opened by an svir that knows the migrations up to `knows` (all of this
-    svir's, 3, without it)."""
+    svir's, without it)."""
     if knows is not None:
         older = {d: m[:knows] for d, m in migrations.MIGRATIONS.items()}
         monkeypatch.setattr(migrations, "MIGRATIONS", older)
@@ -34,7 +36,7 @@ async def opened(url: str, monkeypatch: pytest.MonkeyPatch, knows: int | None = 
     assert isinstance(store, SqlStore)
     await store.open()
     monkeypatch.undo()
-    assert await store.schema_version() == (knows or 3)
+    assert await store.schema_version() == (knows or migrations.latest(store.dialect))
     return store
 
 
@@ -82,5 +84,25 @@ async def test_upgrade_from_version_two_adds_the_client_user(
             sql = "SELECT request_id, client_user FROM usage_ledger ORDER BY id"
             rows = [(r["request_id"], r["client_user"]) for r in await tx.fetch(sql)]
         assert rows == [("before", None), ("after", "u-1")]
+    finally:
+        await store.close()
+
+
+async def test_upgrade_from_version_three_adds_stored_responses(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = await opened(url, monkeypatch, knows=3)
+    await old.create_thread("someone", "thread-3", model=None, system=None, metadata={})
+    await old.close()
+
+    store = SqlResponseStore(url)
+    await store.open()
+    try:
+        assert await store.store.schema_version() == 4
+        assert (await store.store.get_thread("someone", "thread-3")).id == "thread-3"
+        made = record()
+        await store.put(made)
+        assert await store.get(made.owner, made.id) == made
+        assert len(await store.secret("seal")) == 32
     finally:
         await store.close()

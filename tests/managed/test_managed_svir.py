@@ -259,7 +259,7 @@ def test_without_a_config_svir_serves_the_local_gemma(
     assert body["model"] == "local/gemma-3-270m"
     [server] = children_servers(pid_of(svir))
     assert "--chat-template-file" in server.cmdline()
-    assert "no config given: serving local/gemma-3-270m" in svir.log()
+    assert "no config: serving the bundled local model (local/gemma-3-270m)" in svir.log()
 
 
 def test_clients_that_go_away_hold_no_model(

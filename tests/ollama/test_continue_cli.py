@@ -9,8 +9,6 @@ guard (tests/support/agents.py's LOOPBACK_GUARD) refuses any other connection an
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import pytest
 
 from svir.edges.llama_server import ensure_gemma_model, find_llama_server
 from svir.errors import LlamaServerError
-from tests.support.agents import LOOPBACK_GUARD, agent_env
+from tests.support.agents import LOOPBACK_GUARD, agent_env, npm_binary
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
@@ -28,17 +26,7 @@ KNOWN_CALLS_HOME = {"api.continue.dev"}
 
 
 def cn_binary() -> Path:
-    version = re.search(r"^CONTINUE_CLI_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert version is not None, "the Makefile names no CONTINUE_CLI_VERSION"
-    cache = Path(os.environ.get("CACHE", Path.home() / ".cache" / "svir"))
-    binary = cache / f"continue-cli-{version.group(1)}" / "node_modules" / ".bin" / "cn"
-    if not binary.exists():
-        pytest.fail(
-            f"The Continue CLI is not installed at {binary}: run `make test` (or "
-            "`make continue-cli`).",
-            pytrace=False,
-        )
-    return binary
+    return npm_binary("CONTINUE_CLI_VERSION", "continue-cli", "cn")
 
 
 def config_yaml(provider: str, model: str, api_base: str, max_tokens: int = 64) -> str:

@@ -1,5 +1,6 @@
 """An ASGI app's lifespan driven in this process: started as a server starts it, stopped as one
-stops it (the keys harness and the in-process policy tests use it)."""
+stops it (the keys harness and the in-process policy tests use it); and one request sent to the
+app as raw ASGI, for the tests whose client must see each message as the app sends it."""
 
 from __future__ import annotations
 
@@ -39,3 +40,27 @@ class Lifespan:
             await self._inbox.put({"type": "lifespan.shutdown"})
             await asyncio.wait_for(self._task, 30)
             self._task = None
+
+
+async def post_raw(app: ASGIApp, path: str, body: bytes, send: Send) -> None:
+    """POST `body` (JSON) to `path` of `app`, every message of the answer handed to `send` as
+    the app sends it; the client stays connected until the app is done."""
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 40000),
+    }
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": body}
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError
+
+    await app(scope, receive, send)

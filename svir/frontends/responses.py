@@ -1,0 +1,449 @@
+"""OpenAI's Responses API (docs/responses.md): what Codex, the Agents SDK and the OpenAI SDK's
+`client.responses` speak.
+
+    POST   /v1/responses                          a response: SSE stream, or one object
+    GET    /v1/responses/{response_id}            a stored response
+    DELETE /v1/responses/{response_id}            delete it
+    GET    /v1/responses/{response_id}/input_items  its input items, OpenAI's list (order, after,
+                                                  limit)
+
+The request becomes the canonical chat request by svir.wire.responses_request (what it dropped is
+said in `x-svir-warning`); the canonical events become the Responses stream, or its response
+object, by svir.wire.responses. Errors are OpenAI's shape with `param`; a stream that fails after
+its start ends with `response.failed`, and one whose call ends without an end gets one too: a
+Responses stream never just ends (Codex reports "stream closed before response.completed").
+
+State: with `store` (the default, as OpenAI's) the response (its request's input items, its output
+items and the response object) is written to svir's store before `response.completed` is sent, or
+before the answer not streamed, so that a request naming it as `previous_response_id` right after
+finds it; `store: false` writes nothing. A response belongs to the bearer token that made it (as a
+thread does: svir.frontends.http.owner_of); any other gets 404. Reasoning items sent back with
+`encrypted_content` are opened with a random key kept in the store (every replica on it shares
+it), made on first use.
+
+A streamed answer whose upstream is silent for `KEEPALIVE_AFTER` seconds before its first output
+starts at once (`response.created`, `response.in_progress`), then keeps the connection alive every
+`KEEPALIVE_EVERY` seconds until the output comes, as the Anthropic front end does.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from svir.asgi import Receive, Scope, Send
+from svir.call import CallContext
+from svir.chat import ChatCall, unique_id
+from svir.errors import GatewayError, NotFound, StoreError, request_error
+from svir.frontends.http import (
+    WARNING_HEADER,
+    EarlyStart,
+    merge_headers,
+    new_call_context,
+    owner_of,
+    query_params,
+    read_json,
+    send_json,
+    send_stream,
+    until_disconnect,
+    warning_header,
+)
+from svir.frontends.routes import Host
+from svir.providers import validate_chat_request
+from svir.threads.service import list_object, page_query
+from svir.wire.classify import ClientError, to_client_error
+from svir.wire.events import StreamError
+from svir.wire.responses import ResponseStreamEncoder
+from svir.wire.responses_request import ResponsesRequestError, translate_request
+from svir.wire.sealed import NONCE_BYTES, seal_reasoning, unseal_reasoning
+
+__all__ = ["ResponseStore", "ResponsesAPI", "StoredResponse", "install"]
+
+log = logging.getLogger("svir.responses")
+
+PREFIX: Final = "/v1/responses"
+# Seconds of an upstream's silence before a stream starts anyway, and between its keep-alives:
+# well inside Codex's idle timeout (300 s), well past what an answer in time takes to begin.
+KEEPALIVE_AFTER: Final = 5.0
+KEEPALIVE_EVERY: Final = 10.0
+# The store's name of the key that seals reasoning items.
+SEAL_SECRET: Final = "responses.reasoning"
+_STORE_CLOSED: Final = GatewayError(
+    ClientError(503, "server_error", "store_unavailable", "The response store is not open.")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """One stored response: what a continuation needs (its request's input items and its output
+    items, both in the Responses API's item shapes) and what retrieval answers."""
+
+    id: str
+    owner: str
+    created_at: float
+    model: str
+    previous_response_id: str | None
+    input_items: list[dict[str, Any]]
+    output_items: list[dict[str, Any]]
+    response: dict[str, Any]
+
+
+class ResponseStore(abc.ABC):
+    """Where responses live (svir.store.responses). Every method that takes an owner answers
+    NotFound for a response of another owner, exactly as for one that does not exist."""
+
+    dialect: str
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def put(self, record: StoredResponse) -> None: ...
+
+    @abc.abstractmethod
+    async def get(self, owner: str, response_id: str) -> StoredResponse: ...
+
+    @abc.abstractmethod
+    async def delete(self, owner: str, response_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def chain(self, owner: str, response_id: str) -> list[StoredResponse]:
+        """The response and those it continues, oldest first (a deleted one ends the chain)."""
+
+    @abc.abstractmethod
+    async def secret(self, name: str) -> bytes:
+        """A random secret kept under `name`, made on first use, the same for every replica."""
+
+
+def install(
+    app: Host,
+    store: ResponseStore,
+    *,
+    keepalive_after: float = KEEPALIVE_AFTER,
+    keepalive_every: float = KEEPALIVE_EVERY,
+) -> ResponsesAPI:
+    """Serve the Responses API on `app` over `store`, opened at start-up and closed at shut-down
+    (the composition root makes it: svir.edges.server)."""
+    api = ResponsesAPI(app, store, keepalive_after=keepalive_after, keepalive_every=keepalive_every)
+    app.routes.add("POST", PREFIX, api.create)
+    app.routes.add("GET", PREFIX + "/{response_id}", api.retrieve)
+    app.routes.add("DELETE", PREFIX + "/{response_id}", api.delete)
+    app.routes.add("GET", PREFIX + "/{response_id}/input_items", api.input_items)
+    app.on_startup(api.startup)
+    app.on_shutdown(api.shutdown)
+    return api
+
+
+def _not_found(response_id: str, param: str | None = None) -> GatewayError:
+    what = "Previous response" if param == "previous_response_id" else "Response"
+    return request_error(
+        f"{what} with id {response_id!r} not found.",
+        status=404,
+        code="previous_response_not_found" if param else "not_found",
+        param=param,
+    )
+
+
+def _store_failed(exc: StoreError) -> GatewayError:
+    return GatewayError(
+        ClientError(503, "server_error", "store_unavailable", f"The response store failed: {exc}")
+    )
+
+
+def _call_ids(chat: dict[str, Any]) -> set[str]:
+    """The ids of the calls a chat request's conversation holds."""
+    return {
+        str(call.get("id"))
+        for message in chat.get("messages", ())
+        for call in message.get("tool_calls") or ()
+    }
+
+
+def _new_id(prefix: str) -> str:
+    """A new item's id (`msg_…`): unique, as the input_items list pages by id."""
+    return f"{prefix}_{unique_id()}"
+
+
+def _sealer(key: bytes) -> Callable[[str], str]:
+    def seal(text: str) -> str:
+        return seal_reasoning(key, text, nonce=os.urandom(NONCE_BYTES))
+
+    return seal
+
+
+class ResponsesAPI:
+    def __init__(
+        self,
+        app: Host,
+        store: ResponseStore,
+        *,
+        keepalive_after: float = KEEPALIVE_AFTER,
+        keepalive_every: float = KEEPALIVE_EVERY,
+    ) -> None:
+        self.gateway = app.gateway
+        self.max_body_bytes = app.config.server.max_body_bytes
+        self.keepalive_after = keepalive_after
+        self.keepalive_every = keepalive_every
+        self._store = store
+        # The store while it is open (None: a 503).
+        self.store: ResponseStore | None = None
+
+    async def startup(self) -> None:
+        await self._store.open()
+        self.store = self._store
+        log.info("response store open", extra={"fields": {"store": self._store.dialect}})
+
+    async def shutdown(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            await store.close()
+
+    def _open(self) -> ResponseStore:
+        if self.store is None:
+            raise _STORE_CLOSED
+        return self.store
+
+    # POST /v1/responses
+
+    async def create(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        fields["api"] = "responses"
+        body = await read_json(scope, receive, self.max_body_bytes)
+        store = self._open()
+        owner = owner_of(scope)
+        history: list[dict[str, Any]] = []
+        previous = body.get("previous_response_id") if isinstance(body, dict) else None
+        if isinstance(previous, str) and previous:
+            try:
+                chain = await store.chain(owner, previous)
+            except NotFound:
+                raise _not_found(previous, "previous_response_id") from None
+            except StoreError as exc:
+                raise _store_failed(exc) from None
+            for earlier in chain:
+                history += earlier.input_items
+                history += earlier.output_items
+        try:
+            key = await store.secret(SEAL_SECRET)
+        except StoreError as exc:
+            raise _store_failed(exc) from None
+        try:
+            translated = translate_request(
+                body,
+                history=history,
+                unseal=functools.partial(unseal_reasoning, key),
+                new_id=_new_id,
+            )
+        except ResponsesRequestError as exc:
+            raise request_error(exc.message, param=exc.param) from None
+        request = validate_chat_request(translated.chat)
+        if translated.cache_key and "prompt_cache_key" not in request:
+            # The policy keeps one key's calls on one deployment (svir.policy.resilience.pick).
+            request["prompt_cache_key"] = translated.cache_key
+        fields["stream"] = translated.stream
+        headers = {"x-request-id": rid}
+        if translated.warnings:
+            headers[WARNING_HEADER] = warning_header(translated.warnings)
+        user = request.get("user")
+        ctx = new_call_context(
+            scope, rid, "responses", client_user=user if isinstance(user, str) else None
+        )
+        response_id = "resp_" + unique_id()
+        encoder = ResponseStreamEncoder(
+            id=response_id,
+            model=str(body["model"]),
+            created_at=int(time.time()),
+            # The chain it continues is state, the front end's: the response names it.
+            echo={**translated.echo, "previous_response_id": translated.previous_response_id},
+            summary=translated.summary,
+            names=translated.names,
+            seal=_sealer(key) if translated.include_encrypted else None,
+            taken_call_ids=_call_ids(translated.chat),
+        )
+        keep: Callable[[], Awaitable[None]] | None = None
+        if translated.store:
+
+            def record() -> StoredResponse:
+                return StoredResponse(
+                    id=response_id,
+                    owner=owner,
+                    created_at=time.time(),
+                    model=str(body["model"]),
+                    previous_response_id=translated.previous_response_id,
+                    input_items=list(translated.input_items),
+                    output_items=encoder.output_items,
+                    response=encoder.response,
+                )
+
+            keep = functools.partial(_keep, store, record)
+        work = self._serve(ctx, request, encoder, keep, send=send, headers=headers)
+        return await until_disconnect(receive, work)
+
+    async def _serve(
+        self,
+        ctx: CallContext,
+        request: dict[str, Any],
+        encoder: ResponseStreamEncoder,
+        keep: Callable[[], Awaitable[None]] | None,
+        *,
+        send: Send,
+        headers: dict[str, str],
+    ) -> int:
+        stream = bool(request.get("stream"))
+        early = EarlyStart(
+            send,
+            headers,
+            self.keepalive_after,
+            self.keepalive_every,
+            stream=stream,
+            first=encoder.start,
+            ping=encoder.keepalive,
+            fail=encoder.error,
+        )
+        call, started = await early.open(self.gateway.open_chat(ctx, request))
+        if call is None:
+            return 200  # the started stream ended with the failure
+        merge_headers(headers, call.headers)
+        try:
+            if not stream:
+                await self._answer(call, encoder, keep, send, headers)
+                return 200
+            frames = _frames(call, encoder, keep, start=not started)
+
+            def ends(data: bytes) -> bool:
+                # The piece that ends the response is the last: it goes with the body's end.
+                return encoder.ended
+
+            if not started:
+                await send_stream(send, frames, headers, last=ends)
+                return 200
+            async for data in frames:
+                more = not encoder.ended
+                await send({"type": "http.response.body", "body": data, "more_body": more})
+                if not more:
+                    async for _ in frames:
+                        pass
+                    return 200
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return 200
+        finally:
+            call.close()  # at once, also when cancelled: the upstream stops with the client
+
+    async def _answer(
+        self,
+        call: ChatCall,
+        encoder: ResponseStreamEncoder,
+        keep: Callable[[], Awaitable[None]] | None,
+        send: Send,
+        headers: dict[str, str],
+    ) -> None:
+        """The answer not streamed: the response object the stream would have ended with (a
+        failure is an HTTP error)."""
+        encoder.start()
+        encode = encoder.encode
+        async for events in call.events():
+            for event in events:
+                if type(event) is StreamError:
+                    raise GatewayError(to_client_error(event.error), event.error)
+                encode(event)
+        if keep is not None:
+            await keep()
+        await send_json(send, 200, encoder.response, headers)
+
+    # GET /v1/responses/{id}, DELETE, input_items
+
+    async def _record(self, scope: Scope) -> StoredResponse:
+        response_id: str = scope["path_params"]["response_id"]
+        try:
+            return await self._open().get(owner_of(scope), response_id)
+        except NotFound:
+            raise _not_found(response_id) from None
+        except StoreError as exc:
+            raise _store_failed(exc) from None
+
+    async def retrieve(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        record = await self._record(scope)
+        await send_json(send, 200, record.response, {"x-request-id": rid})
+        return 200
+
+    async def delete(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        response_id: str = scope["path_params"]["response_id"]
+        try:
+            await self._open().delete(owner_of(scope), response_id)
+        except NotFound:
+            raise _not_found(response_id) from None
+        except StoreError as exc:
+            raise _store_failed(exc) from None
+        answer = {"id": response_id, "object": "response", "deleted": True}
+        await send_json(send, 200, answer, {"x-request-id": rid})
+        return 200
+
+    async def input_items(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        limit, after, order = page_query(query_params(scope), "desc")
+        record = await self._record(scope)
+        items = record.input_items if order == "asc" else record.input_items[::-1]
+        if after is not None:
+            at = next((i for i, item in enumerate(items) if item.get("id") == after), None)
+            if at is None:
+                raise request_error(
+                    f"after: {after!r} is not an id in this list",
+                    param="after",
+                    code="invalid_cursor",
+                )
+            items = items[at + 1 :]
+        page = list_object(items[:limit], len(items) > limit)
+        await send_json(send, 200, page, {"x-request-id": rid})
+        return 200
+
+
+async def _keep(store: ResponseStore, record: Callable[[], StoredResponse]) -> None:
+    """Write the finished response. A store that fails costs the continuation, not the answer
+    the client is being sent: logged, and the answer goes on."""
+    stored = record()
+    try:
+        await store.put(stored)
+    except StoreError as exc:
+        log.warning(
+            "response not stored", extra={"fields": {"response_id": stored.id, "error": str(exc)}}
+        )
+
+
+async def _frames(
+    call: ChatCall,
+    encoder: ResponseStreamEncoder,
+    keep: Callable[[], Awaitable[None]] | None,
+    *,
+    start: bool,
+) -> AsyncIterator[bytes]:
+    """The stream's SSE bytes, batch by batch. The response is kept (`keep`) before the batch
+    that ends it is sent; a call that ends without its end gets `response.failed`."""
+    head = encoder.start() if start else b""
+    encode = encoder.encode
+    pending = keep
+    async for events in call.events():
+        data = b"".join([encode(event) for event in events])
+        if pending is not None and encoder.ended:
+            await pending()
+            pending = None
+        if head:
+            data, head = head + data, b""
+        if data:
+            yield data
+    if not encoder.ended:
+        yield head + encoder.close()

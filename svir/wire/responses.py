@@ -1,0 +1,689 @@
+"""OpenAI's Responses API as svir's front end writes it: the canonical events out as the Responses
+SSE stream (`ResponseStreamEncoder`), whose output items are also the response object a client
+that did not stream gets, and svir's errors as the `error` of a failed response.
+
+The request side (a Responses request to the canonical chat request, and the sealing of
+reasoning) is svir.wire.responses_request. Everything here is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from svir.wire.classify import ClientError, to_client_error
+from svir.wire.events import (
+    ContentFilter,
+    Done,
+    Event,
+    Finish,
+    Keepalive,
+    ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
+    RefusalDelta,
+    Role,
+    StreamError,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+)
+
+__all__ = [
+    "INCOMPLETE_REASONS",
+    "ResponseStreamEncoder",
+    "failure",
+    "response_usage",
+]
+
+# The canonical finishes that end a response as `incomplete`, and the reason it then gives.
+INCOMPLETE_REASONS: Final[Mapping[str, str]] = {
+    "length": "max_output_tokens",
+    "content_filter": "content_filter",
+}
+
+_OVERFLOW_CODES: Final = frozenset({"context_length_exceeded", "context_window_exceeded"})
+# Codex reads the wait of a rate-limit failure from its message with this pattern
+# (codex-rs/codex-api/src/sse/responses.rs, `rate_limit_regex`), as OpenAI words it.
+_WAIT_SAID: Final = re.compile(r"(?i)try again in\s*\d+(?:\.\d+)?\s*(?:s|ms|seconds?)\b")
+
+# The fields of the response object svir fills when the request's `echo` leaves them out: what
+# OpenAI answers for a request that did not set them (the SDK's `Response` requires
+# `parallel_tool_calls`, `tool_choice` and `tools`).
+_DEFAULTS: Final[Mapping[str, Any]] = {
+    "instructions": None,
+    "max_output_tokens": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "previous_response_id": None,
+    "reasoning": {"effort": None, "summary": None},
+    "store": True,
+    "temperature": None,
+    "text": {"format": {"type": "text"}},
+    "tool_choice": "auto",
+    "tools": [],
+    "top_p": None,
+    "truncation": "disabled",
+    "user": None,
+}
+# The fields the encoder owns, whatever `echo` holds.
+_OWN: Final = frozenset(
+    {"id", "object", "created_at", "status", "model", "output", "usage", "error",
+     "incomplete_details"}
+)  # fmt: skip
+
+_enc = msgspec.json.encode
+
+
+def response_usage(u: Usage | None) -> dict[str, Any] | None:
+    """The Responses usage object for the upstream's counts (None when it reported none): the
+    details OpenAI always gives are 0 when the server left them out (Codex requires both)."""
+    if u is None:
+        return None
+    return {
+        "input_tokens": u.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": u.cached_tokens or 0},
+        "output_tokens": u.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens or 0},
+        "total_tokens": u.total_tokens,
+    }
+
+
+def _seconds(wait: float) -> str:
+    """A wait as OpenAI writes it in a rate-limit message: `7s`, `6.5s`, `120ms`."""
+    if wait < 1:
+        return f"{max(1, math.ceil(wait * 1000))}ms"
+    if wait == int(wait):
+        return f"{int(wait)}s"
+    return f"{math.ceil(wait * 1000) / 1000:g}s"
+
+
+def failure(ce: ClientError, *, retry_after: float | None = None) -> dict[str, Any]:
+    """The `error` of a failed response for svir's error `ce`, with the codes clients act on: a
+    context overflow is `context_length_exceeded` (Codex compacts its history on it), a rate
+    limit `rate_limit_exceeded` with the wait in its message ("Please try again in 7s", which
+    Codex reads before it retries), any 5xx `server_error` (retried); any other keeps svir's code
+    (`invalid_prompt` without one). The wait is `retry_after`, else the error's Retry-After."""
+    message = ce.message
+    if ce.code in _OVERFLOW_CODES:
+        code = "context_length_exceeded"
+    elif ce.status == 429 or ce.code == "rate_limit_exceeded":
+        code = "rate_limit_exceeded"
+        if retry_after is None:
+            try:
+                retry_after = float(ce.headers.get("Retry-After", ""))
+            except ValueError:
+                retry_after = None
+        if (
+            retry_after is not None
+            and math.isfinite(retry_after)
+            and retry_after >= 0
+            and not _WAIT_SAID.search(message)
+        ):
+            message = f"{message.rstrip()} Please try again in {_seconds(retry_after)}.".lstrip()
+    elif ce.status >= 500:
+        code = "server_error"
+    else:
+        code = ce.code or "invalid_prompt"
+    return {"code": code, "message": message, "type": ce.type, "param": ce.param}
+
+
+class _Held:
+    """An item that waits for the live function call to close: a later call (its arguments
+    gathered), or text, refusal or reasoning that came after the calls began."""
+
+    __slots__ = ("kind", "parts", "start")
+
+    def __init__(self, kind: str, start: ToolCallStart | None = None) -> None:
+        self.kind = kind  # "output_text", "refusal", "reasoning" or "function_call"
+        self.start = start
+        self.parts: list[str] = []
+
+
+class ResponseStreamEncoder:
+    """Canonical events in, the Responses API's SSE stream out, for one response; the output items
+    it wrote are the response object (`response`) the front end stores and answers a client that
+    did not stream with.
+
+    The stream is `response.created` then `response.in_progress` (`start`, each with the response
+    object under `response`, its output empty), output items, then one end: `response.completed`
+    (usage), `response.incomplete` (`incomplete_details.reason` `max_output_tokens` for a length
+    finish, `content_filter` for a filter's), or `response.failed` (`error`, see `failure`).
+    Every event has `type` and a `sequence_number` rising from 0. Items come one at a time, each
+    `response.output_item.added`, its events, `response.output_item.done`:
+
+    - reasoning is a `reasoning` item (`rs_…`): with a `summary` asked for, one summary part
+      (`reasoning_summary_part.added`, `reasoning_summary_text.delta` with `summary_index`,
+      `.done`, `reasoning_summary_part.done`), else `reasoning_text.delta` / `.done`
+      (`content_index`) and the text as its `content`; with `seal`, its `encrypted_content` is
+      `seal(text)`. An upstream's own seal (Anthropic's signature, a redacted block) has no
+      place in it and is not shown;
+    - text is a `message` item (`msg_…`, role assistant) with an `output_text` part
+      (`content_part.added`, `output_text.delta`, `output_text.done`, `content_part.done`); a
+      refusal is a `refusal` part of the same message (`refusal.delta` / `.done`). An item
+      opens on its first non-empty piece, so there is never an empty one;
+    - a tool call is a `function_call` item (`fc_…`) with its `call_id` (made unique when the
+      server's is empty, repeated, or one of `taken_call_ids`, the conversation's) and name (a
+      flat name in `names` as the `namespace` and `name` it stands for, as Codex reads a
+      namespaced call), its arguments as `function_call_arguments.delta` pieces then `.done`.
+
+    Switching between reasoning and text closes one item and opens the other. Once a call is
+    open it stays open until the answer ends, since servers interleave the pieces of several
+    calls and an item closed cannot take more: later calls, and text or reasoning after the calls
+    began, are held and written whole, each its own item, at the end.
+
+    A failure (`error`, or a `StreamError`) writes `response.failed` at once, with the items so
+    far (the open one `incomplete`) in its response, and no `output_item.done` for the open item:
+    a client must not run a call whose arguments were cut. `close` fails a stream whose events
+    ran out before its end, so that a stream never just ends. `keepalive` (and a `Keepalive`
+    event) is a `response.in_progress` event: a data event, since Codex's idle timeout counts
+    only events, and SSE comments are not events.
+    """
+
+    __slots__ = (
+        "_base",
+        "_call_ids",
+        "_error",
+        "_finish",
+        "_held",
+        "_held_calls",
+        "_item_base",
+        "_items",
+        "_live_call",
+        "_open",
+        "_open_index",
+        "_part",
+        "_part_index",
+        "_parts",
+        "_prefix",
+        "_seq",
+        "_started",
+        "_status",
+        "_usage",
+        "ended",
+        "id",
+        "model",
+        "names",
+        "seal",
+        "summary",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        model: str,
+        created_at: int,
+        echo: Mapping[str, Any],
+        summary: str | None,
+        names: Mapping[str, tuple[str, str]],
+        seal: Callable[[str], str] | None,
+        taken_call_ids: Iterable[str] = (),
+    ) -> None:
+        self.id = id
+        self.model = model
+        self.summary = summary
+        self.names = names
+        self.seal = seal
+        self.ended = False
+        base: dict[str, Any] = dict(_DEFAULTS)
+        base.update((k, v) for k, v in echo.items() if k not in _OWN)
+        self._base = {"id": id, "object": "response", "created_at": int(created_at), **base}
+        self._item_base = id[5:] if id.startswith("resp_") else id
+        self._seq = 0
+        self._started = False
+        self._status = "in_progress"
+        self._items: list[dict[str, Any]] = []  # the output, each item as it stands
+        self._open: str | None = None  # the open item's type
+        self._open_index = -1
+        self._part: str | None = None  # the open message part's type
+        self._part_index = -1
+        self._parts: list[str] = []  # the open part's (or reasoning's, or call's) pieces
+        self._prefix = b""  # the open text part's delta event, up to its delta
+        self._live_call: int | None = None
+        # The conversation's call ids count as used: a server that numbers its calls per answer
+        # (`call_0` every turn) would repeat one, and a client's next request would hold it twice.
+        self._call_ids: set[str] = set(taken_call_ids)
+        self._held: list[_Held] = []
+        self._held_calls: dict[int, _Held] = {}
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+        self._error: dict[str, Any] | None = None
+
+    # -- the object
+
+    @property
+    def started(self) -> bool:
+        """Whether `response.created` went out (before it, a failure can be an HTTP error)."""
+        return self._started
+
+    @property
+    def output_items(self) -> list[dict[str, Any]]:
+        """The output items as they stand (the open one with what it holds so far)."""
+        items = list(self._items)
+        if self._open is not None and not self.ended:
+            items[self._open_index] = self._snapshot("in_progress")
+        return items
+
+    @property
+    def response(self) -> dict[str, Any]:
+        """The response object as it stands; after the end, the final one."""
+        out = dict(self._base)
+        reason = INCOMPLETE_REASONS.get(self._finish or "")
+        out.update(
+            status=self._status,
+            model=self.model,
+            output=self.output_items,
+            usage=response_usage(self._usage),
+            error=self._error,
+            incomplete_details=(
+                {"reason": reason} if self._status == "incomplete" and reason else None
+            ),
+        )
+        return out
+
+    # -- the stream
+
+    def start(self) -> bytes:
+        """`response.created` and `response.in_progress`, if they have not gone out; every event
+        writes them first anyway."""
+        if self._started:
+            return b""
+        self._started = True
+        return self._lifecycle("response.created") + self._lifecycle("response.in_progress")
+
+    def keepalive(self) -> bytes:
+        """A `response.in_progress` event that keeps a client's idle timer from running out while
+        the upstream is silent (nothing once the stream ended)."""
+        if self.ended:
+            return b""
+        if not self._started:
+            return self.start()
+        return self._lifecycle("response.in_progress")
+
+    def encode(self, event: Event) -> bytes:
+        """The bytes for one event (possibly empty)."""
+        if self.ended:
+            return b""
+        if isinstance(event, TextDelta):
+            if self._part == "output_text" and self._live_call is None:  # the common case
+                return self._text_delta(event.text) if event.text else b""
+            return self._content("output_text", event.text)
+        if isinstance(event, ReasoningDelta):
+            return self._content("reasoning", event.text)
+        if isinstance(event, ToolCallDelta):
+            return self._tool_delta(event)
+        if isinstance(event, ToolCallStart):
+            return self._tool_start(event)
+        if isinstance(event, RefusalDelta):
+            return self._content("refusal", event.text)
+        if isinstance(event, Done):
+            return self._end()
+        if isinstance(event, Finish | Usage):
+            # Both are written at the end, in the response's status and usage.
+            if isinstance(event, Finish):
+                self._finish = event.reason
+            else:
+                self._usage = event
+            return self.start()
+        if isinstance(event, Keepalive):
+            return self.keepalive()
+        if isinstance(event, StreamError):
+            ce = to_client_error(event.error, before_first_byte=False)
+            return self.error(ce, retry_after=event.error.retry_after)
+        if isinstance(event, Role | ContentFilter | ReasoningSignature | RedactedReasoning):
+            return self.start()
+        raise TypeError(f"not an event: {event!r}")
+
+    def error(self, ce: ClientError, *, retry_after: float | None = None) -> bytes:
+        """End the stream with `response.failed` carrying `failure(ce)`, and nothing after it."""
+        if self.ended:
+            return b""
+        out = self.start()
+        if self._open is not None:
+            self._items[self._open_index] = self._snapshot("incomplete")
+        self._open = None
+        self._part = None
+        self.ended = True
+        self._status = "failed"
+        self._error = failure(ce, retry_after=retry_after)
+        return out + self._lifecycle("response.failed", self.response)
+
+    def close(self) -> bytes:
+        """The upstream's events ran out: a stream that has not ended fails (`server_error`)."""
+        if self.ended:
+            return b""
+        return self.error(
+            ClientError(
+                502,
+                "upstream_error",
+                "upstream_error",
+                "The model server's stream ended before the answer was complete.",
+            )
+        )
+
+    # -- framing
+
+    def _frame(self, type: str, fields: dict[str, Any]) -> bytes:
+        seq = self._seq
+        self._seq += 1
+        data = {"type": type, **fields, "sequence_number": seq}
+        return b"event: " + type.encode() + b"\ndata: " + _enc(data) + b"\n\n"
+
+    def _lifecycle(self, type: str, response: dict[str, Any] | None = None) -> bytes:
+        if response is None:
+            response = dict(self._base)
+            response.update(
+                status="in_progress", model=self.model, output=[], usage=None, error=None,
+                incomplete_details=None,
+            )  # fmt: skip
+        return self._frame(type, {"response": response})
+
+    # -- items
+
+    def _item_id(self, prefix: str) -> str:
+        return f"{prefix}_{self._item_base}_{len(self._items)}"
+
+    def _add(self, item: dict[str, Any]) -> bytes:
+        self._open_index = len(self._items)
+        self._open = item["type"]
+        self._items.append(item)
+        return self._frame(
+            "response.output_item.added", {"output_index": self._open_index, "item": item}
+        )
+
+    def _snapshot(self, status: str) -> dict[str, Any]:
+        """The open item with what it holds so far, in `status`."""
+        item = dict(self._items[self._open_index])
+        text = "".join(self._parts)
+        if self._open == "message":
+            content = list(item["content"])
+            if self._part is not None:
+                content.append(self._part_object(self._part, text))
+            item["content"] = content
+        elif self._open == "reasoning":
+            item.update(self._reasoning_fields(text, sealed=status != "in_progress"))
+        elif self._open == "function_call":
+            item["arguments"] = text
+        item["status"] = status
+        return item
+
+    def _content(self, kind: str, text: str) -> bytes:
+        if not text:
+            return self.start()
+        out = self.start()
+        if self._live_call is not None:
+            last = self._held[-1] if self._held else None
+            if last is None or last.kind != kind:
+                last = _Held(kind)
+                self._held.append(last)
+            last.parts.append(text)
+            return out
+        if kind == "reasoning":
+            if self._open != "reasoning":
+                out += self._close() + self._open_reasoning()
+            return out + self._reasoning_delta(text)
+        if self._open != "message":
+            out += self._close() + self._open_message()
+        if self._part != kind:
+            out += self._close_part() + self._open_part(kind)
+        if kind == "output_text":
+            return out + self._text_delta(text)
+        self._parts.append(text)
+        return out + self._frame(
+            "response.refusal.delta",
+            {
+                "item_id": self._items[self._open_index]["id"],
+                "output_index": self._open_index,
+                "content_index": self._part_index,
+                "delta": text,
+            },
+        )
+
+    def _close(self, status: str = "completed") -> bytes:
+        """Close the open item, if any: its last events and `output_item.done`."""
+        if self._open is None:
+            return b""
+        index = self._open_index
+        item_id = self._items[index]["id"]
+        text = "".join(self._parts)
+        out = b""
+        if self._open == "message":
+            out = self._close_part()
+        elif self._open == "reasoning":
+            if self.summary is not None:
+                part = {"type": "summary_text", "text": text}
+                ids = {"item_id": item_id, "output_index": index, "summary_index": 0}
+                out = self._frame(
+                    "response.reasoning_summary_text.done", {**ids, "text": text}
+                ) + self._frame("response.reasoning_summary_part.done", {**ids, "part": part})
+            else:
+                out = self._frame(
+                    "response.reasoning_text.done",
+                    {"item_id": item_id, "output_index": index, "content_index": 0, "text": text},
+                )
+        else:
+            out = self._frame(
+                "response.function_call_arguments.done",
+                {
+                    "item_id": item_id,
+                    "output_index": index,
+                    "name": self._items[index]["name"],
+                    "arguments": text,
+                },
+            )
+        item = self._snapshot(status)
+        self._items[index] = item
+        self._open = None
+        self._parts = []
+        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+
+    # -- messages
+
+    def _open_message(self) -> bytes:
+        item = {
+            "id": self._item_id("msg"),
+            "type": "message",
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        self._part = None
+        self._part_index = -1
+        return self._add(item)
+
+    @staticmethod
+    def _part_object(kind: str, text: str) -> dict[str, Any]:
+        if kind == "output_text":
+            return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "refusal", "refusal": text}
+
+    def _open_part(self, kind: str) -> bytes:
+        self._part = kind
+        self._part_index += 1
+        self._parts = []
+        item_id = self._items[self._open_index]["id"]
+        if kind == "output_text":
+            self._prefix = (
+                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                b'"item_id":'
+                + _enc(item_id)
+                + b',"output_index":'
+                + str(self._open_index).encode()
+                + b',"content_index":'
+                + str(self._part_index).encode()
+                + b',"delta":'
+            )
+        return self._frame(
+            "response.content_part.added",
+            {
+                "item_id": item_id,
+                "output_index": self._open_index,
+                "content_index": self._part_index,
+                "part": self._part_object(kind, ""),
+            },
+        )
+
+    def _text_delta(self, text: str) -> bytes:
+        self._parts.append(text)
+        seq = self._seq
+        self._seq += 1
+        return (
+            self._prefix
+            + _enc(text)
+            + b',"logprobs":[],"sequence_number":'
+            + str(seq).encode()
+            + b"}\n\n"
+        )
+
+    def _close_part(self) -> bytes:
+        if self._part is None:
+            return b""
+        kind = self._part
+        text = "".join(self._parts)
+        item = self._items[self._open_index]
+        ids = {
+            "item_id": item["id"],
+            "output_index": self._open_index,
+            "content_index": self._part_index,
+        }
+        if kind == "output_text":
+            out = self._frame("response.output_text.done", {**ids, "text": text, "logprobs": []})
+        else:
+            out = self._frame("response.refusal.done", {**ids, "refusal": text})
+        part = self._part_object(kind, text)
+        self._items[self._open_index] = {**item, "content": [*item["content"], part]}
+        self._part = None
+        self._parts = []
+        return out + self._frame("response.content_part.done", {**ids, "part": part})
+
+    # -- reasoning
+
+    def _reasoning_fields(self, text: str, *, sealed: bool) -> dict[str, Any]:
+        if self.summary is not None:
+            fields: dict[str, Any] = {
+                "summary": [{"type": "summary_text", "text": text}] if text else []
+            }
+        else:
+            fields = {"summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+        if self.seal is not None:
+            # Sealed once, when the item closes; a snapshot while it is open holds none yet.
+            fields["encrypted_content"] = self.seal(text) if sealed and text else None
+        return fields
+
+    def _open_reasoning(self) -> bytes:
+        item: dict[str, Any] = {
+            "id": self._item_id("rs"),
+            "type": "reasoning",
+            "status": "in_progress",
+            "summary": [],
+        }
+        if self.summary is None:
+            item["content"] = []
+        self._parts = []
+        out = self._add(item)
+        if self.summary is not None:
+            out += self._frame(
+                "response.reasoning_summary_part.added",
+                {
+                    "item_id": item["id"],
+                    "output_index": self._open_index,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                },
+            )
+        return out
+
+    def _reasoning_delta(self, text: str) -> bytes:
+        self._parts.append(text)
+        ids = {"item_id": self._items[self._open_index]["id"], "output_index": self._open_index}
+        if self.summary is not None:
+            return self._frame(
+                "response.reasoning_summary_text.delta", {**ids, "summary_index": 0, "delta": text}
+            )
+        return self._frame(
+            "response.reasoning_text.delta", {**ids, "content_index": 0, "delta": text}
+        )
+
+    # -- function calls
+
+    def _open_call(self, start: ToolCallStart) -> bytes:
+        # A call_id names one call: clients match their outputs to it (the SDK fails a response
+        # whose calls share one), so a server's empty or repeated id is made unique.
+        call_id = start.id
+        if not call_id or call_id in self._call_ids:
+            call_id = f"call_{self._item_base}_{len(self._items)}"
+        self._call_ids.add(call_id)
+        item: dict[str, Any] = {
+            "id": self._item_id("fc"),
+            "type": "function_call",
+            "status": "in_progress",
+            "call_id": call_id,
+            "name": start.name,
+            "arguments": "",
+        }
+        spaced = self.names.get(start.name)
+        if spaced is not None:
+            item["namespace"], item["name"] = spaced
+        self._parts = []
+        return self._add(item)
+
+    def _call_delta(self, arguments: str) -> bytes:
+        self._parts.append(arguments)
+        return self._frame(
+            "response.function_call_arguments.delta",
+            {
+                "item_id": self._items[self._open_index]["id"],
+                "output_index": self._open_index,
+                "delta": arguments,
+            },
+        )
+
+    def _tool_start(self, event: ToolCallStart) -> bytes:
+        out = self.start()
+        if self._live_call is not None:
+            held = _Held("function_call", event)
+            self._held.append(held)
+            self._held_calls[event.index] = held
+            return out
+        self._live_call = event.index
+        return out + self._close() + self._open_call(event)
+
+    def _tool_delta(self, event: ToolCallDelta) -> bytes:
+        if event.index == self._live_call:
+            return self._call_delta(event.arguments) if event.arguments else b""
+        # A later call's pieces wait with it (a piece of a call never started is not an event
+        # the decoder makes).
+        if event.index in self._held_calls:
+            self._held_calls[event.index].parts.append(event.arguments)
+        return b""
+
+    # -- the end
+
+    def _end(self) -> bytes:
+        out = self.start()
+        if self._held:
+            out += self._close()
+        self._live_call = None
+        for held in self._held:
+            if held.kind == "function_call":
+                assert held.start is not None
+                out += self._close() + self._open_call(held.start)
+                if held.parts:
+                    out += self._call_delta("".join(held.parts))
+            else:
+                out += self._content(held.kind, "".join(held.parts))
+        incomplete = self._finish in INCOMPLETE_REASONS
+        # The item open when a length or a filter cut the answer is the one cut.
+        out += self._close("incomplete" if incomplete else "completed")
+        self._held.clear()
+        self._held_calls.clear()
+        self.ended = True
+        self._status = "incomplete" if incomplete else "completed"
+        kind = "response.incomplete" if incomplete else "response.completed"
+        return out + self._lifecycle(kind, self.response)
