@@ -19,7 +19,7 @@ from svir.testing import MockRequest, MockResponse
 from tests.support.inprocess import InProcess, serve
 from tests.support.upstream import ScriptedUpstream
 
-LLAMA = "lab//models/muse-glimmer-30b-q4_k_m.gguf"
+LLAMA = "lab/muse-glimmer-30b-q4_k_m"  # listed by its file name (the router cleans a path)
 # A model the scripted server answers (three tokens); a llama.cpp server serves whatever it
 # loaded under any name, and says so in /props.
 TOK = "lab/tok-3"
