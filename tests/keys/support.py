@@ -116,7 +116,7 @@ class Harness:
         if "embeddings" in fronts:
             embeddings.install(self.app)
         if "responses" in fronts:
-            responses.install(self.app, SqlResponseStore(url))
+            responses.install(self.app, SqlResponseStore(self.config.store.url))
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None
