@@ -245,6 +245,9 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     parallel: int | None = None
     extra_args: tuple[str, ...] | None = None
     chat_template: str | None = None
+    # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
+    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
+    fim: bool | None = None
     # An embedding model: its server is started with `--embeddings`, and it answers
     # /v1/embeddings, /api/embed and /api/embeddings (docs/embeddings.md).
     embeddings: bool = False
@@ -252,9 +255,6 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # model's own, or "mean" for `pypi:gemma3-270m` (a chat model, whose own is none, which
     # /v1/embeddings refuses).
     pooling: str | None = None
-    # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
-    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
-    fim: bool | None = None
 
 
 class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -298,9 +298,9 @@ class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             parallel=entry.parallel if entry.parallel is not None else self.parallel,
             extra_args=entry.extra_args if entry.extra_args is not None else self.extra_args,
             chat_template=template,
+            fim=entry.fim,
             embeddings=entry.embeddings,
             pooling=entry.pooling or (_default_pooling(entry.path) if entry.embeddings else None),
-            fim=entry.fim,
         )
 
 

@@ -59,7 +59,7 @@ def replay() -> Iterator[ScriptedServer]:
 async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
     harness = Harness(
-        text, fronts=("ollama", "threads", "anthropic", "completions", "responses", "embeddings")
+        text, fronts=("ollama", "threads", "anthropic", "completions", "embeddings", "responses")
     )
     await harness.start()
     try:
@@ -158,6 +158,10 @@ ROUTES = [
     ("/api/chat", "ollama"),
     ("/api/generate", "ollama"),
     ("/api/show", "ollama"),
+    ("/api/pull", "ollama"),
+    ("/api/copy", "ollama"),
+    ("/api/create", "ollama"),
+    ("/api/push", "ollama"),
     ("/v1/messages", "anthropic"),
     ("/v1/messages/count_tokens", "anthropic"),
     ("/v1/threads", "openai"),

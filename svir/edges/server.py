@@ -70,8 +70,8 @@ def build_app(
     keys_service.install(app)
     # The client protocols, one line each (svir.frontends says where a new one goes).
     openai_chat.install(app)
-    embeddings.install(app)
     completions.install(app)
+    embeddings.install(app)
     ollama.install(app)
     anthropic.install(app)
     threads.install(app, thread_service(app))

@@ -160,10 +160,8 @@ class Tracing:
 
         def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             url = urlsplit(route.base_url)
-            # OpenTelemetry's names: "embeddings", "text_completion", "chat".
-            operation = ctx.operation
-            if operation == "chat" and is_completion(request):
-                operation = "text_completion"
+            # OpenTelemetry's names: "chat", "embeddings", "text_completion".
+            operation = "text_completion" if is_completion(request) else ctx.operation
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": operation,
                 "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),

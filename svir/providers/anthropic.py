@@ -52,7 +52,7 @@ KIND = ProviderKind(
     models_url=models_url,
     build_body=messages_body,
     new_decoder=AnthropicStreamDecoder,
+    completions=None,  # no text-completion endpoint
     # Anthropic has no embeddings API.
     embeddings=None,
-    completions=None,  # no text-completion endpoint
 )

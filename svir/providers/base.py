@@ -140,6 +140,12 @@ class ProviderKind:
     # decoder of the stream it answers with.
     build_body: BodyBuilder | None = None
     new_decoder: DecoderFactory = field(default=StreamDecoder)
+    # The text-completion API the server has (svir.wire.completions, docs/completions.md):
+    # llama-server's native `/completion` and `/infill`, OpenAI's `/v1/completions`, or none.
+    completions: CompletionDialect | None = "openai"
+    # Whether it fills in the middle (a `suffix`) by default: llama-server's `/infill` does with
+    # the model's FIM tokens; most OpenAI-compatible servers ignore or refuse a suffix.
+    fim: bool = False
     # Embeddings (svir.embeddings): the API the server has for them (None: it has none, and an
     # embedding request is refused before it is sent), where it lives, whether the server honours
     # `dimensions` (llama-server ignores it and answers full-size vectors, so svir refuses it
@@ -151,12 +157,6 @@ class ProviderKind:
     )
     embedding_dimensions: bool = True
     embeddings_base64: bool = False
-    # The text-completion API the server has (svir.wire.completions, docs/completions.md):
-    # llama-server's native `/completion` and `/infill`, OpenAI's `/v1/completions`, or none.
-    completions: CompletionDialect | None = "openai"
-    # Whether it fills in the middle (a `suffix`) by default: llama-server's `/infill` does with
-    # the model's FIM tokens; most OpenAI-compatible servers ignore or refuse a suffix.
-    fim: bool = False
 
     @property
     def speaks_openai(self) -> bool:

@@ -15,8 +15,8 @@ KIND = ProviderKind(
     reasoning_key="reasoning_content",
     discover=False,
     closed_models=True,
-    embedding_dimensions=False,
-    embeddings_base64=True,
     completions="llama",  # as `llamacpp`'s
     fim=True,
+    embedding_dimensions=False,
+    embeddings_base64=True,
 )

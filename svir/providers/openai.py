@@ -13,7 +13,7 @@ KIND = ProviderKind(
     reasoning_key=None,
     key_required=True,
     default_base_url="https://api.openai.com/v1",
-    embeddings_base64=True,
     # Its legacy `/v1/completions` (gpt-3.5-turbo-instruct) takes `suffix`.
     fim=True,
+    embeddings_base64=True,
 )

@@ -26,7 +26,8 @@ def _text_tokens(text: str) -> int:
 
 
 def estimate_prompt_tokens(request: dict[str, Any]) -> int:
-    """A cheap estimate of the prompt's tokens, before the server counts them."""
+    """A cheap estimate of the prompt's tokens (a chat's messages and tools, a completion's
+    prompt and suffix), before the server counts them."""
     units = 0  # quarter tokens
     images = 0
     messages = request.get("messages") or ()
@@ -59,6 +60,11 @@ def estimate_prompt_tokens(request: dict[str, Any]) -> int:
                         if isinstance(value, str):
                             units += _text_tokens(value)
     # A text completion (svir.wire.completions) has its prompt and suffix where messages go.
+    for key in ("prompt", "suffix"):
+        value = request.get(key)
+        if isinstance(value, str):
+            units += _text_tokens(value)
+    # A text completion's prompt and the suffix it fills up to (svir.wire.completions).
     for key in ("prompt", "suffix"):
         value = request.get(key)
         if isinstance(value, str):

@@ -111,12 +111,12 @@ class Harness:
             threads.install(self.app, thread_service(self.app))
         if "anthropic" in fronts:
             anthropic.install(self.app)
-        if "embeddings" in fronts:
-            embeddings.install(self.app)
         if "completions" in fronts:
             completions.install(self.app)
+        if "embeddings" in fronts:
+            embeddings.install(self.app)
         if "responses" in fronts:
-            responses.install(self.app, SqlResponseStore(url))
+            responses.install(self.app, SqlResponseStore(self.config.store.url))
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None
