@@ -1,7 +1,8 @@
-"""The typed context of one chat request: who asked and through which front end, and what became
-of the call. Every front end makes one and hands it to `Gateway.open_chat`; the policy and the key
-gate fill its outcome; the ledger, the metrics, the traces and the access log read it. When the
-call is over the key gate settles it into a `CallRecord`, the ledger's row.
+"""The typed context of one request's call (a chat, or embeddings: its `operation`): who asked and
+through which front end, and what became of the call. Every front end makes one and hands it to
+`Gateway.open_chat` (or `Gateway.open_embeddings`); the policy and the key gate fill its outcome;
+the ledger, the metrics, the traces and the access log read it. When the call is over the key
+gate settles it into a `CallRecord`, the ledger's row.
 
 The request's log fields about the call are written from it in one place (`CallContext.log_into`,
 when the request ends), so a log key is a name in a log line and nothing reads it back.

@@ -1,7 +1,7 @@
 """One embedding call: a checked embedding request (svir.wire.embeddings) over a route, the
 upstream's one JSON answer, the vectors.
 
-It has the shape of a `ChatCall` as the policy and the interceptors see it (svir.call.Call), so
+It has the shape of a `ChatCall` as the policy and the interceptors see it (svir.chat.Call), so
 that an embedding request goes through the same routing, retries, fallbacks, breakers, key gate,
 ledger, metrics and traces: `open()` sends the request and reads the whole answer, so that every
 failure is raised while the client has seen nothing; `close()` settles the stats and runs the
@@ -18,7 +18,6 @@ from typing import Any, Final
 import msgspec
 
 from svir.chat import (
-    Call,
     CallState,
     CallStats,
     CloseHook,
@@ -27,10 +26,10 @@ from svir.chat import (
     scrubbed,
     upstream_headers,
 )
-from svir.errors import GatewayError, request_error
+from svir.errors import GatewayError
 from svir.transport import Transport
 from svir.wire.blobs import Blobs
-from svir.wire.classify import to_client_error
+from svir.wire.classify import ClientError, to_client_error
 from svir.wire.embeddings import (
     EmbeddingAnswer,
     EmbeddingInputError,
@@ -39,7 +38,7 @@ from svir.wire.embeddings import (
     parse_ollama_answer,
     parse_openai_answer,
 )
-from svir.wire.errors import UpstreamError
+from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Usage
 
 __all__ = ["EMBEDDINGS_BODY_LIMIT", "EmbeddingCall"]
@@ -118,26 +117,26 @@ class EmbeddingCall:
         request = self.request
         name = route.provider.name
         if kind.embeddings is None:
-            raise request_error(
+            raise _refusal(
                 f"The provider {name!r} (kind {kind.name!r}) has no embeddings API; use a model "
                 "of a provider that embeds.",
-                code="unsupported_input",
-                param="model",
+                "unsupported_input",
+                "model",
             )
         if route.provider.managed is not None and not route.provider.embeds(route.model_id):
-            raise request_error(
+            raise _refusal(
                 f"The model {name}/{route.model_id} is not configured for embeddings: set "
                 f"embeddings = true under [providers.managed.models.{route.model_id}] (its "
                 "server then starts with --embeddings).",
-                code="unsupported_input",
-                param="model",
+                "unsupported_input",
+                "model",
             )
         if "dimensions" in request and not kind.embedding_dimensions:
-            raise request_error(
+            raise _refusal(
                 f"The provider {name!r} (kind {kind.name!r}) does not honour dimensions: its "
                 "server answers full-size vectors; leave dimensions out.",
-                code="unsupported_parameter",
-                param="dimensions",
+                "unsupported_parameter",
+                "dimensions",
             )
         try:
             if kind.embeddings == "ollama":
@@ -147,7 +146,7 @@ class EmbeddingCall:
                     request, route.model_id, base64_answer=kind.embeddings_base64
                 )
         except EmbeddingInputError as exc:
-            raise request_error(exc.message, param=exc.param) from None
+            raise _refusal(exc.message, "unsupported_input", exc.param) from None
         for field in self.drop_fields:
             body.pop(field, None)
         return _encode(body)
@@ -228,5 +227,9 @@ class EmbeddingCall:
         return round((time.perf_counter() - self.stats.started) * 1_000_000_000)
 
 
-def _is_call(call: EmbeddingCall) -> Call:
-    return call  # mypy checks here that an EmbeddingCall is a svir.call.Call
+def _refusal(message: str, code: str, param: str) -> GatewayError:
+    """A request this upstream cannot take, refused before it is sent: a 400 for the client, and
+    for the policy an UNSUPPORTED_INPUT failure, which goes on to a route's next deployment or
+    fallback (another may take it) and counts toward no breaker."""
+    err = UpstreamError(ErrorKind.UNSUPPORTED_INPUT, message, param=param)
+    return GatewayError(ClientError(400, "invalid_request_error", code, message, param), err)

@@ -84,6 +84,15 @@ def _is_token(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
+def _check_tokens(items: list[Any], where: str, param: str) -> None:
+    for j, token in enumerate(items):
+        if not _is_token(token):
+            raise EmbeddingInputError(
+                f"{where}[{j}] must be a token id (an integer, 0 or more), not {json_type(token)}",
+                param,
+            )
+
+
 def _inputs(value: Any, param: str, *, tokens: bool) -> list[str] | list[list[int]]:
     """The inputs as a list: a string is one input, an array of strings many; with `tokens`,
     an array of integers is one token array and an array of such arrays many."""
@@ -108,30 +117,18 @@ def _inputs(value: Any, param: str, *, tokens: bool) -> list[str] | list[list[in
                 )
         return value
     if tokens and type(first) is int:
-        for i, item in enumerate(value):
-            if not _is_token(item):
-                raise EmbeddingInputError(
-                    f"{param}[{i}] must be a token id (an integer, 0 or more), not "
-                    f"{json_type(item)}",
-                    param,
-                )
+        _check_tokens(value, param, param)
         return [value]
     if tokens and isinstance(first, list):
         for i, item in enumerate(value):
-            if not isinstance(item, list) or not item:
+            if not isinstance(item, list):
                 raise EmbeddingInputError(
-                    f"{param}[{i}] must be a non-empty array of token ids, not {json_type(item)}"
-                    if not isinstance(item, list)
-                    else f"{param}[{i}] must not be empty",
+                    f"{param}[{i}] must be a non-empty array of token ids, not {json_type(item)}",
                     param,
                 )
-            for j, token in enumerate(item):
-                if not _is_token(token):
-                    raise EmbeddingInputError(
-                        f"{param}[{i}][{j}] must be a token id (an integer, 0 or more), not "
-                        f"{json_type(token)}",
-                        param,
-                    )
+            if not item:
+                raise EmbeddingInputError(f"{param}[{i}] must not be empty", param)
+            _check_tokens(item, f"{param}[{i}]", param)
         return value
     raise EmbeddingInputError(
         f"{param}[0] must be a string{' or a token id' if tokens else ''}, not {json_type(first)}",

@@ -55,6 +55,11 @@ discover = false
 name = "code-embed"
 targets = [{ model = "e/down" }]
 fallbacks = ["e/ok"]
+
+[[routes]]
+name = "any-embed"
+targets = [{ model = "a/claude" }, { model = "l/bge" }]
+fallbacks = ["e/ok"]
 """
 
 
@@ -174,6 +179,17 @@ async def test_route_falls_back(svir: InProcess) -> None:
     assert r.status_code == 200, r.text
     assert r.headers["x-svir-served-model"] == "e/ok"
     assert [q.model for q in svir.transport.requests] == ["down", "down", "down", "ok"]
+
+
+async def test_a_deployment_that_cannot_take_it_goes_on_to_the_next(svir: InProcess) -> None:
+    # Anthropic has no embeddings, llama.cpp no dimensions: whichever is picked, the fallback
+    # serves, and nothing was sent anywhere else.
+    r = await svir.http.post(
+        "/v1/embeddings", json={"model": "any-embed", "input": "a", "dimensions": 4}
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-svir-served-model"] == "e/ok"
+    assert [q.url for q in svir.transport.requests] == ["http://embed.test/v1/embeddings"]
 
 
 async def test_every_upstream_failing_is_the_error(svir: InProcess) -> None:

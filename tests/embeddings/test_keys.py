@@ -1,5 +1,6 @@
 """Embedding calls pass the key gate as chat calls do: a key's models, its token rate and budgets
-(the inputs' tokens count, the answer allowance does not), one ledger row each, and /metrics."""
+(the inputs' tokens count, the answer allowance does not), one ledger row each, /metrics, and an
+attempt's span."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from svir.testing import MockServer
+from tests.keys.support import Harness
 from tests.support.embedder import Embedder
 from tests.support.inprocess import InProcess, serve
 
@@ -124,3 +129,33 @@ async def test_ledger_row_and_metrics(svir: InProcess) -> None:
     assert 'svir_tokens_total{model="e/m",provider="e",kind="prompt"} 7' in text
     assert 'svir_chat_requests_total{model="e/m"' not in text
     assert 'svir_upstream_attempts_total{provider="e",outcome="ok"} 2' in text
+
+
+async def test_an_attempt_span_says_embeddings(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    async with MockServer(Embedder()) as up:
+        text = f"""
+[store]
+url = "sqlite:///{tmp_path / "t.db"}"
+[telemetry]
+otel = true
+[[providers]]
+name = "e"
+kind = "openai-compatible"
+base_url = "{up.base_url}"
+discover = false
+"""
+        h = await Harness(text, span_exporter=exporter, fronts=("embeddings",)).start()
+        try:
+            assert h.http is not None
+            r = await h.http.post("/v1/embeddings", json={"model": "e/m", "input": ["a b"]})
+            assert r.status_code == 200, r.text
+        finally:
+            await h.stop()
+    [attempt] = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    assert attempt.name == "embeddings m"
+    attrs = attempt.attributes or {}
+    assert attrs["gen_ai.operation.name"] == "embeddings"
+    assert attrs["gen_ai.request.model"] == "m"
+    assert attrs["gen_ai.usage.input_tokens"] == 3
+    assert "error.type" not in attrs

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from svir.wire.classify import classify_http_error, to_client_error
 from svir.wire.embeddings import (
     MAX_INPUTS,
     EmbeddingAnswer,
@@ -370,3 +371,29 @@ def test_fuzz_answers(raw: bytes, count: int) -> None:
         assert len(got.vectors) == count
         for vector in got.vectors:
             assert isinstance(decode_vector(vector), list)
+
+
+# Classification: a server that cannot embed says so in its words (llama-server, as seen)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (
+            501,
+            b'{"error":{"code":501,"message":"This server does not support embeddings. Start it'
+            b' with `--embeddings`","type":"not_supported_error"}}',
+        ),
+        (
+            400,
+            b'{"error":{"code":400,"message":"Pooling type \'none\' is not OAI compatible. Please'
+            b' use a different pooling type","type":"invalid_request_error"}}',
+        ),
+        (500, b'{"error":"\\"llama3.2\\" does not support embeddings"}'),
+    ],
+)
+def test_a_server_that_cannot_embed_is_unsupported_input(status: int, body: bytes) -> None:
+    err = classify_http_error(status, {"Content-Type": "application/json"}, body)
+    assert err.kind is ErrorKind.UNSUPPORTED_INPUT
+    assert not err.retryable
+    assert to_client_error(err).status == 400
