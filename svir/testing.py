@@ -59,6 +59,7 @@ from svir.transport import (
     error_body_timeout,
     first_byte_timeout,
     idle_timeout,
+    too_large,
 )
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -269,7 +270,13 @@ class MockTransport:
         return stream
 
     async def get_json_bytes(
-        self, url: str, *, headers: Mapping[str, str], timeout: float, body: bytes | None = None
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: float,
+        body: bytes | None = None,
+        limit: int = JSON_BODY_LIMIT,
     ) -> bytes:
         method = "GET" if body is None else "POST"
         try:
@@ -277,11 +284,14 @@ class MockTransport:
                 response, answer_headers = await self._answer(
                     MockRequest(method, url, Headers(list(headers.items())), body or b"")
                 )
-                answer = await _read(_chunks(response.body), JSON_BODY_LIMIT)
+                read = JSON_BODY_LIMIT if response.status >= 300 else limit + 1
+                answer = await _read(_chunks(response.body), read)
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None
         if response.status >= 300:
             raise classify_http_error(response.status, answer_headers, answer, now=self._clock())
+        if len(answer) > limit:
+            raise too_large(limit)
         return answer
 
     async def close(self) -> None:

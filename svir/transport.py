@@ -28,11 +28,17 @@ __all__ = [
     "error_answer",
     "first_byte_timeout",
     "idle_timeout",
+    "too_large",
 ]
 
 ERROR_BODY_LIMIT = 65536  # bytes of an error answer's body read for its classification
 ERROR_BODY_TIMEOUT = 5.0  # s an error answer's body is waited for
 JSON_BODY_LIMIT = 4 << 20  # bytes of a GET's body (model lists)
+
+
+def too_large(limit: int) -> UpstreamError:
+    """The failure of an answer longer than svir reads."""
+    return UpstreamError(ErrorKind.PROTOCOL, f"the upstream's answer is larger than {limit} bytes")
 
 
 AUTH_BODY_TIMEOUT = 1.0  # s an auth error's body is waited for: some servers stall it
@@ -116,8 +122,9 @@ class StreamResponse(Protocol):
 
 
 class Transport(Protocol):
-    """Open a streamed POST, or fetch a small JSON body (a GET, or a POST of `body`: llama.cpp's
-    tokenizer); failures are classified UpstreamErrors."""
+    """Open a streamed POST, or fetch a JSON body of at most `limit` bytes (a GET, or a POST of
+    `body`: llama.cpp's tokenizer, an embeddings request); failures are classified
+    UpstreamErrors, and a body past `limit` is one (PROTOCOL)."""
 
     async def open_stream(
         self,
@@ -129,7 +136,13 @@ class Transport(Protocol):
     ) -> StreamResponse: ...
 
     async def get_json_bytes(
-        self, url: str, *, headers: Mapping[str, str], timeout: float, body: bytes | None = None
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: float,
+        body: bytes | None = None,
+        limit: int = JSON_BODY_LIMIT,
     ) -> bytes: ...
 
     async def close(self) -> None: ...

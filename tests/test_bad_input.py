@@ -31,12 +31,15 @@ from svir.config import parse_config
 from svir.edges import managed
 from svir.edges.app import App
 from svir.edges.server import thread_service
-from svir.frontends import ollama, openai_chat, threads
+from svir.frontends import embeddings, ollama, openai_chat, threads
 from svir.log import JSONFormatter
+from svir.policy.resilience import Timing
 from svir.providers.adapt import AnswerValidator
+from svir.testing import MockTransport
 from svir.threads.service import ThreadService
 from svir.wire.events import Finish, StreamError, TextDelta
 from tests.keys.support import ADMIN_KEY, Harness, config_text
+from tests.support.embedder import Embedder
 from tests.support.stub import down_upstream_app
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
@@ -55,7 +58,9 @@ def replay() -> Iterator[ScriptedServer]:
 @pytest.fixture
 async def svir(replay: ScriptedServer, tmp_path: Path) -> AsyncIterator[Harness]:
     text = config_text(replay.base_url, f"sqlite:///{tmp_path / 'svir.db'}")
-    harness = Harness(text, fronts=("ollama", "threads", "anthropic", "completions", "responses"))
+    harness = Harness(
+        text, fronts=("ollama", "threads", "anthropic", "completions", "embeddings", "responses")
+    )
     await harness.start()
     try:
         yield harness
@@ -153,6 +158,10 @@ ROUTES = [
     ("/api/chat", "ollama"),
     ("/api/generate", "ollama"),
     ("/api/show", "ollama"),
+    ("/api/pull", "ollama"),
+    ("/api/copy", "ollama"),
+    ("/api/create", "ollama"),
+    ("/api/push", "ollama"),
     ("/v1/messages", "anthropic"),
     ("/v1/messages/count_tokens", "anthropic"),
     ("/v1/threads", "openai"),
@@ -161,6 +170,9 @@ ROUTES = [
     ("/v1/threads/{thread}/continue", "openai"),
     ("/v1/responses", "openai"),
     ("/admin/keys", "openai"),
+    ("/v1/embeddings", "openai"),
+    ("/api/embed", "ollama"),
+    ("/api/embeddings", "ollama"),
 ]
 
 
@@ -338,6 +350,7 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
         raise RuntimeError("boom: svir's own bug")
 
     monkeypatch.setattr(svir.app.gateway, "open_chat", broken)
+    monkeypatch.setattr(svir.app.gateway, "open_embeddings", broken)
     monkeypatch.setattr(svir.app, "models", broken)
     monkeypatch.setattr(ThreadService, "get", broken)
     body = {"model": CASE, "messages": HI, "stream": True}
@@ -351,6 +364,8 @@ async def test_an_unexpected_failure_is_a_json_500_in_each_front_ends_shape(
         ("GET", "/v1/models", None, "openai"),
         ("GET", "/api/tags", None, "ollama"),
         ("GET", f"/v1/threads/{thread}", None, "openai"),
+        ("POST", "/v1/embeddings", {"model": CASE, "input": "x"}, "openai"),
+        ("POST", "/api/embed", {"model": CASE, "input": "x"}, "ollama"),
     ]
     for n, (method, path, payload, shape) in enumerate(calls):
         rid = f"broken-{n}"
@@ -481,6 +496,70 @@ async def test_chat_completions_answers_only_openai_errors(stub_app: App, body: 
         r = await client.post("/v1/chat/completions", content=msgspec.json.encode(body))
     assert r.status_code in (400, 404, 502), (r.status_code, r.text)
     assert_openai_error(r, r.status_code)
+
+
+EMBED_CONFIG = """
+[[providers]]
+name = "lab"
+kind = "openai-compatible"
+base_url = "http://embed.test/v1"
+discover = false
+"""
+
+
+@pytest.fixture
+def embed_app() -> App:
+    async def no_wait(seconds: float) -> None:
+        pass
+
+    app = App(
+        parse_config(EMBED_CONFIG),
+        {},
+        transport=MockTransport(Embedder()),
+        timing=Timing(sleep=no_wait),
+    )
+    embeddings.install(app)
+    ollama.install(app)
+    return app
+
+
+embed_bodies = st.builds(
+    lambda base, extra: {**base, **extra},
+    st.fixed_dictionaries(
+        {
+            "model": mostly(st.sampled_from(["lab/m", "lab/", "nope/m", "lab/down", "lab/short"])),
+            "input": mostly(st.sampled_from(["a", ["a", "b"], [1, 2], [[1], [2]]])),
+        }
+    ),
+    st.dictionaries(
+        st.sampled_from(["encoding_format", "dimensions", "user", "prompt", "truncate", "options"]),
+        json_values | st.sampled_from(["base64", "float", 4, True]),
+        max_size=3,
+    ),
+)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(body=embed_bodies | json_values, route=st.sampled_from(ROUTES[-3:]))
+async def test_embedding_routes_answer_only_their_errors(
+    embed_app: App, body: Any, route: tuple[str, str]
+) -> None:
+    path, shape = route
+    transport = httpx.ASGITransport(app=embed_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svir") as client:
+        r = await client.post(path, content=msgspec.json.encode(body))
+    # 502 for the upstream that is down, 503 once its breaker opens.
+    assert r.status_code in (200, 400, 404, 502, 503), (r.status_code, r.text)
+    if r.status_code == 200:
+        return
+    if shape == "openai":
+        assert_openai_error(r, r.status_code)
+    else:
+        assert_ollama_error(r, r.status_code)
 
 
 # Managed models: what a client is told when one does not start, and which ones exist.

@@ -113,7 +113,10 @@ def test_deterministic_and_non_streamed_agrees(client: openai.OpenAI) -> None:
 def test_any_model_id_is_answered(client: openai.OpenAI) -> None:
     # llama.cpp serves one model and answers a request for any id with it (§2.1).
     stream = client.chat.completions.create(
-        model="lab/no-such-model", messages=[{"role": "user", "content": "Hi"}], stream=True, max_tokens=4
+        model="lab/no-such-model",
+        messages=[{"role": "user", "content": "Hi"}],
+        stream=True,
+        max_tokens=4,
     )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
@@ -158,7 +161,9 @@ def test_context_overflow_is_context_length_exceeded(client: openai.OpenAI) -> N
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as info:
             r = client.chat.completions.create(
-                model="tiny/gemma", messages=[{"role": "user", "content": long_prompt}], stream=stream
+                model="tiny/gemma",
+                messages=[{"role": "user", "content": long_prompt}],
+                stream=stream,
             )
             if stream:
                 list(r)  # type: ignore[call-overload]

@@ -31,9 +31,7 @@ def replay() -> Iterator[ScriptedServer]:
 
 
 @pytest.fixture(scope="module")
-def svir(
-    replay: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SvirProcess]:
+def svir(replay: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SvirProcess]:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     config = f"""
 [server]
@@ -344,7 +342,17 @@ def test_unknown_provider_is_404_listing_providers(client: openai.OpenAI) -> Non
         ({"model": "plain/x", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
         ({"model": "plain/x", "messages": []}, "messages"),
         ({"model": 5, "messages": [{"role": "user", "content": "hi"}]}, "model"),
-        ({"model": "plain/x", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "has space", "schema": {}}}}, "response_format.json_schema.name"),
+        (
+            {
+                "model": "plain/x",
+                "messages": [{"role": "user", "content": "hi"}],
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "has space", "schema": {}},
+                },
+            },
+            "response_format.json_schema.name",
+        ),
         ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
     ],
 )
@@ -384,9 +392,7 @@ def test_request_ids(svir: SvirProcess) -> None:
     assert "sk-upstream-secret" not in svir.log()
 
 
-def test_client_disconnect_cancels_the_upstream(
-    svir: SvirProcess, replay: ScriptedServer
-) -> None:
+def test_client_disconnect_cancels_the_upstream(svir: SvirProcess, replay: ScriptedServer) -> None:
     replay.clear()
     body = {
         "model": "plain/slow-drip",
@@ -508,7 +514,9 @@ def test_corpus_dir_is_the_one_the_decoder_tests_use() -> None:
     assert Path(__file__).parent / "conformance" / "decoder" == CORPUS_DIR
 
 
-def test_images_go_upstream_as_one_text_part_then_data_urls(client: openai.OpenAI, replay: ScriptedServer) -> None:
+def test_images_go_upstream_as_one_text_part_then_data_urls(
+    client: openai.OpenAI, replay: ScriptedServer
+) -> None:
     png = "data:image/png;base64,iVBORw0KGgo="
     replay.clear()
     client.chat.completions.create(
@@ -540,12 +548,23 @@ def test_text_files_go_upstream_wrapped(client: openai.OpenAI, replay: ScriptedS
             {"type": "file", "file": {"filename": 'a"b.csv', "file_data": f"data:text/csv;base64,{data}"}},
         ]}],
     )  # fmt: skip
-    assert replay.last.body["messages"][0]["content"] == 'sum it\n<file name="a&quot;b.csv">\ncol1,col2\n1,2\n</file>'
+    assert (
+        replay.last.body["messages"][0]["content"]
+        == 'sum it\n<file name="a&quot;b.csv">\ncol1,col2\n1,2\n</file>'
+    )
 
 
-def test_kimi_drops_temperature_and_disables_thinking(client: openai.OpenAI, replay: ScriptedServer) -> None:
+def test_kimi_drops_temperature_and_disables_thinking(
+    client: openai.OpenAI, replay: ScriptedServer
+) -> None:
     replay.clear()
-    client.chat.completions.create(model="moon/llama-cpp", messages=[{"role": "user", "content": "hi"}], temperature=0.7, top_p=0.9, stop=["x"])
+    client.chat.completions.create(
+        model="moon/llama-cpp",
+        messages=[{"role": "user", "content": "hi"}],
+        temperature=0.7,
+        top_p=0.9,
+        stop=["x"],
+    )
     body = replay.last.body
     assert "temperature" not in body and "top_p" not in body
     assert body["thinking"] == {"type": "disabled"}
@@ -554,7 +573,14 @@ def test_kimi_drops_temperature_and_disables_thinking(client: openai.OpenAI, rep
 
 def test_azure_deployment_url_and_key_header(client: openai.OpenAI, replay: ScriptedServer) -> None:
     replay.clear()
-    got = collect(client.chat.completions.create(model="az/azure-async-flagged", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=5))
+    got = collect(
+        client.chat.completions.create(
+            model="az/azure-async-flagged",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            max_tokens=5,
+        )
+    )
     # A block revealed only by a verdict after the model's stop ends as a content-filter finish.
     assert got["finish"] == "content_filter"
     rec = replay.last
@@ -565,19 +591,49 @@ def test_azure_deployment_url_and_key_header(client: openai.OpenAI, replay: Scri
     assert rec.body["max_completion_tokens"] == 5 and "max_tokens" not in rec.body
 
 
-def test_large_images_reach_the_upstream_intact(client: openai.OpenAI, replay: ScriptedServer, svir: SvirProcess) -> None:
+def test_large_images_reach_the_upstream_intact(
+    client: openai.OpenAI, replay: ScriptedServer, svir: SvirProcess
+) -> None:
     import base64
     import os
 
-    urls = ["data:image/jpeg;base64," + base64.b64encode(os.urandom(n)).decode() for n in (100_000, 150_001)]
+    urls = [
+        "data:image/jpeg;base64," + base64.b64encode(os.urandom(n)).decode()
+        for n in (100_000, 150_001)
+    ]
     replay.clear()
     # Over the test server's 200,000-byte limit: raise it for this request's provider by using a
     # body under it would not exercise the splice, so the limit here is checked to be the cause.
     with pytest.raises(openai.APIStatusError) as info:
-        client.chat.completions.create(model="plain/llama-cpp", messages=[{"role": "user", "content": [{"type": "text", "text": "two"}, *({"type": "image_url", "image_url": {"url": u}} for u in urls)]}])  # type: ignore[misc]
+        client.chat.completions.create(
+            model="plain/llama-cpp",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "two"},
+                        *({"type": "image_url", "image_url": {"url": u}} for u in urls),
+                    ],
+                }
+            ],
+        )  # type: ignore[misc]
     assert info.value.status_code == 413
-    small = ["data:image/jpeg;base64," + base64.b64encode(os.urandom(n)).decode() for n in (70_000, 70_001)]
-    client.chat.completions.create(model="plain/llama-cpp", messages=[{"role": "user", "content": [{"type": "text", "text": "two"}, *({"type": "image_url", "image_url": {"url": u}} for u in small)]}])  # type: ignore[misc]
+    small = [
+        "data:image/jpeg;base64," + base64.b64encode(os.urandom(n)).decode()
+        for n in (70_000, 70_001)
+    ]
+    client.chat.completions.create(
+        model="plain/llama-cpp",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "two"},
+                    *({"type": "image_url", "image_url": {"url": u}} for u in small),
+                ],
+            }
+        ],
+    )  # type: ignore[misc]
     sent = replay.last.body["messages"][0]["content"]
     assert [p["image_url"]["url"] for p in sent[1:]] == small
     assert int(replay.last.headers["content-length"]) == len(replay.last.raw)

@@ -694,10 +694,19 @@ def test_a_model_without_prefix_is_left_to_the_router() -> None:
         ("json", "response_format"),
         ({"type": "xml"}, "response_format.type"),
         ({"type": "json_schema"}, "response_format.json_schema"),
-        ({"type": "json_schema", "json_schema": {"schema": {}}}, "response_format.json_schema.name"),
-        ({"type": "json_schema", "json_schema": {"name": "a" * 65}}, "response_format.json_schema.name"),
+        (
+            {"type": "json_schema", "json_schema": {"schema": {}}},
+            "response_format.json_schema.name",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"name": "a" * 65}},
+            "response_format.json_schema.name",
+        ),
         ({"type": "json_schema", "json_schema": {"name": "é"}}, "response_format.json_schema.name"),
-        ({"type": "json_schema", "json_schema": {"name": "ok", "schema": []}}, "response_format.json_schema.schema"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "ok", "schema": []}},
+            "response_format.json_schema.schema",
+        ),
     ],
 )
 def test_response_format_is_checked(rf: Any, param: str) -> None:

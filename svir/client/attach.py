@@ -27,6 +27,7 @@ __all__ = [
 # svir's default limit for one attachment of a thread (store.max_attachment_bytes).
 MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
 
+
 class AttachError(Exception):
     """A file that cannot be attached, and why."""
 

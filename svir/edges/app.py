@@ -39,6 +39,7 @@ from svir.frontends.http import request_id_of, send_json
 from svir.frontends.routes import ErrorShape, Hook, Routes
 from svir.gateway import Gateway
 from svir.log import log_request, request_id_var
+from svir.policy.catalog import Catalog
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
 from svir.transport import Transport
@@ -79,6 +80,10 @@ class App:
         # The upstream client unless one is injected (svir.testing.MockTransport in tests), and
         # the policy's sleep, randomness and clock unless given (a test's own).
         self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
+        # What is true of each model as svir serves it (`/api/show`, `/v1/models`, num_ctx).
+        self.catalog = Catalog(
+            self.gateway.router, clock=timing.clock if timing is not None else time.monotonic
+        )
         self.ready = False
         self.routes = Routes()
         self._startup: list[Hook] = []

@@ -51,6 +51,7 @@ from svir.edges.llama_server import (
     gemma_tools_template,
 )
 from svir.errors import LlamaServerError
+from svir.policy.catalog import Loaded
 from svir.wire.errors import ErrorKind, UpstreamError
 
 if TYPE_CHECKING:
@@ -147,6 +148,11 @@ class _Model:
     last_exit: int | None = None
     last_error: str | None = None
     log_path: Path | None = None
+    # The context its server starts with (a request's num_ctx may raise it), the one the
+    # running server has, and the size of its model file.
+    ctx: int = 4096
+    running_ctx: int = 0
+    file_size: int = 0
 
     def usable(self) -> bool:
         server = self.server
@@ -189,7 +195,7 @@ class Supervisor:
         for model_id in managed.models:
             spec = managed.model(model_id)
             assert spec is not None
-            self._models[model_id] = _Model(model_id, spec)
+            self._models[model_id] = _Model(model_id, spec, ctx=spec.ctx or 4096)
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
@@ -246,21 +252,11 @@ class Supervisor:
     async def ensure(self, model_id: str) -> str:
         """The base URL (ending in /v1) of a healthy server for `model_id`, counted in flight
         until `release(model_id)`. Raises UpstreamError when it cannot be had."""
-        m = self._models.get(model_id)
-        if m is None:
-            known = ", ".join(sorted(self._models))
-            raise UpstreamError(
-                ErrorKind.REJECTED,
-                f"The model {self.name + '/' + model_id!r} does not exist: provider "
-                f"{self.name!r} serves {known}",
-                status=404,
-                code="model_not_found",
-                param="model",
-            )
+        m = self._model(model_id)
         while True:
             if self._closing:
                 raise UpstreamError(ErrorKind.TRANSIENT, "svir is shutting down")
-            if m.usable():
+            if m.usable() and m.running_ctx >= m.ctx:
                 self._take(m)
                 return self._url(m)
             load = m.loading
@@ -292,6 +288,54 @@ class Supervisor:
                 self.release(model_id)
                 continue
             return self._url(m)
+
+    def _model(self, model_id: str) -> _Model:
+        m = self._models.get(model_id)
+        if m is None:
+            known = ", ".join(sorted(self._models))
+            raise UpstreamError(
+                ErrorKind.REJECTED,
+                f"The model {self.name + '/' + model_id!r} does not exist: provider "
+                f"{self.name!r} serves {known}",
+                status=404,
+                code="model_not_found",
+                param="model",
+            )
+        return m
+
+    # -- what runs (svir.policy.catalog's Runtime) -----------------------------------------
+
+    def context_of(self, model_id: str) -> int | None:
+        m = self._models.get(model_id)
+        return m.ctx if m is not None else None
+
+    def server_url(self, model_id: str) -> str | None:
+        m = self._models.get(model_id)
+        if m is None or m.server is None or not m.usable():
+            return None
+        return m.server.base_url
+
+    def loaded(self) -> list[Loaded]:
+        out = []
+        for m in self._models.values():
+            if m.server is None or not m.ready or not m.alive():
+                continue
+            expires = None
+            if self.config.idle_unload > 0 and m.last_used_wall is not None:
+                expires = m.last_used_wall + self.config.idle_unload
+            out.append(Loaded(m.id, m.running_ctx, expires, m.file_size))
+        return out
+
+    async def require_context(self, model_id: str, context: int) -> None:
+        """From now on, serve `model_id` with at least `context` tokens: its next `ensure`
+        restarts a server that runs with less (as a swap: once its requests in flight end)."""
+        m = self._model(model_id)
+        if context > m.ctx:
+            log.info(
+                "context raised",
+                extra={"fields": {"provider": self.name, "model": model_id, "ctx": context}},
+            )
+            m.ctx = context
 
     def release(self, model_id: str) -> None:
         """A request that `ensure` served has ended."""
@@ -355,6 +399,9 @@ class Supervisor:
             if self._closing:
                 raise UpstreamError(ErrorKind.TRANSIENT, "svir is shutting down")
             self._reap_dead()
+            if m.server is not None and m.running_ctx < m.ctx:
+                await self._drain(m)
+                await self._stop(m, f"restart with a context of {m.ctx}")
             if m.server is None:
                 loaded = sum(1 for x in self._models.values() if x.server is not None)
                 if not evict and loaded >= self.config.max_loaded:
@@ -369,6 +416,29 @@ class Supervisor:
             m.last_used = self._clock()
             m.last_used_wall = time.time()
             return True
+
+    async def _drain(self, m: _Model) -> None:
+        """Wait (keeping new requests off it) until `m` has no request in flight."""
+        deadline = self._clock() + self._drain_timeout
+        m.draining = True
+        try:
+            while m.in_flight > 0 and m.alive():
+                if self._clock() >= deadline:
+                    raise UpstreamError(
+                        ErrorKind.TRANSIENT,
+                        f"Cannot restart {self.name}/{m.id} with a context of {m.ctx}: "
+                        f"{m.in_flight} request(s) in flight did not end in time",
+                    )
+                await self._next_change()
+        finally:
+            m.draining = False
+
+    async def _next_change(self) -> None:
+        """Wait for a server to change state (a request ends, a server stops), a short while
+        at most: the caller looks again either way."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), 0.25)
 
     def _reap_dead(self) -> None:
         for x in self._models.values():
@@ -411,9 +481,7 @@ class Supervisor:
                         f"Cannot load {self.name}/{target.id}: the {len(loaded)} model(s) "
                         f"provider {self.name!r} may run at once are busy: {busy}",
                     )
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 0.25)
+                await self._next_change()
         finally:
             if victim is not None:
                 victim.draining = False
@@ -432,6 +500,7 @@ class Supervisor:
         extra: list[str] = []
         if spec.parallel is not None:
             extra += ["--parallel", str(spec.parallel)]
+        extra += embedding_args(spec)
         extra += list(spec.extra_args or ())
         assert self._log_dir is not None
         log_path = self._log_dir / f"{_file_name(m.id)}.log"
@@ -445,7 +514,7 @@ class Supervisor:
                 server = LlamaServer.start(
                     binary,
                     model_path,
-                    ctx=spec.ctx or 4096,
+                    ctx=m.ctx,
                     threads=spec.threads or 2,
                     extra_args=extra,
                     chat_template_file=template,
@@ -455,6 +524,8 @@ class Supervisor:
             except LlamaServerError as exc:
                 raise self._not_started(m, _NOT_RUN, str(exc)) from None
             m.server, m.ready, m.loads = server, False, m.loads + 1
+            m.running_ctx = m.ctx
+            m.file_size = _file_size(model_path)
             fields: dict[str, Any] = {
                 "provider": self.name,
                 "model": m.id,
@@ -652,7 +723,7 @@ class Supervisor:
                 "last_exit": m.last_exit,
                 "last_error": m.last_error,
                 "log": str(m.log_path) if m.log_path is not None else None,
-                "ctx": m.spec.ctx,
+                "ctx": m.running_ctx if server is not None else m.ctx,
                 "path": m.spec.path,
             }
         return {
@@ -683,12 +754,25 @@ def install(app: App) -> Managed:
         sup = Supervisor(provider)
         supervisors[provider.name] = sup
         app.router.set_ensure(provider.name, sup.ensure, sup.release, sup.unload)
+        app.catalog.set_runtime(provider.name, sup)
         app.on_startup(sup.start)
         app.on_shutdown(sup.close)
     managed = Managed(supervisors)
     if supervisors:
         app.health_extras.append(managed.snapshot)
     return managed
+
+
+def embedding_args(spec: ManagedModel) -> list[str]:
+    """llama-server's arguments for an embedding model: `--embeddings`, and its pooling when one
+    is set (this build serves chat too with `--embeddings`; /v1/embeddings refuses pooling
+    "none", a chat model's own)."""
+    if not spec.embeddings:
+        return []
+    args = ["--embeddings"]
+    if spec.pooling is not None:
+        args += ["--pooling", spec.pooling]
+    return args
 
 
 def _template_path(template: str | None) -> Path | None:
@@ -706,6 +790,13 @@ _NOT_RUN = "llama-server could not be run for it"
 
 def _file_name(model_id: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in model_id) or "model"
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _last_lines(text: str, count: int = 3) -> str:

@@ -9,6 +9,8 @@ What is measured (see docs/keys.md):
 
 - HTTP: `svir_http_requests_total{endpoint,method,status}`, `svir_http_request_duration_seconds`,
   `svir_errors_total{class}` (svir's error code, or the upstream failure's kind).
+- Embedding calls: `svir_embedding_requests_total{model,provider,outcome}`; their input tokens
+  count in `svir_tokens_total` as kind "prompt", and their attempts as the chat calls' do.
 - Chat calls (every front end): `svir_chat_requests_total{model,provider,outcome}`,
   `svir_tokens_total{model,provider,kind}`, `svir_time_to_first_token_seconds{provider}`,
   `svir_tokens_per_second{provider}` (§3.6), `svir_streams_in_flight{provider}`. The model and
@@ -32,13 +34,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
 from svir.asgi import call_context
+from svir.call import EMBEDDINGS
 from svir.config import ServerConfig
 from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
     from svir.call import CallContext, CallRecord
-    from svir.chat import ChatCall, CloseHook, Route
+    from svir.chat import Call, CloseHook, Route
     from svir.policy.resilience import Resilience
     from svir.policy.routing import Router
 
@@ -294,6 +297,13 @@ class Metrics:
                 ("model", "provider", "outcome"),
             )
         )
+        self.embedding_requests = r.add(
+            Counter(
+                "svir_embedding_requests_total",
+                "Embedding calls (every front end) by model asked, provider and outcome.",
+                ("model", "provider", "outcome"),
+            )
+        )
         self.tokens = r.add(
             Counter(
                 "svir_tokens_total",
@@ -385,7 +395,7 @@ class Metrics:
             self._unlisted.add(model)
         return model, provider
 
-    def call_opened(self, ctx: CallContext, call: ChatCall) -> None:
+    def call_opened(self, ctx: CallContext, call: Call) -> None:
         """A chat call the key gate let through is streaming."""
         self.in_flight.inc((call.route.provider.name,))
 
@@ -394,7 +404,8 @@ class Metrics:
         o = ctx.outcome
         status = record.status
         label, provider = self.chat_labels(record.model, record.provider)
-        self.chat_requests.inc((label, provider, closed(status, OUTCOMES)))
+        calls = self.embedding_requests if ctx.operation == EMBEDDINGS else self.chat_requests
+        calls.inc((label, provider, closed(status, OUTCOMES)))
         # The key's limit that refused the call, or cut its answer.
         limit = o.limit if o.limit is not None and status == f"{o.limit}_exceeded" else None
         if o.served_model is None:
@@ -427,7 +438,7 @@ class Metrics:
         policy.on_attempt.append(attempt)
         self.registry.collectors.append(lambda: self._policy_metrics(policy))
 
-    def _attempt_closed(self, call: ChatCall) -> None:
+    def _attempt_closed(self, call: Call) -> None:
         provider = call.route.provider.name
         s = call.stats
         if s.error_kind is not None and not call.succeeded and s.first_token_ms is None:

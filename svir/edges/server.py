@@ -54,7 +54,15 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.edges import managed
-    from svir.frontends import anthropic, completions, ollama, openai_chat, responses, threads
+    from svir.frontends import (
+        anthropic,
+        completions,
+        embeddings,
+        ollama,
+        openai_chat,
+        responses,
+        threads,
+    )
     from svir.keys import service as keys_service
     from svir.store.responses import SqlResponseStore
 
@@ -63,6 +71,7 @@ def build_app(
     # The client protocols, one line each (svir.frontends says where a new one goes).
     openai_chat.install(app)
     completions.install(app)
+    embeddings.install(app)
     ollama.install(app)
     anthropic.install(app)
     threads.install(app, thread_service(app))

@@ -35,7 +35,7 @@ from svir.wire.completions import is_completion
 
 if TYPE_CHECKING:
     from svir.call import CallContext
-    from svir.chat import ChatCall, CloseHook, Route
+    from svir.chat import Call, CloseHook, Route
     from svir.policy.resilience import Resilience
 
 __all__ = ["Tracing"]
@@ -160,8 +160,8 @@ class Tracing:
 
         def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             url = urlsplit(route.base_url)
-            # OpenTelemetry's name for a text completion (svir.wire.completions).
-            operation = "text_completion" if is_completion(request) else "chat"
+            # OpenTelemetry's names: "chat", "embeddings", "text_completion".
+            operation = "text_completion" if is_completion(request) else ctx.operation
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": operation,
                 "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),
@@ -192,7 +192,7 @@ class Tracing:
         policy.on_attempt.append(attempt)
 
 
-def _end_attempt(trace: Any, span: Any, call: ChatCall) -> None:
+def _end_attempt(trace: Any, span: Any, call: Call) -> None:
     s = call.stats
     if s.upstream_id:
         span.set_attribute("gen_ai.response.id", s.upstream_id)

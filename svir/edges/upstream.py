@@ -23,6 +23,7 @@ from svir.transport import (
     error_body_timeout,
     first_byte_timeout,
     idle_timeout,
+    too_large,
 )
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -183,7 +184,13 @@ class UpstreamClient:
         return UpstreamResponse(resp, timeouts.idle)
 
     async def get_json_bytes(
-        self, url: str, *, headers: Mapping[str, str], timeout: float, body: bytes | None = None
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: float,
+        body: bytes | None = None,
+        limit: int = JSON_BODY_LIMIT,
     ) -> bytes:
         """A small GET (model lists), or POST of `body`: the answer's body, or a classified
         error."""
@@ -194,9 +201,12 @@ class UpstreamClient:
                 resp = await self.pool.request(
                     method, url, headers=headers, body=body or b"", connect_timeout=timeout
                 )
-                answer = await read_limited(resp, JSON_BODY_LIMIT)
                 if resp.status >= 300:
+                    answer = await read_limited(resp, JSON_BODY_LIMIT)
                     raise classify_http_error(resp.status, resp.headers, answer, now=self._clock())
+                answer = await read_limited(resp, limit + 1)
+                if len(answer) > limit:
+                    raise too_large(limit)
                 return answer
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None

@@ -13,7 +13,10 @@ app's one error mapper (svir.edges.app), which answers in the shape the route re
 
     openai_chat.py        OpenAI Chat Completions: /v1/chat/completions, /v1/models
     completions.py        OpenAI's legacy text completions: /v1/completions (FIM by suffix)
-    ollama.py             Ollama's native API: /api/chat, /api/generate, /api/tags, /api/show, ...
+    embeddings.py         OpenAI embeddings: /v1/embeddings (an embedding call, svir.embeddings,
+                          opened by `gateway.open_embeddings`; Ollama's in ollama.py)
+    ollama.py             Ollama's native API: /api/chat, /api/generate, /api/embed, /api/tags,
+                          /api/show, /api/ps, ...
     ollama_translate.py   its translation both ways, pure (no IO), tested on its own
     anthropic.py          Anthropic Messages: /v1/messages, /v1/messages/count_tokens, HEAD /
                           (its pure translation is in the wire core: svir.wire.anthropic*)

@@ -1,8 +1,9 @@
 """Anthropic's Messages API: `POST /v1/messages` (SSE stream, or one message with `"stream": false`;
 matched on the path only, so Claude Code's `/v1/messages?beta=true` is the same route),
-`POST /v1/messages/count_tokens`, and `HEAD /` / `GET /` (clients probe the base URL). The model
-list is OpenAI's route (svir.frontends.openai_chat), which answers in Anthropic's shape when the
-request carries `anthropic-version`.
+`POST /v1/messages/count_tokens`; the base URL clients probe (`HEAD /`, `GET /`) is answered by
+svir.frontends.ollama, whose words Ollama's clients check. The model list is OpenAI's route
+(svir.frontends.openai_chat), which answers in Anthropic's shape when the request carries
+`anthropic-version`.
 
 The request becomes the canonical chat request by svir.wire.anthropic_request (what it ignored is
 said in `x-svir-warning`); the canonical events become Anthropic's SSE or message by
@@ -37,7 +38,6 @@ from svir.frontends.http import (
     WARNING_HEADER,
     EarlyStart,
     folded,
-    headers_with,
     merge_headers,
     new_call_context,
     read_json,
@@ -74,8 +74,6 @@ def install(
     app.routes.add("POST", "/v1/messages", api.messages, error_shape)
     app.routes.add("POST", "/v1/messages/count_tokens", api.count_tokens, error_shape)
     app.routes.errors_under("/v1/messages", error_shape)
-    app.routes.add("GET", "/", api.root)
-    app.routes.add("HEAD", "/", api.root)
     return api
 
 
@@ -111,17 +109,6 @@ class AnthropicMessages:
         self.max_body_bytes = app.config.server.max_body_bytes
         self.ping_after = ping_after
         self.ping_every = ping_every
-
-    async def root(
-        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
-    ) -> int:
-        if scope["method"] == "HEAD":
-            headers = headers_with((), {"x-request-id": rid})
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": b""})
-            return 200
-        await send_json(send, 200, {"service": "svir"}, {"x-request-id": rid})
-        return 200
 
     async def _translated(self, scope: Scope, receive: Receive) -> tuple[Any, MessagesRequest]:
         body = await read_json(scope, receive, self.max_body_bytes)

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from svir.asgi import CALL_CONTEXT, Receive, Scope, Send, header
-from svir.call import CLIENT_USER_CHARS, CallContext
+from svir.call import CHAT, CLIENT_USER_CHARS, CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import BodyTooLarge, ClientGone, GatewayError
 from svir.keys.context import current_key
@@ -232,15 +232,22 @@ async def folded(call: ChatCall, fold: Fold) -> Fold:
 
 
 def new_call_context(
-    scope: Scope, rid: str, api: str, blobs: Blobs | None = None, client_user: str | None = None
+    scope: Scope,
+    rid: str,
+    api: str,
+    blobs: Blobs | None = None,
+    client_user: str | None = None,
+    *,
+    operation: str = CHAT,
 ) -> CallContext:
-    """The context of the chat call a handler makes for this request (one per request), naming
-    its front end `api` ("openai", "ollama", "threads", ...), the caller's key and the end user the
-    client named (cut to CLIENT_USER_CHARS); the app writes the request's log fields about the
-    call from it when the request ends (svir.edges.app)."""
+    """The context of the call a handler makes for this request (one per request), naming its
+    front end `api` ("openai", "ollama", "threads", ...), the caller's key, the end user the
+    client named (cut to CLIENT_USER_CHARS) and the `operation` (CHAT, or EMBEDDINGS: svir.call);
+    the app writes the request's log fields about the call from it when the request ends
+    (svir.edges.app)."""
     if client_user is not None:
         client_user = client_user[:CLIENT_USER_CHARS]
-    ctx = CallContext(rid, api, current_key(), blobs, client_user)
+    ctx = CallContext(rid, api, current_key(), blobs, client_user, operation=operation)
     scope[CALL_CONTEXT] = ctx
     return ctx
 

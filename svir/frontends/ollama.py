@@ -1,9 +1,16 @@
 """Ollama's native API on svir's port, over the same gateway, providers and models as `/v1`.
 
-Routes: `POST /api/chat` and `POST /api/generate` (NDJSON stream, or one object with
-`"stream": false`; generate's `raw` and `suffix` forms are text completions), `GET /api/tags`,
-`POST /api/show`, `GET /api/version`, `GET /api/ps`; any other `/api/` path is a 404 in
-Ollama's error shape. Errors are `{"error": "<message>"}` with the status svir's `/v1` would
+Routes: `GET /` and `HEAD /` ("Ollama is running", the words Ollama's clients check; Anthropic's
+only probe the base URL), `POST /api/chat` and `POST /api/generate` (NDJSON stream, or one
+object with `"stream": false`; generate's `raw` and `suffix` forms are text completions),
+`GET /api/tags`, `POST /api/show`, `GET /api/version`, `GET /api/ps`, and the model-file routes
+(`/api/pull`, `/api/delete`, `/api/copy`, `/api/create`, `/api/push`), which svir does not have
+files for; any other `/api/` path is a 404 in Ollama's error shape. What the listings say of a
+model is what is true of it as svir serves it (svir.policy.catalog), and `options.num_ctx` is
+honoured or refused there, before anything is sent, for chat and generate alike
+(`fit_context`).
+
+Errors are `{"error": "<message>"}` with the status svir's `/v1` would
 give; a stream that fails after its first line ends with one `{"error": ...}` line. A client
 that disconnects stops its upstream request at once.
 
@@ -14,6 +21,7 @@ request becomes the canonical chat request there, and the canonical events becom
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import functools
 import time
@@ -24,12 +32,14 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import Receive, Scope, Send
-from svir.call import CallContext
+from svir.call import EMBEDDINGS, CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, OllamaError, RequestError, request_error
+from svir.frontends.embeddings import embed, prompt_tokens
 from svir.frontends.http import (
     NDJSON_HEADERS,
     folded,
+    headers_with,
     new_call_context,
     read_json,
     send_json,
@@ -47,7 +57,10 @@ from svir.frontends.ollama_translate import (
     error_line,
     error_message,
     model_name,
+    not_managed,
+    num_ctx,
     ps_entry,
+    pull_lines,
     show_response,
     tags_entry,
     to_generate_request,
@@ -58,14 +71,28 @@ from svir.policy.bounded import BoundedMap
 from svir.providers import validate_chat_request
 from svir.wire.classify import to_client_error
 from svir.wire.completions import is_completion
+from svir.wire.embeddings import (
+    EmbeddingInputError,
+    check_ollama_embed,
+    check_ollama_embeddings,
+    ollama_embed_answer,
+    ollama_embeddings_answer,
+)
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage
+from svir.wire.model_meta import ModelFacts
 
 __all__ = ["OllamaAPI", "error_shape", "install"]
 
 # How long `/api/ps` lists a model after svir last served it: Ollama's default keep-alive.
 KEEP_ALIVE_SECONDS = 300.0
+# `expires_at` of a model that is not unloaded when idle (Ollama's own for keep_alive -1).
+NEVER = "2318-01-01T00:00:00.000000Z"
+ROOT_TEXT = b"Ollama is running"
+TEXT_HEADERS = ((b"content-type", b"text/plain; charset=utf-8"),)
 _NS = 1_000_000_000
+# The embedding routes' name in the ledger and the logs (`CallContext.api`).
+OLLAMA_EMBED_API = "ollama_embed"
 
 
 def install(app: Host) -> OllamaAPI:
@@ -99,13 +126,33 @@ class OllamaAPI:
 
     def routes(self) -> list[tuple[str, str, Handler]]:
         return [
+            ("GET", "/", self.root),
+            ("HEAD", "/", self.root),
             ("POST", "/api/chat", self.chat),
             ("POST", "/api/generate", self.generate),
             ("GET", "/api/tags", self.tags),
             ("POST", "/api/show", self.show),
             ("GET", "/api/version", self.version),
             ("GET", "/api/ps", self.ps),
+            ("POST", "/api/pull", self.pull),
+            ("POST", "/api/copy", self.model_files),
+            ("POST", "/api/create", self.model_files),
+            ("POST", "/api/push", self.model_files),
+            ("DELETE", "/api/delete", self.model_files),
+            # Embeddings: `input` -> `embeddings`, and the older `prompt` -> `embedding`.
+            ("POST", "/api/embed", self.embed),
+            ("POST", "/api/embeddings", self.embeddings),
         ]
+
+    async def root(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """Ollama's answer at its base URL; Anthropic's clients only look at the status."""
+        body = b"" if scope["method"] == "HEAD" else ROOT_TEXT
+        headers = headers_with(TEXT_HEADERS, {"x-request-id": rid})
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return 200
 
     # Chat
 
@@ -144,6 +191,7 @@ class OllamaAPI:
                 if not request["messages"]:
                     return await self._load(request, label, body, send, headers, generate=generate)
                 validate_chat_request(request)
+            await self.fit_context(request, body)
             ctx = new_call_context(scope, rid, "ollama")
             work = self._serve_chat(request, label, send, ctx, generate)
             return await until_disconnect(receive, work)
@@ -157,6 +205,14 @@ class OllamaAPI:
                 raise
             ce = msgspec.structs.replace(ce, message=error_message(ce, label))
             raise GatewayError(ce, exc.upstream) from None
+
+    async def fit_context(self, request: dict[str, Any], body: dict[str, Any]) -> None:
+        """Refuse, before it is sent, a request its model cannot take whole, and serve a managed
+        model with the `options.num_ctx` asked for (svir.policy.catalog's `check_context`): the
+        one rule of `/api/chat` and `/api/generate`. Raises GatewayError or OllamaError."""
+        name = request["model"]
+        route = self._route(name)
+        await self.app.catalog.check_context(name, route, request, num_ctx(body))
 
     async def _load(
         self,
@@ -228,7 +284,8 @@ class OllamaAPI:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         models = await self.app.models()
-        entries = [tags_entry(name, self._kind(provider)) for name, provider in models]
+        facts = await asyncio.gather(*(self._facts(name) for name, _ in models))
+        entries = [tags_entry(f) for f in facts if f is not None]
         await send_json(send, 200, {"models": entries}, {"x-request-id": rid})
         return 200
 
@@ -237,42 +294,133 @@ class OllamaAPI:
     ) -> int:
         try:
             body = await read_json(scope, receive, self.max_body_bytes)
-            if not isinstance(body, dict):
-                raise OllamaError("the request body must be a JSON object")
-            given = body.get("model") or body.get("name")
-            if not isinstance(given, str) or not given:
-                raise OllamaError("model is required")
-            name = model_name(given)
+            name = _model_field(body)
             fields["model"] = name
             route = self._route(name)
         except OllamaError as exc:
             raise _refusal(exc) from None
-        answer = show_response(name, route.provider.name, route.model_id, route.kind.name)
+        facts = await self.app.catalog.facts(name, route)
+        answer = show_response(facts, route.provider.name)
         await send_json(send, 200, answer, {"x-request-id": rid})
         return 200
 
     async def ps(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        """The models svir served within the keep-alive window: svir loads nothing itself."""
+        """What runs: the servers svir runs itself, each with the context it runs with and when
+        it unloads if unused; and the other models svir served within the keep-alive window."""
         now = self.clock()
         for name, last in self.recent.items():
             if now - last >= KEEP_ALIVE_SECONDS:
                 del self.recent[name]
         entries = []
+        for provider, runtime in self.app.catalog.runtimes.items():
+            for loaded in runtime.loaded():
+                name = f"{provider}/{loaded.model_id}"
+                facts = await self._facts(name)
+                if facts is None:
+                    continue
+                expires = _expiry(loaded.expires_at)
+                entries.append(ps_entry(facts, expires, loaded.size))
         for name, last in sorted(self.recent.items(), key=lambda item: -item[1]):
-            provider = self.app.router.providers.get(name.partition("/")[0])
-            kind = provider.kind.name if provider is not None else ""
-            expires = datetime.datetime.fromtimestamp(last + KEEP_ALIVE_SECONDS, datetime.UTC)
-            entries.append(ps_entry(name, kind, created_at(expires)))
+            if name.partition("/")[0] in self.app.catalog.runtimes:
+                continue  # listed above while it runs
+            facts = await self._facts(name)
+            if facts is not None:
+                entries.append(ps_entry(facts, _expiry(last + KEEP_ALIVE_SECONDS)))
         await send_json(send, 200, {"models": entries}, {"x-request-id": rid})
         return 200
+
+    # Model files
+
+    async def pull(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """A model svir serves is there already: Ollama's last status lines, then `success`.
+        Any other is Ollama's 404, with what svir does instead."""
+        try:
+            body = await read_json(scope, receive, self.max_body_bytes)
+            name = _model_field(body)
+            fields["model"] = name
+            self._route(name)
+        except OllamaError as exc:
+            if exc.status == 404:
+                exc = OllamaError(f"{exc.message}; {not_managed('pull')}", 404)
+            raise _refusal(exc) from None
+        lines = pull_lines(name)
+        headers = {"x-request-id": rid}
+        if body.get("stream") is False:
+            await send_json(send, 200, lines[-1], headers)
+        else:
+            data = b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
+            await send_stream(send, _once(data), headers, NDJSON_HEADERS)
+        return 200
+
+    async def model_files(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        # The body is read as every route's is: too large or not JSON is that error first.
+        await read_json(scope, receive, self.max_body_bytes, empty=None)
+        action = scope["path"].rsplit("/", 1)[-1]
+        raise _refusal(OllamaError(not_managed(action)))
 
     async def version(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         answer = {"version": OLLAMA_API_VERSION, "svir_version": __version__}
         await send_json(send, 200, answer, {"x-request-id": rid})
+        return 200
+
+    # Embeddings (the call and its checks: svir.frontends.embeddings, svir.wire.embeddings)
+
+    async def embed(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """`/api/embed`: `input` a string or strings -> `embeddings`, counts and durations."""
+        return await self._embedding(scope, receive, send, rid, legacy=False)
+
+    async def embeddings(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        """The older `/api/embeddings`: `prompt` -> `embedding`."""
+        return await self._embedding(scope, receive, send, rid, legacy=True)
+
+    async def _embedding(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, *, legacy: bool
+    ) -> int:
+        body = await read_json(scope, receive, self.max_body_bytes)
+        try:
+            request = check_ollama_embeddings(body) if legacy else check_ollama_embed(body)
+        except EmbeddingInputError as exc:
+            raise _refusal(OllamaError(exc.message)) from None
+        label = request["model"]
+        request["model"] = model_name(label)
+        ctx = new_call_context(scope, rid, OLLAMA_EMBED_API, operation=EMBEDDINGS)
+        work = self._serve_embedding(request, label, send, ctx, legacy=legacy)
+        try:
+            return await until_disconnect(receive, work)
+        except GatewayError as exc:
+            if exc.error.code != "model_not_found":
+                raise
+            ce = msgspec.structs.replace(exc.error, message=error_message(exc.error, label))
+            raise GatewayError(ce, exc.upstream) from None
+
+    async def _serve_embedding(
+        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext, *, legacy: bool
+    ) -> int:
+        call, headers = await embed(self.app.gateway, ctx, request)
+        assert call.answer is not None
+        self.recent[request["model"]] = self.clock()
+        if legacy:
+            answer = ollama_embeddings_answer(call.answer)
+        else:
+            answer = ollama_embed_answer(
+                call.answer,
+                model=label,
+                total_duration=call.elapsed_ns(),
+                prompt_tokens=prompt_tokens(call),
+            )
+        await send_json(send, 200, answer, headers)
         return 200
 
     # Helpers
@@ -292,9 +440,34 @@ class OllamaAPI:
         except GatewayError as exc:
             raise OllamaError(error_message(exc.error, asked), exc.error.status) from None
 
-    def _kind(self, provider: str) -> str:
-        found = self.app.router.providers.get(provider)
-        return found.kind.name if found is not None else ""
+    async def _facts(self, name: str) -> ModelFacts | None:
+        """What is true of a listed model; None for one that no longer routes."""
+        try:
+            route = self._route(name)
+        except OllamaError:
+            return None
+        return await self.app.catalog.facts(name, route)
+
+
+def _model_field(body: Any) -> str:
+    """The model a body names (`model`, or the older `name`), without Ollama's default tag."""
+    if not isinstance(body, dict):
+        raise OllamaError("the request body must be a JSON object")
+    given = body.get("model") or body.get("name")
+    if not isinstance(given, str) or not given:
+        raise OllamaError("model is required")
+    return model_name(given)
+
+
+def _expiry(moment: float | None) -> str:
+    """`expires_at` for a wall-clock time; a model that never unloads, far in the future."""
+    if moment is None:
+        return NEVER
+    return created_at(datetime.datetime.fromtimestamp(moment, datetime.UTC))
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 async def _lines(call: ChatCall, encoder: NDJSONEncoder) -> AsyncIterator[bytes]:

@@ -42,6 +42,7 @@ from svir.wire.events import (
 )
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, sniff_image
+from svir.wire.model_meta import ModelFacts, parameter_size
 from svir.wire.request import message_role
 from svir.wire.toolcalls import ToolCall
 
@@ -53,16 +54,21 @@ __all__ = [
     "GenerateEncoder",
     "Metrics",
     "NDJSONEncoder",
-    "capabilities_guess",
     "created_at",
+    "details",
     "done_reason",
     "error_line",
     "error_message",
     "model_name",
+    "not_managed",
+    "num_ctx",
+    "parameters_text",
     "ps_entry",
+    "pull_lines",
     "schema_name",
     "show_response",
     "tags_entry",
+    "template_text",
     "to_generate_request",
     "to_openai_request",
 ]
@@ -391,6 +397,16 @@ def _options(options: Any) -> dict[str, Any]:
         if stops:
             out["stop"] = stops
     return out
+
+
+def num_ctx(body: dict[str, Any]) -> int | None:
+    """`options.num_ctx`, the context a request asks its model to run with; None when it asks
+    for none (or for 0 or less, Ollama's "the model's default")."""
+    options = body.get("options")
+    if not isinstance(options, dict) or options.get("num_ctx") is None:
+        return None
+    value = _integer("options.num_ctx", options["num_ctx"])
+    return value if value > 0 else None
 
 
 def _think(value: Any) -> str | None:
@@ -754,28 +770,7 @@ def to_generate_request(body: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Model listings
 
-# Name fragments of models that take images, and of models that reason; a guess, as Ollama's
-# own capabilities are read from the model file, which svir does not have.
-_VISION_HINT: Final = re.compile(
-    r"(?:^|[-_/.:])(?:vl|vlm|vision|llava|pixtral|bakllava|moondream|minicpm-v|omni)(?:$|[-_/.:\d])",
-    re.IGNORECASE,
-)
-_THINKING_HINT: Final = re.compile(
-    r"(?:^|[-_/.:])(?:qwen3|r1|qwq|gpt-oss|magistral|think|thinking|reasoning|o[1345])"
-    r"(?:$|[-_/.:\d])",
-    re.IGNORECASE,
-)
-
-
-def capabilities_guess(name: str) -> list[str]:
-    """What a model can do, guessed from its name: chat and tools always, images and reasoning
-    when the name says so."""
-    caps = ["completion", "tools"]
-    if _VISION_HINT.search(name):
-        caps.append("vision")
-    if _THINKING_HINT.search(name):
-        caps.append("thinking")
-    return caps
+# What svir answers for a model, from what is true of it (svir.policy.catalog's ModelFacts).
 
 
 def _digest(name: str) -> str:
@@ -783,54 +778,117 @@ def _digest(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8")).hexdigest()
 
 
-def _details(kind: str) -> dict[str, Any]:
+def details(facts: ModelFacts) -> dict[str, Any]:
+    """`details`, with every field a string (and `families` a list) as strict clients parse it:
+    Zed drops the whole list when one is missing, Roo needs `family` and `parameter_size`."""
+    family = facts.architecture
     return {
         "parent_model": "",
-        "format": "gguf" if kind in ("llamacpp", "llamacpp-managed") else "",
-        "family": "",
-        "families": None,
-        "parameter_size": "",
-        "quantization_level": "",
+        "format": facts.format,
+        "family": family,
+        "families": [family],
+        "parameter_size": parameter_size(facts.parameters, facts.own_id),
+        "quantization_level": facts.quantization,
     }
 
 
-def tags_entry(name: str, kind: str) -> dict[str, Any]:
+def tags_entry(facts: ModelFacts) -> dict[str, Any]:
     """One model of `GET /api/tags`."""
     return {
-        "name": name,
-        "model": name,
+        "name": facts.name,
+        "model": facts.name,
         "modified_at": MODIFIED_AT,
-        "size": 0,
-        "digest": _digest(name),
-        "details": _details(kind),
+        "size": facts.size or 0,
+        "digest": _digest(facts.name),
+        "details": details(facts),
     }
 
 
-def ps_entry(name: str, kind: str, expires_at: str) -> dict[str, Any]:
-    """One model of `GET /api/ps`."""
-    return {
-        "name": name,
-        "model": name,
-        "size": 0,
-        "digest": _digest(name),
-        "details": _details(kind),
-        "expires_at": expires_at,
-        "size_vram": 0,
+def ps_entry(facts: ModelFacts, expires_at: str, size: int | None = None) -> dict[str, Any]:
+    """One model of `GET /api/ps`: svir's servers run on the CPU (`size_vram` 0) unless one
+    says otherwise."""
+    entry = tags_entry(facts)
+    del entry["modified_at"]
+    entry["size"] = size if size is not None else entry["size"]
+    entry["expires_at"] = expires_at
+    entry["size_vram"] = 0
+    entry["context_length"] = facts.context_length or 0
+    return entry
+
+
+def template_text(facts: ModelFacts) -> str:
+    """A `template` in Ollama's Go-template words that says what svir passes on: clients decide
+    by its words (Continue: fill-in-the-middle when it has `.Suffix`; LiteLLM: tools when it has
+    "tools"), so each appears exactly when it is true. The upstream applies its own template."""
+    lines = ["{{- /* svir passes these on; the model's server applies its own template */ -}}"]
+    if facts.embedding:
+        return "{{ .Prompt }}"
+    if facts.tools:
+        lines.append("{{- if .Tools }}{{ range .Tools }}{{ . }}{{ end }}{{ end }}")
+    lines.append("{{- range .Messages }}{{ .Role }}: {{ .Content }}{{ end }}")
+    if facts.insert:
+        lines.append("{{- if .Suffix }}{{ .Prompt }}{{ .Suffix }}{{ else }}{{ .Prompt }}{{ end }}")
+    else:
+        lines.append("{{ .Prompt }}")
+    return "\n".join(lines)
+
+
+def parameters_text(facts: ModelFacts) -> str:
+    """`parameters`: Ollama's lines of `name value`, each matching Continue's pattern (it reads
+    `num_ctx` there, and stops reading at a line that does not match)."""
+    if facts.context_length is None:
+        return ""
+    return f"num_ctx {facts.context_length}"
+
+
+def show_response(facts: ModelFacts, provider: str) -> dict[str, Any]:
+    """`POST /api/show` for one model: only true things. `<arch>.context_length` is the context
+    it runs with (Copilot, Roo and LiteLLM read the first key with `context_length` in it, so
+    there is just one); the context it was trained for is svir's own key."""
+    arch = facts.architecture
+    info: dict[str, Any] = {
+        "general.architecture": arch,
+        "general.basename": facts.basename,
     }
-
-
-def show_response(name: str, provider: str, model_id: str, kind: str) -> dict[str, Any]:
-    """`POST /api/show` for one model."""
+    if facts.parameters is not None:
+        info["general.parameter_count"] = facts.parameters
+    if facts.context_length is not None:
+        info[f"{arch}.context_length"] = facts.context_length
+    if facts.context_train is not None:
+        info["general.svir.n_ctx_train"] = facts.context_train
+    info["general.svir.provider"] = provider
+    info["general.svir.kind"] = facts.kind
     return {
         "modelfile": "",
-        "parameters": "",
-        "template": "",
-        "details": _details(kind),
-        "model_info": {
-            "general.basename": model_id,
-            "general.svir.provider": provider,
-            "general.svir.kind": kind,
-        },
-        "capabilities": capabilities_guess(model_id),
+        "parameters": parameters_text(facts),
+        "template": template_text(facts),
+        "details": details(facts),
+        "model_info": info,
+        "capabilities": facts.capabilities,
         "modified_at": MODIFIED_AT,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Model files: svir serves models, it does not keep them
+
+
+def pull_lines(name: str) -> list[dict[str, Any]]:
+    """`POST /api/pull` of a model svir serves: it is there already, so the status lines an
+    Ollama pull ends with, and `success`."""
+    digest = "sha256:" + _digest(name)
+    return [
+        {"status": "pulling manifest"},
+        {"status": f"pulling {digest[7:19]}", "digest": digest, "total": 0, "completed": 0},
+        {"status": "verifying sha256 digest"},
+        {"status": "writing manifest"},
+        {"status": "success"},
+    ]
+
+
+def not_managed(action: str) -> str:
+    """The error for `/api/<action>` of a model file."""
+    return (
+        f"svir does not manage model files: /api/{action} is not supported; configure the "
+        "model in svir's config ([[providers]]) instead"
+    )

@@ -1,6 +1,7 @@
 """OpenAI's Chat Completions API: `POST /v1/chat/completions` (SSE stream, or one completion with
-`"stream": false`) and `GET /v1/models`, the one model list of `/v1`, in Anthropic's shape for a
-request that carries `anthropic-version` (Anthropic's clients list models there too).
+`"stream": false`) and `GET /v1/models`, the one model list of `/v1` (each model with what svir
+knows of it as it serves it: `context_length` and Ollama's `capabilities` words), in Anthropic's
+shape for a request that carries `anthropic-version` (Anthropic's clients list models there too).
 
 The request is already the canonical chat request (the shared checks of svir.providers validate
 it); the canonical events become OpenAI's bytes by the wire core's encoder (svir.wire.encoder),
@@ -9,11 +10,13 @@ through the chat call. A client that disconnects stops its upstream request at o
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
 from svir.asgi import Receive, Scope, Send, header
 from svir.call import CallContext
+from svir.errors import GatewayError, RequestError
 from svir.frontends.http import (
     new_call_context,
     read_body,
@@ -26,6 +29,7 @@ from svir.providers import validate_chat_request
 from svir.wire.anthropic import model_list
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
 from svir.wire.jsonbody import decode_body
+from svir.wire.model_meta import ModelFacts
 
 __all__ = ["OpenAIChat", "install"]
 
@@ -55,12 +59,29 @@ class OpenAIChat:
             listed = model_list([model for model, _ in models], CREATED_AT)
             await send_json(send, 200, listed, {"x-request-id": rid})
             return 200
-        data = [
-            {"id": model, "object": "model", "created": CREATED, "owned_by": owner}
-            for model, owner in models
-        ]
+        facts = await asyncio.gather(*(self._facts(model) for model, _ in models))
+        data = []
+        for (model, owner), known in zip(models, facts, strict=True):
+            entry: dict[str, Any] = {
+                "id": model,
+                "object": "model",
+                "created": CREATED,
+                "owned_by": owner,
+            }
+            if known is not None:
+                # What svir knows of the model as it serves it (svir.policy.catalog).
+                entry["context_length"] = known.context_length
+                entry["capabilities"] = known.capabilities
+            data.append(entry)
         await send_json(send, 200, {"object": "list", "data": data}, {"x-request-id": rid})
         return 200
+
+    async def _facts(self, model: str) -> ModelFacts | None:
+        try:
+            route = self.app.router.resolve(model)
+        except (RequestError, GatewayError):
+            return None
+        return await self.app.catalog.facts(model, route)
 
     async def chat_completions(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]

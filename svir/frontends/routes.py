@@ -20,6 +20,7 @@ from svir.asgi import Receive, Scope, Send
 from svir.config import Config
 from svir.errors import GatewayError, request_error
 from svir.gateway import Gateway
+from svir.policy.catalog import Catalog
 from svir.policy.routing import Router
 from svir.wire.classify import error_body
 
@@ -158,6 +159,7 @@ class Host(Protocol):
     environ: Mapping[str, str]
     gateway: Gateway
     routes: Routes
+    catalog: Catalog
 
     @property
     def router(self) -> Router: ...

@@ -1,6 +1,8 @@
-"""The gate every chat call passes, whatever the front end (OpenAI, Ollama, threads): it wraps
-`Gateway.open_chat` (an interceptor), so a front end gets keys, limits, the ledger and the metrics
-by calling the gateway as it always did.
+"""The gate every call passes, whatever the front end (OpenAI, Ollama, threads) and whatever it
+does (a chat, or embeddings): it wraps the gateway's chain (an interceptor), so a front end gets
+keys, limits, the ledger and the metrics by calling the gateway as it always did. An embedding
+call reserves its inputs' estimate and no answer allowance, and settles with the upstream's count
+of the inputs' tokens (its prompt tokens) when it gave one.
 
 Before the call: the key's models (403 `model_not_allowed`), then its limits (429 with
 Retry-After, naming the limit). Tokens are reserved: the prompt's estimate plus the answer's
@@ -23,11 +25,11 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from svir.call import CallContext, CallRecord
-from svir.chat import ChatCall, Cut, visible_count
+from svir.call import EMBEDDINGS, CallContext, CallRecord
+from svir.chat import Call, Cut, visible_count
 from svir.config import LimitsConfig, PriceConfig
 from svir.errors import GatewayError, LimitsUnavailable
-from svir.gateway import OpenChat
+from svir.gateway import OpenCall
 from svir.keys.model import KeyRecord, model_allowed
 from svir.policy.limits import (
     Ask,
@@ -41,7 +43,7 @@ from svir.policy.limits import (
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event
-from svir.wire.tokens import estimate_prompt_tokens
+from svir.wire.tokens import estimate_input_tokens, estimate_prompt_tokens
 
 __all__ = [
     "Gate",
@@ -79,6 +81,13 @@ def completion_allowance(request: dict[str, Any], default: int) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return default
+
+
+def estimate_call_prompt(ctx: CallContext, request: dict[str, Any]) -> int:
+    """The estimate of a call's prompt: a chat's messages, or an embedding request's inputs."""
+    if ctx.operation == EMBEDDINGS:
+        return estimate_input_tokens(request["input"])
+    return estimate_prompt_tokens(request)
 
 
 def _human(seconds: float) -> str:
@@ -134,7 +143,7 @@ def limit_error(key: KeyRecord, d: Denied) -> GatewayError:
 
 
 # Told of each call the gate let through, once the policy opened it.
-OpenedHook = Callable[[CallContext, ChatCall], None]
+OpenedHook = Callable[[CallContext, Call], None]
 # Told of what each call came to: refused, failed at every upstream, or closed after serving (then
 # `ctx.outcome.served_model` is set).
 SettledHook = Callable[[CallContext, CallRecord], None]
@@ -184,9 +193,7 @@ class Gate:
                 exc_info=True,
             )
 
-    async def __call__(
-        self, ctx: CallContext, request: dict[str, Any], proceed: OpenChat
-    ) -> ChatCall:
+    async def __call__(self, ctx: CallContext, request: dict[str, Any], proceed: OpenCall) -> Call:
         started = time.perf_counter()
         key = ctx.key
         model = str(request.get("model"))
@@ -209,13 +216,19 @@ class Gate:
         if key is not None and limits is not None and limits.any and backend is not None:
             price = self.price(model) if limits.cost_budgets else None
             if limits.counts_tokens or price is not None:
-                allowance = completion_allowance(request, self.config.default_completion_tokens)
-                prompt_estimate = estimate_prompt_tokens(request)
+                # An embedding call generates nothing: it needs its inputs' tokens, no more.
+                first = 0 if ctx.operation == EMBEDDINGS else 1
+                allowance = (
+                    completion_allowance(request, self.config.default_completion_tokens)
+                    if first
+                    else 0
+                )
+                prompt_estimate = estimate = estimate_call_prompt(ctx, request)
                 ask = Ask(
-                    tokens=prompt_estimate + allowance,
-                    floor=prompt_estimate + 1,
-                    cost=price.cost(prompt_estimate, allowance) if price else 0,
-                    cost_floor=price.cost(prompt_estimate, 1) if price else 0,
+                    tokens=estimate + allowance,
+                    floor=estimate + first,
+                    cost=price.cost(estimate, allowance) if price else 0,
+                    cost_floor=price.cost(estimate, first) if price else 0,
                 )
             else:
                 ask = Ask(tokens=1, floor=1)  # only requests are counted
@@ -320,7 +333,7 @@ class Meter:
     def __init__(
         self,
         gate: Gate,
-        call: ChatCall,
+        call: Call,
         ctx: CallContext,
         *,
         model: str,
@@ -452,7 +465,7 @@ class Meter:
 
     # Close
 
-    def closed(self, call: ChatCall) -> None:
+    def closed(self, call: Call) -> None:
         s = call.stats
         usage = s.usage
         cut = self.cut is not None
@@ -462,7 +475,7 @@ class Meter:
             source = "reported"
         else:
             if self.prompt_estimate is None:
-                self.prompt_estimate = estimate_prompt_tokens(call.request)
+                self.prompt_estimate = estimate_call_prompt(self.ctx, call.request)
             prompt = self.prompt_estimate
             completion = self.delivered if cut else call.visible_tokens
             reasoning = cached = None

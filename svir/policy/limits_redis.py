@@ -29,7 +29,7 @@ from svir.policy.limits import (
     windows_at,
 )
 
-__all__ = [ "RedisBackend", "redact_url"]
+__all__ = ["RedisBackend", "redact_url"]
 
 _NUM: Final = """
 local function num(k)

@@ -1,7 +1,8 @@
-"""Retries, fallback and load balancing around opening a chat call.
+"""Retries, fallback and load balancing around opening a call: a chat, or embeddings.
 
 Everything here happens before the client has seen a byte: a `ChatCall` is opened and primed to
-its first visible output, and only a failure until then is retried (transient classes, with
+its first visible output (an `EmbeddingCall` reads its whole answer: one loop opens either, by
+the context's `operation`), and only a failure until then is retried (transient classes, with
 backoff and jitter, a 429's Retry-After honoured up to a cap, under a retry budget), sent to the
 next deployment of the route, or to the route's fallbacks in order. A content-filter block is an
 answer, not a failure, and a context overflow only goes to a model configured as larger-context.
@@ -22,9 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from svir.call import CallContext
-from svir.chat import ChatCall, CloseHook, Route
+from svir.call import EMBEDDINGS, CallContext
+from svir.chat import Call, ChatCall, CloseHook, Route
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
+from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
@@ -319,9 +321,13 @@ class Resilience:
         )
         return True
 
-    async def open(self, ctx: CallContext, request: dict[str, Any]) -> ChatCall:
-        """Open and prime a call for the request; raise the last GatewayError if all fail.
-        `ctx.outcome` learns each attempt's provider and, when a call serves, who serves it."""
+    async def open(self, ctx: CallContext, request: dict[str, Any]) -> Call:
+        """Open and prime a call for the request (a `ChatCall`, or an `EmbeddingCall` for
+        `ctx.operation` EMBEDDINGS); raise the last GatewayError if all fail. `ctx.outcome`
+        learns each attempt's provider and, when a call serves, who serves it."""
+        make: type[ChatCall] | type[EmbeddingCall] = (
+            EmbeddingCall if ctx.operation == EMBEDDINGS else ChatCall
+        )
         asked = request["model"]
         outcome = ctx.outcome
         resolved: dict[str, Route] = {}
@@ -364,7 +370,7 @@ class Resilience:
                 closers = [self._closer(d, provider.breaker)]
                 for watch in self.on_attempt:
                     closers.append(watch(target_route, sent, ctx))
-                call = ChatCall(
+                call = make(
                     self.client,
                     target_route,
                     sent,
@@ -442,8 +448,8 @@ class Resilience:
             return err.retry_after if err.retry_after <= cfg.retry_after_cap else None
         return backoff_delay(attempt, cfg, self._rng)
 
-    def _closer(self, d: Deployment, breaker: BreakerConfig) -> Callable[[ChatCall], None]:
-        def close(call: ChatCall) -> None:
+    def _closer(self, d: Deployment, breaker: BreakerConfig) -> CloseHook:
+        def close(call: Call) -> None:
             d.in_flight -= 1
             error = call.error
             if call.succeeded:

@@ -27,7 +27,7 @@ from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
 from svir.transport import Transport
 from svir.wire.errors import ProtocolError, UpstreamError
-from svir.wire.models import clean_model_id, is_chat_model, parse_model_list
+from svir.wire.models import ModelInfo, clean_model_id, is_chat_model, parse_model_list
 
 log = logging.getLogger("svir.routing")
 
@@ -84,6 +84,8 @@ class Router:
         self._named = frozenset(named)
         # What each server listed when it last answered: an outage does not unlist its models.
         self._listed: dict[str, frozenset[str]] = {}
+        # What each server said of its models when it last listed them (svir.policy.catalog).
+        self._infos: dict[str, dict[str, ModelInfo]] = {}
         # Per provider, the clean ids of models its server lists by file path -> that path.
         self._aliases: dict[str, dict[str, str]] = {}
 
@@ -178,7 +180,8 @@ class Router:
                     timeout=DISCOVERY_TIMEOUT,
                 )
                 aliases: dict[str, str] = {}
-                for info in parse_model_list(body):
+                infos = parse_model_list(body)
+                for info in infos:
                     clean = clean_model_id(info.id)
                     listed = info.id if clean is None or clean in ids else clean
                     if listed not in ids and is_chat_model(listed, info.name):
@@ -186,6 +189,7 @@ class Router:
                         if listed != info.id:
                             aliases[listed] = info.id
                 self._aliases[name] = aliases
+                self._infos[name] = {info.id: info for info in infos}
             except (UpstreamError, ProtocolError) as exc:
                 # An unreachable server drops out of the list; configured models stay.
                 url = provider.kind.models_url(provider.base_url, provider.config)
@@ -200,3 +204,13 @@ class Router:
         self._cache[name] = (now, ids)
         self._listed[name] = frozenset(ids) | frozenset(self._aliases.get(name, {}).values())
         return ids
+
+    async def listed_info(self, provider: str, model_id: str) -> ModelInfo | None:
+        """What `provider`'s server said of `model_id` in its model list (the cached list,
+        fetched if stale), or None."""
+        found = self.providers.get(provider)
+        if found is None:
+            return None
+        await self._models_of(found)
+        listed = self._aliases.get(provider, {}).get(model_id, model_id)
+        return self._infos.get(provider, {}).get(listed)

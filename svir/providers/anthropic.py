@@ -53,4 +53,6 @@ KIND = ProviderKind(
     build_body=messages_body,
     new_decoder=AnthropicStreamDecoder,
     completions=None,  # no text-completion endpoint
+    # Anthropic has no embeddings API.
+    embeddings=None,
 )

@@ -29,14 +29,23 @@ def _uses_v1(provider: ProviderSettings) -> bool:
     return provider.api_version is None or provider.api_version == V1_API
 
 
-def chat_url(base: str, model: str, provider: ProviderSettings) -> str:
-    """The v1 chat URL, or the deployment's URL with `api-version` on a dated version."""
+def _deployment_url(base: str, model: str, provider: ProviderSettings, endpoint: str) -> str:
     root = normalize_base(base)
     if _uses_v1(provider):
-        return f"{root}/openai/v1/chat/completions"
+        return f"{root}/openai/v1/{endpoint}"
     deployment = urllib.parse.quote(model, safe="")
     version = urllib.parse.quote(provider.api_version or "", safe="")
-    return f"{root}/openai/deployments/{deployment}/chat/completions?api-version={version}"
+    return f"{root}/openai/deployments/{deployment}/{endpoint}?api-version={version}"
+
+
+def chat_url(base: str, model: str, provider: ProviderSettings) -> str:
+    """The v1 chat URL, or the deployment's URL with `api-version` on a dated version."""
+    return _deployment_url(base, model, provider, "chat/completions")
+
+
+def embeddings_url(base: str, model: str, provider: ProviderSettings) -> str:
+    """The v1 embeddings URL, or the deployment's, as for chat."""
+    return _deployment_url(base, model, provider, "embeddings")
 
 
 def models_url(base: str, provider: ProviderSettings) -> str:
@@ -60,6 +69,8 @@ KIND = ProviderKind(
     key_required=True,
     normalize_base=normalize_base,
     chat_url=chat_url,
+    embeddings_url=embeddings_url,
+    embeddings_base64=True,
     models_url=models_url,
     # Its completions live at deployment URLs of their own, which svir does not build yet.
     completions=None,

@@ -24,11 +24,14 @@ __all__ = [
     "ProviderSettings",
     "base_as_given",
     "openai_chat_url",
+    "openai_embeddings_url",
     "openai_models_url",
     "unchanged_body",
 ]
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+# Which embeddings API a server has: OpenAI's `/embeddings`, or Ollama's `/api/embed`.
+EmbeddingsAPI = Literal["openai", "ollama"]
 AuthHeader = Literal["authorization", "api-key", "x-api-key"]
 # A kind's own request body, from a checked chat request and the model id upstream.
 BodyBuilder = Callable[[Mapping[str, Any], str], dict[str, Any]]
@@ -67,6 +70,11 @@ def unchanged_body(body: dict[str, Any]) -> dict[str, Any]:
 def openai_chat_url(base: str, model: str, provider: ProviderSettings) -> str:
     """`{base}/chat/completions`; the model travels in the body, not the URL."""
     return f"{base.rstrip('/')}/chat/completions"
+
+
+def openai_embeddings_url(base: str, model: str, provider: ProviderSettings) -> str:
+    """`{base}/embeddings`; the model travels in the body."""
+    return f"{base.rstrip('/')}/embeddings"
 
 
 def openai_models_url(base: str, provider: ProviderSettings) -> str:
@@ -138,6 +146,17 @@ class ProviderKind:
     # Whether it fills in the middle (a `suffix`) by default: llama-server's `/infill` does with
     # the model's FIM tokens; most OpenAI-compatible servers ignore or refuse a suffix.
     fim: bool = False
+    # Embeddings (svir.embeddings): the API the server has for them (None: it has none, and an
+    # embedding request is refused before it is sent), where it lives, whether the server honours
+    # `dimensions` (llama-server ignores it and answers full-size vectors, so svir refuses it
+    # rather than answer vectors of a size nobody asked for), and whether it answers base64
+    # vectors when asked (a fifth of the bytes of JSON floats, passed through to base64 clients).
+    embeddings: EmbeddingsAPI | None = "openai"
+    embeddings_url: Callable[[str, str, ProviderSettings], str] = field(
+        default=openai_embeddings_url
+    )
+    embedding_dimensions: bool = True
+    embeddings_base64: bool = False
 
     @property
     def speaks_openai(self) -> bool:

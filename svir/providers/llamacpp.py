@@ -7,6 +7,13 @@ from svir.providers.base import ProviderKind
 # Text completions go to its native `/completion`, fill-in-the-middle to `/infill` (which wraps
 # the prefix and suffix in the model's own FIM tokens): its `/v1/completions` drops a `suffix`
 # without a word, which would answer a FIM request with a plain continuation.
+# Embeddings: `/v1/embeddings` (the server started with `--embeddings` and a pooling other than
+# none), base64 on request, `dimensions` ignored.
 KIND = ProviderKind(
-    name="llamacpp", reasoning_key="reasoning_content", completions="llama", fim=True
+    name="llamacpp",
+    reasoning_key="reasoning_content",
+    completions="llama",
+    fim=True,
+    embedding_dimensions=False,
+    embeddings_base64=True,
 )

@@ -17,4 +17,6 @@ KIND = ProviderKind(
     closed_models=True,
     completions="llama",  # as `llamacpp`'s
     fim=True,
+    embedding_dimensions=False,
+    embeddings_base64=True,
 )

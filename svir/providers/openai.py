@@ -15,4 +15,5 @@ KIND = ProviderKind(
     default_base_url="https://api.openai.com/v1",
     # Its legacy `/v1/completions` (gpt-3.5-turbo-instruct) takes `suffix`.
     fim=True,
+    embeddings_base64=True,
 )

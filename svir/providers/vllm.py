@@ -28,4 +28,6 @@ def explain_error(error: UpstreamError) -> UpstreamError:
     return error
 
 
-KIND = ProviderKind(name="vllm", reasoning_key="reasoning", explain_error=explain_error)
+KIND = ProviderKind(
+    name="vllm", reasoning_key="reasoning", explain_error=explain_error, embeddings_base64=True
+)

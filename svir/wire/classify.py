@@ -82,6 +82,10 @@ _UNSUPPORTED_INPUT_PHRASES = (
     "only 'text' content type is supported",
     "is not a multimodal model",
     "does not support multimodal",
+    # A server or model that cannot embed: llama-server without `--embeddings` (501), or with a
+    # pooling of none (400); Ollama for a model without embeddings.
+    "does not support embeddings",
+    "is not oai compatible",
 )
 
 # Words of a 404 that means the thing asked for is not there (a model, a route), as opposed to

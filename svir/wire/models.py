@@ -18,6 +18,7 @@ __all__ = [
     "clean_model_id",
     "endpoint_url",
     "is_chat_model",
+    "json_object",
     "normalize_base_url",
     "parse_model_list",
 ]
@@ -33,6 +34,12 @@ class ModelInfo(msgspec.Struct, frozen=True):
     # not the one the model was trained for.
     context_length: int | None = None
     input_modalities: tuple[str, ...] | None = None
+    # llama.cpp's `meta`: the context the model was trained for, its parameters, its file's
+    # bytes and type.
+    context_train: int | None = None
+    parameters: int | None = None
+    size: int | None = None
+    ftype: str | None = None
 
 
 def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
@@ -41,14 +48,7 @@ def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
     Entries are kept in the order listed, each id once; an entry without a usable id is skipped.
     A body that is not JSON, or has neither array, raises ProtocolError.
     """
-    if not isinstance(body, (bytes, bytearray, memoryview)):
-        raise TypeError(f"body must be bytes, not {type(body).__name__}")
-    try:
-        doc = msgspec.json.decode(bytes(body))
-    except (msgspec.DecodeError, RecursionError, ValueError) as exc:
-        raise ProtocolError(f"model list is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ProtocolError(f"model list must be a JSON object, got {json_type(doc)}")
+    doc = json_object(body, "model list")
     data, models = doc.get("data"), doc.get("models")
     if not isinstance(data, list) and not isinstance(models, list):
         raise ProtocolError("model list has no `data` array")
@@ -67,6 +67,20 @@ def parse_model_list(body: bytes | bytearray | memoryview) -> list[ModelInfo]:
     return list(found.values())
 
 
+def json_object(body: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
+    """A server's JSON object (`what` names it in the error): a body that is not JSON, or not
+    an object, raises ProtocolError."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise TypeError(f"body must be bytes, not {type(body).__name__}")
+    try:
+        doc = msgspec.json.decode(bytes(body))
+    except (msgspec.DecodeError, RecursionError, ValueError) as exc:
+        raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"{what} must be a JSON object, got {json_type(doc)}")
+    return doc
+
+
 def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:
     model_id = _text(entry.get("id"))
     if model_id is None:
@@ -77,6 +91,9 @@ def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:
         context = _positive_int(meta.get("n_ctx"))
     if context is None:
         context = _positive_int(entry.get("context_length"))
+    if not isinstance(meta, dict):
+        meta = {}
+    ftype = meta.get("ftype")
     return ModelInfo(
         id=model_id,
         # Anthropic's list names a model's `display_name`.
@@ -84,6 +101,10 @@ def _from_data_entry(entry: dict[str, Any]) -> ModelInfo | None:
         owned_by=_text(entry.get("owned_by")),
         context_length=context,
         input_modalities=_modalities(entry),
+        context_train=_positive_int(meta.get("n_ctx_train")),
+        parameters=_positive_int(meta.get("n_params")),
+        size=_positive_int(meta.get("size")),
+        ftype=ftype if isinstance(ftype, str) and ftype else None,
     )
 
 

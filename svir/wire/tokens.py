@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["IMAGE_TOKENS", "MESSAGE_TOKENS", "estimate_prompt_tokens"]
+__all__ = ["IMAGE_TOKENS", "MESSAGE_TOKENS", "estimate_input_tokens", "estimate_prompt_tokens"]
 
 # What an image costs in prompt tokens, for the estimate: about a 512×512 tile and change.
 IMAGE_TOKENS: Final = 1000
@@ -26,7 +26,8 @@ def _text_tokens(text: str) -> int:
 
 
 def estimate_prompt_tokens(request: dict[str, Any]) -> int:
-    """A cheap estimate of the prompt's tokens, before the server counts them."""
+    """A cheap estimate of the prompt's tokens (a chat's messages and tools, a completion's
+    prompt and suffix), before the server counts them."""
     units = 0  # quarter tokens
     images = 0
     messages = request.get("messages") or ()
@@ -63,7 +64,25 @@ def estimate_prompt_tokens(request: dict[str, Any]) -> int:
         value = request.get(key)
         if isinstance(value, str):
             units += _text_tokens(value)
+    # A text completion's prompt and the suffix it fills up to (svir.wire.completions).
+    for key in ("prompt", "suffix"):
+        value = request.get(key)
+        if isinstance(value, str):
+            units += _text_tokens(value)
     tools = request.get("tools")
     if tools:
         units += len(msgspec.json.encode(tools))
     return math.ceil(units / 4) + MESSAGE_TOKENS * len(messages) + 3 + IMAGE_TOKENS * images
+
+
+def estimate_input_tokens(inputs: list[str] | list[list[int]]) -> int:
+    """The tokens of an embedding request's inputs: a token array counts its length, a text as
+    a prompt's text does, each input with one token of its own (the server's BOS)."""
+    units = 0
+    tokens = 0
+    for item in inputs:
+        if isinstance(item, str):
+            units += _text_tokens(item)
+        else:
+            tokens += len(item)
+    return math.ceil(units / 4) + tokens + len(inputs)

@@ -53,7 +53,10 @@ async def test_client_request_replays(tmp_path: Path, name: str) -> None:
                 read(item, path)  # present (a KeyError fails the test)
         text_key = "choices.0.text" if spec["path"] == "/v1/completions" else "response"
         assert "".join(read(item, text_key) for item in got)
-        [sent] = svir.transport.requests
+        # Before it, what svir asks a llama.cpp server of its model once per cache period
+        # (svir.policy.catalog: /props, its model list, whether /infill takes the model).
+        *asked, sent = svir.transport.requests
+        assert all(r.path in ("/props", "/v1/models", "/infill") for r in asked), asked
     assert sent.path == spec["upstream"]
     body = sent.json()
     given = spec["body"]

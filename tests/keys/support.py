@@ -11,7 +11,15 @@ import httpx
 from svir.config import Config, parse_config
 from svir.edges.app import App
 from svir.edges.server import thread_service
-from svir.frontends import anthropic, completions, ollama, openai_chat, responses, threads
+from svir.frontends import (
+    anthropic,
+    completions,
+    embeddings,
+    ollama,
+    openai_chat,
+    responses,
+    threads,
+)
 from svir.keys.service import KeysService, install
 from svir.store.responses import SqlResponseStore
 from tests.support.asgi import Lifespan
@@ -105,8 +113,10 @@ class Harness:
             anthropic.install(self.app)
         if "completions" in fronts:
             completions.install(self.app)
+        if "embeddings" in fronts:
+            embeddings.install(self.app)
         if "responses" in fronts:
-            responses.install(self.app, SqlResponseStore(url))
+            responses.install(self.app, SqlResponseStore(self.config.store.url))
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from svir.config import ProviderConfig
 from svir.edges.app import App
 from svir.errors import OllamaError, RequestError
-from svir.frontends import ollama
 from svir.frontends.ollama_translate import to_openai_request
 from svir.providers import build_upstream_body, get_kind, validate_chat_request
 from svir.wire.errors import BodyError
@@ -166,9 +165,7 @@ def test_translation_is_a_request_or_a_clean_400(body: Any) -> None:
 
 @pytest.fixture(scope="module")
 def app() -> App:
-    app = down_upstream_app()
-    ollama.install(app)
-    return app
+    return down_upstream_app()  # Ollama's API installed
 
 
 async def post(app: App, body: bytes) -> httpx.Response:
@@ -205,3 +202,36 @@ async def test_handler_refuses_a_body_over_the_limit(app: App) -> None:
         limit = app.config.server.max_body_bytes
         r = await client.post("/api/chat", content=b" " * (limit + 1))
     assert r.status_code == 413 and "larger than the limit" in r.json()["error"]
+
+
+# The listing and model-file routes, and options.num_ctx.
+
+MODEL_ROUTES = [("POST", "/api/show"), ("POST", "/api/pull"), ("DELETE", "/api/delete")]
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture], deadline=None)  # fmt: skip
+@given(body=anything, which=st.sampled_from(MODEL_ROUTES))
+async def test_model_routes_answer_only_ollama_errors(
+    app: App, body: Any, which: tuple[str, str]
+) -> None:
+    method, path = which
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svir") as client:
+        r = await client.request(method, path, content=msgspec.json.encode(body))
+    if r.status_code == 200:
+        assert path != "/api/delete"
+        return
+    assert r.status_code in (400, 404), (r.status_code, r.text)
+    payload = r.json()
+    assert set(payload) == {"error"} and isinstance(payload["error"], str) and payload["error"]
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture], deadline=None)  # fmt: skip
+@given(value=anything)
+async def test_num_ctx_of_any_value_is_served_or_a_clean_400(app: App, value: Any) -> None:
+    body = {"model": "lab/m", "messages": [{"role": "user", "content": "hi"}]}
+    r = await post(app, msgspec.json.encode({**body, "options": {"num_ctx": value}}))
+    # The upstream is down: a num_ctx that passes is a 502 from it, never a 500.
+    assert r.status_code in (400, 502), (r.status_code, r.text)
+    if r.status_code == 400:
+        assert "num_ctx" in r.json()["error"]

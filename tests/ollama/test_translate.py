@@ -10,12 +10,9 @@ import pytest
 from svir.config import ProviderConfig
 from svir.errors import OllamaError
 from svir.frontends.ollama_translate import (
-    capabilities_guess,
     done_reason,
     model_name,
     schema_name,
-    show_response,
-    tags_entry,
     to_openai_request,
 )
 from svir.providers import build_upstream_body, get_kind, validate_chat_request
@@ -428,23 +425,3 @@ def test_done_reason() -> None:
     assert done_reason("tool_calls") == "stop"  # Ollama ends a tool call with stop
     assert done_reason(None) == "stop"
     assert done_reason("content_filter") == "content_filter"
-
-
-def test_capabilities_guess() -> None:
-    assert capabilities_guess("gemma-3-270m") == ["completion", "tools"]
-    assert "vision" in capabilities_guess("qwen2.5-vl-7b")
-    assert "vision" in capabilities_guess("llava:13b")
-    assert "thinking" in capabilities_guess("qwen3.8")
-    assert "thinking" in capabilities_guess("deepseek-r1:8b")
-    assert "vision" not in capabilities_guess("devstral")
-
-
-def test_tags_and_show_entries() -> None:
-    entry = tags_entry("lab/m", "llamacpp")
-    assert entry["name"] == entry["model"] == "lab/m"
-    assert entry["size"] == 0 and len(entry["digest"]) == 64
-    assert entry["details"]["format"] == "gguf"
-    assert tags_entry("lab/m", "vllm")["digest"] == entry["digest"]
-    shown = show_response("lab/m", "lab", "m", "vllm")
-    assert shown["capabilities"] == ["completion", "tools"]
-    assert shown["model_info"]["general.basename"] == "m"

@@ -1,6 +1,7 @@
-"""What the npm agent tests share (tests/anthropic/test_claude_code.py, tests/responses/test_codex.py):
-the agent's binary as `make` installs it, and svir's config for the real llama.cpp server
-answering one question with a grammar."""
+"""What the npm agent tests share (tests/anthropic/test_claude_code.py, tests/responses/test_codex.py,
+tests/ollama/test_continue_cli.py): the agent's binary as `make` installs it, svir's config for
+the real llama.cpp server answering one question with a grammar, and the environment that keeps
+an agent on loopback."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from svir.edges.llama_server import ensure_gemma_model, find_llama_server
 from svir.errors import LlamaServerError
+from tests.support.svir_proc import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,3 +69,23 @@ def scripted_provider(base_url: str, *models: str) -> str:
         f'[[providers]]\nname = "agent"\nkind = "openai-compatible"\n'
         f'base_url = "{base_url}"\ndiscover = false\nmodels = [{listed}]\n\n'
     )
+
+
+# The environment an agent runs in: a home of its own, and proxies pointed at a closed loopback
+# port, so that what honours them sends nothing out. Node's own `fetch` does not:
+# `LOOPBACK_GUARD`, preloaded with `NODE_OPTIONS=--require`, refuses any connection past
+# loopback and writes its host to `$SVIR_BLOCKED_LOG`.
+LOOPBACK_GUARD = Path(__file__).parent / "node" / "loopback-only.cjs"
+
+
+def agent_env(home: Path, **extra: str) -> dict[str, str]:
+    """PATH, HOME and the closed proxies, then `extra`."""
+    closed = f"http://127.0.0.1:{free_port()}"
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "HTTPS_PROXY": closed,
+        "HTTP_PROXY": closed,
+        "NO_PROXY": "127.0.0.1,localhost",
+        **extra,
+    }

@@ -182,6 +182,21 @@ LLAMA_CPP_MODELS: dict[str, Any] = {
     ],
 }
 
+# llama.cpp's `GET /props` for the model above, as a real llama-server answers it (trimmed).
+LLAMA_CPP_PROPS: dict[str, Any] = {
+    "default_generation_settings": {"n_ctx": 16384, "params": {"n_predict": -1}},
+    "total_slots": 1,
+    "model_alias": _LLAMA_PATH,
+    "model_path": _LLAMA_PATH,
+    "model_ftype": "Q4_K - Medium",
+    "modalities": {"vision": True, "video": False, "audio": False},
+    "chat_template": "{%- for message in messages %}<think>{{ message.content }}{%- endfor %}",
+    "chat_template_caps": {"supports_tools": True, "supports_tool_calls": True},
+    "bos_token": "<bos>",
+    "eos_token": "<eos>",
+    "build_info": "b7000-recorded",
+}
+
 
 # Chunking
 
@@ -451,6 +466,8 @@ class ScriptedUpstream:
                 return MockResponse.json(self.model_list())
             if path in ("/health", "/healthz"):
                 return MockResponse.json({"status": "ok"})
+            if path == "/props" and self.model_list() is LLAMA_CPP_MODELS:
+                return MockResponse.json(LLAMA_CPP_PROPS)
             return NOT_FOUND
         if request.method != "POST" or not path.endswith("/chat/completions"):
             return NOT_FOUND

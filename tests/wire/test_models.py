@@ -94,6 +94,9 @@ def test_llama_cpp_list_is_one_model_with_its_context_and_modalities() -> None:
             owned_by="llamacpp",
             context_length=16384,  # the running context, not n_ctx_train
             input_modalities=("text", "image"),
+            context_train=262144,
+            parameters=30532122624,
+            size=18556686336,
         )
     ]
 

@@ -112,7 +112,12 @@ def test_arbitrary_bytes_raise_only_sse_errors(data: bytes, cuts: list[int]) -> 
         pass
 
 
-@given(st.lists(st.text(alphabet=st.characters(exclude_characters="\r\n", exclude_categories=("Cs",))), max_size=5))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(exclude_characters="\r\n", exclude_categories=("Cs",))),
+        max_size=5,
+    )
+)
 def test_any_split_gives_the_same_events(payloads: list[str]) -> None:
     raw = b"".join(encode_data(s.encode()) for s in payloads)
     whole = parse([raw])

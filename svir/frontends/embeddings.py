@@ -1,0 +1,89 @@
+"""OpenAI's embeddings API: `POST /v1/embeddings` (`input` a string, strings or token arrays;
+`encoding_format` "float" or "base64", the OpenAI SDK's default; `dimensions` where the upstream
+honours it; `user`), over the same gateway, routes and key gate as chat.
+
+The request is checked into the canonical embedding request (svir.wire.embeddings), opened as an
+embedding call (svir.embeddings) and answered in OpenAI's shape; Ollama's `/api/embed` and
+`/api/embeddings` are in svir.frontends.ollama, over the same call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from svir.asgi import Receive, Scope, Send
+from svir.call import EMBEDDINGS, CallContext
+from svir.embeddings import EmbeddingCall
+from svir.errors import GatewayError, request_error
+from svir.frontends.http import new_call_context, read_json, send_json, until_disconnect
+from svir.frontends.routes import Host
+from svir.gateway import Gateway
+from svir.wire.embeddings import EmbeddingInputError, check_openai_request, openai_answer
+from svir.wire.tokens import estimate_input_tokens
+
+__all__ = ["API", "OpenAIEmbeddings", "embed", "input_error", "install", "prompt_tokens"]
+
+# The front end's name in the ledger and the logs (`CallContext.api`).
+API = "embeddings"
+
+
+def install(app: Host) -> OpenAIEmbeddings:
+    """Serve OpenAI's embeddings from `app`."""
+    api = OpenAIEmbeddings(app)
+    app.routes.add("POST", "/v1/embeddings", api.embeddings)
+    return api
+
+
+def input_error(exc: EmbeddingInputError) -> GatewayError:
+    """The 400 for an embedding request the wire checks refused."""
+    return request_error(exc.message, param=exc.param, code="invalid_value")
+
+
+def prompt_tokens(call: EmbeddingCall) -> int:
+    """The inputs' tokens: the upstream's count, or svir's estimate when it gave none."""
+    counted = call.prompt_tokens
+    return counted if counted is not None else estimate_input_tokens(call.request["input"])
+
+
+async def embed(
+    gateway: Gateway, ctx: CallContext, request: dict[str, Any]
+) -> tuple[EmbeddingCall, dict[str, str]]:
+    """Open the embedding call (its answer read whole) and close it at once: the vectors stay
+    on it. Gives the call and the answer's headers."""
+    call = await gateway.open_embeddings(ctx, request)
+    call.close()
+    headers = {"x-request-id": ctx.request_id, **call.headers}
+    return call, headers
+
+
+class OpenAIEmbeddings:
+    def __init__(self, app: Host) -> None:
+        self.app = app
+        self.gateway = app.gateway
+        self.max_body_bytes = app.config.server.max_body_bytes
+
+    async def embeddings(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        body = await read_json(scope, receive, self.max_body_bytes)
+        try:
+            request = check_openai_request(body)
+        except EmbeddingInputError as exc:
+            raise input_error(exc) from None
+        fields["inputs"] = len(request["input"])
+        ctx = new_call_context(
+            scope, rid, API, client_user=request.get("user"), operation=EMBEDDINGS
+        )
+        return await until_disconnect(receive, self._serve(request, send, ctx))
+
+    async def _serve(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
+        call, headers = await embed(self.gateway, ctx, request)
+        assert call.answer is not None
+        answer = openai_answer(
+            call.answer,
+            model=call.model_label,
+            encoding_format=request.get("encoding_format", "float"),
+            prompt_tokens=prompt_tokens(call),
+        )
+        await send_json(send, 200, answer, headers)
+        return 200
