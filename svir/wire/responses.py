@@ -504,12 +504,19 @@ class ResponseStreamEncoder:
         if self._open is None:
             return b""
         index = self._open_index
+        # A message's part has its own last events; the text is joined only where it is written.
+        out = self._close_part() if self._open == "message" else self._close_pieces(index)
+        item = self._snapshot(status)
+        self._items[index] = item
+        self._open = None
+        self._parts = []
+        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+
+    def _close_pieces(self, index: int) -> bytes:
+        """The last events of the open reasoning or function call item."""
         item_id = self._items[index]["id"]
         text = "".join(self._parts)
-        out = b""
-        if self._open == "message":
-            out = self._close_part()
-        elif self._open == "reasoning":
+        if self._open == "reasoning":
             if self.summary is not None:
                 part = {"type": "summary_text", "text": text}
                 ids = {"item_id": item_id, "output_index": index, "summary_index": 0}
@@ -531,11 +538,7 @@ class ResponseStreamEncoder:
                     "arguments": text,
                 },
             )
-        item = self._snapshot(status)
-        self._items[index] = item
-        self._open = None
-        self._parts = []
-        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+        return out
 
     # -- messages
 
