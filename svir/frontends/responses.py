@@ -196,6 +196,7 @@ class ResponsesAPI:
         self._store = store
         # The store while it is open (None: a 503).
         self.store: ResponseStore | None = None
+        self._seal_key: bytes | None = None
 
     async def startup(self) -> None:
         await self._store.open()
@@ -233,10 +234,13 @@ class ResponsesAPI:
             for earlier in chain:
                 history += earlier.input_items
                 history += earlier.output_items
-        try:
-            key = await store.secret(SEAL_SECRET)
-        except StoreError as exc:
-            raise _store_failed(exc) from None
+        key = self._seal_key
+        if key is None:
+            try:
+                # The store's, the same for every replica and for ever: read once.
+                key = self._seal_key = await store.secret(SEAL_SECRET)
+            except StoreError as exc:
+                raise _store_failed(exc) from None
         try:
             translated = translate_request(
                 body,

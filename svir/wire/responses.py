@@ -8,6 +8,7 @@ reasoning) is svir.wire.responses_request. Everything here is pure: no I/O, no c
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -78,6 +79,19 @@ _OWN: Final = frozenset(
 )  # fmt: skip
 
 _enc = msgspec.json.encode
+_EVENT_TYPES: Final = frozenset(
+    {ContentFilter, Done, Finish, Keepalive, ReasoningDelta, ReasoningSignature, RedactedReasoning,
+     RefusalDelta, Role, StreamError, TextDelta, ToolCallDelta, ToolCallStart, Usage}
+)  # fmt: skip
+# What follows the delta of an `output_text.delta` event, up to its sequence number.
+_DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":'
+
+
+@functools.cache
+def _head(type: str) -> bytes:
+    """An event's bytes up to its fields: `event: <type>` and `data: {"type":"<type>",` (the types
+    are the encoder's own constants, so the cache stays small)."""
+    return b"event: " + type.encode() + b"\ndata: " + _enc({"type": type})[:-1] + b","
 
 
 def response_usage(u: Usage | None) -> dict[str, Any] | None:
@@ -198,11 +212,14 @@ class ResponseStreamEncoder:
         "_open",
         "_open_index",
         "_part",
+        "_part_ids",
         "_part_index",
         "_parts",
         "_prefix",
         "_seq",
+        "_skeleton_bytes",
         "_started",
+        "_started_bytes",
         "_status",
         "_usage",
         "ended",
@@ -231,9 +248,15 @@ class ResponseStreamEncoder:
         self.names = names
         self.seal = seal
         self.ended = False
-        base: dict[str, Any] = dict(_DEFAULTS)
-        base.update((k, v) for k, v in echo.items() if k not in _OWN)
-        self._base = {"id": id, "object": "response", "created_at": int(created_at), **base}
+        if _OWN.isdisjoint(echo):  # the common case: the front end's echo
+            self._base = {"id": id, "object": "response", "created_at": int(created_at),
+                          **_DEFAULTS, **echo}  # fmt: skip
+        else:
+            base: dict[str, Any] = dict(_DEFAULTS)
+            base.update((k, v) for k, v in echo.items() if k not in _OWN)
+            self._base = {"id": id, "object": "response", "created_at": int(created_at), **base}
+        self._skeleton_bytes: bytes | None = None
+        self._started_bytes: bytes | None = None
         self._item_base = id[5:] if id.startswith("resp_") else id
         self._seq = 0
         self._started = False
@@ -245,6 +268,7 @@ class ResponseStreamEncoder:
         self._part_index = -1
         self._parts: list[str] = []  # the open part's (or reasoning's, or call's) pieces
         self._prefix = b""  # the open text part's delta event, up to its delta
+        self._part_ids = b""  # the open part's ids as its events' JSON begins with them
         self._live_call: int | None = None
         # The conversation's call ids count as used: a server that numbers its calls per answer
         # (`call_0` every turn) would repeat one, and a client's next request would hold it twice.
@@ -274,18 +298,22 @@ class ResponseStreamEncoder:
     def response(self) -> dict[str, Any]:
         """The response object as it stands; after the end, the final one."""
         out = dict(self._base)
+        out.update(self._own_fields())
+        return out
+
+    def _own_fields(self) -> dict[str, Any]:
+        """The response object's fields the encoder owns, as they stand (they follow `_base`'s)."""
         reason = INCOMPLETE_REASONS.get(self._finish or "")
-        out.update(
-            status=self._status,
-            model=self.model,
-            output=self.output_items,
-            usage=response_usage(self._usage),
-            error=self._error,
-            incomplete_details=(
+        return {
+            "status": self._status,
+            "model": self.model,
+            "output": self.output_items,
+            "usage": response_usage(self._usage),
+            "error": self._error,
+            "incomplete_details": (
                 {"reason": reason} if self._status == "incomplete" and reason else None
             ),
-        )
-        return out
+        }
 
     # -- the stream
 
@@ -310,34 +338,49 @@ class ResponseStreamEncoder:
         """The bytes for one event (possibly empty)."""
         if self.ended:
             return b""
-        if isinstance(event, TextDelta):
-            if self._part == "output_text" and self._live_call is None:  # the common case
-                return self._text_delta(event.text) if event.text else b""
-            return self._content("output_text", event.text)
-        if isinstance(event, ReasoningDelta):
-            return self._content("reasoning", event.text)
-        if isinstance(event, ToolCallDelta):
-            return self._tool_delta(event)
-        if isinstance(event, ToolCallStart):
-            return self._tool_start(event)
-        if isinstance(event, RefusalDelta):
-            return self._content("refusal", event.text)
-        if isinstance(event, Done):
-            return self._end()
-        if isinstance(event, Finish | Usage):
+        # Dispatched on the exact type: isinstance against a msgspec Struct class that does not
+        # match goes through its metaclass, several times slower, once per check.
+        kind: Any = type(event)
+        ev: Any = event  # its type is `kind`
+        if kind is TextDelta and self._part == "output_text" and self._live_call is None:
+            text = ev.text  # the common case, once per piece of the answer
+            if not text:
+                return b""
+            self._parts.append(text)
+            seq = self._seq
+            self._seq = seq + 1
+            return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
+        if kind not in _EVENT_TYPES:
+            kind = next((k for k in kind.__mro__ if k in _EVENT_TYPES), kind)
+        if kind is TextDelta:
+            return self._content("output_text", ev.text)
+        if kind is ReasoningDelta:
+            return self._content("reasoning", ev.text)
+        if kind is ToolCallDelta:
+            return self._tool_delta(ev)
+        if kind is Finish or kind is Usage:
             # Both are written at the end, in the response's status and usage.
-            if isinstance(event, Finish):
-                self._finish = event.reason
+            if kind is Finish:
+                self._finish = ev.reason
             else:
-                self._usage = event
+                self._usage = ev
             return self.start()
-        if isinstance(event, Keepalive):
+        if kind is Done:
+            return self._end()
+        if kind is Role or kind is ContentFilter or kind is ReasoningSignature:
+            return self.start()
+        if kind is RedactedReasoning:  # an upstream's seal: no place in a Responses stream
+            return self.start()
+        if kind is ToolCallStart:
+            return self._tool_start(ev)
+        if kind is RefusalDelta:
+            return self._content("refusal", ev.text)
+        if kind is Keepalive:
             return self.keepalive()
-        if isinstance(event, StreamError):
-            ce = to_client_error(event.error, before_first_byte=False)
-            return self.error(ce, retry_after=event.error.retry_after)
-        if isinstance(event, Role | ContentFilter | ReasoningSignature | RedactedReasoning):
-            return self.start()
+        if kind is StreamError:
+            error = ev.error
+            ce = to_client_error(error, before_first_byte=False)
+            return self.error(ce, retry_after=error.retry_after)
         raise TypeError(f"not an event: {event!r}")
 
     def error(self, ce: ClientError, *, retry_after: float | None = None) -> bytes:
@@ -352,7 +395,7 @@ class ResponseStreamEncoder:
         self.ended = True
         self._status = "failed"
         self._error = failure(ce, retry_after=retry_after)
-        return out + self._lifecycle("response.failed", self.response)
+        return out + self._final("response.failed")
 
     def close(self) -> bytes:
         """The upstream's events ran out: a stream that has not ended fails (`server_error`)."""
@@ -370,19 +413,38 @@ class ResponseStreamEncoder:
     # -- framing
 
     def _frame(self, type: str, fields: dict[str, Any]) -> bytes:
-        seq = self._seq
+        """The event `type` with `fields` (a fresh dict, taken): `{"type": …, **fields,
+        "sequence_number": …}` as JSON, its head bytes made once per type."""
+        fields["sequence_number"] = self._seq
         self._seq += 1
-        data = {"type": type, **fields, "sequence_number": seq}
-        return b"event: " + type.encode() + b"\ndata: " + _enc(data) + b"\n\n"
+        return _head(type) + _enc(fields)[1:] + b"\n\n"
 
-    def _lifecycle(self, type: str, response: dict[str, Any] | None = None) -> bytes:
+    def _lifecycle(self, type: str, response: bytes | None = None) -> bytes:
+        """A lifecycle event nesting `response` (encoded; by default the response as it starts,
+        its output empty: encoded once, for `response.created`, `.in_progress` and every
+        keep-alive)."""
         if response is None:
-            response = dict(self._base)
-            response.update(
-                status="in_progress", model=self.model, output=[], usage=None, error=None,
-                incomplete_details=None,
-            )  # fmt: skip
-        return self._frame(type, {"response": response})
+            response = self._started_bytes
+            if response is None:
+                response = self._started_bytes = self._skeleton() + _enc(
+                    {"status": "in_progress", "model": self.model, "output": [], "usage": None,
+                     "error": None, "incomplete_details": None}
+                )[1:]  # fmt: skip
+        seq = self._seq
+        self._seq = seq + 1
+        return b'%b"response":%b,"sequence_number":%d}\n\n' % (_head(type), response, seq)
+
+    def _skeleton(self) -> bytes:
+        """The encoded response object's fields the encoder does not own, open at its end (`{…,`):
+        every lifecycle event's response begins with them."""
+        skeleton = self._skeleton_bytes
+        if skeleton is None:
+            skeleton = self._skeleton_bytes = _enc(self._base)[:-1] + b","
+        return skeleton
+
+    def _final(self, type: str) -> bytes:
+        """The last lifecycle event, nesting the final response (`response`'s bytes)."""
+        return self._lifecycle(type, self._skeleton() + _enc(self._own_fields())[1:])
 
     # -- items
 
@@ -435,27 +497,26 @@ class ResponseStreamEncoder:
         if kind == "output_text":
             return out + self._text_delta(text)
         self._parts.append(text)
-        return out + self._frame(
-            "response.refusal.delta",
-            {
-                "item_id": self._items[self._open_index]["id"],
-                "output_index": self._open_index,
-                "content_index": self._part_index,
-                "delta": text,
-            },
-        )
+        return out + self._part_frame("response.refusal.delta", {"delta": text})
 
     def _close(self, status: str = "completed") -> bytes:
         """Close the open item, if any: its last events and `output_item.done`."""
         if self._open is None:
             return b""
         index = self._open_index
+        # A message's part has its own last events; the text is joined only where it is written.
+        out = self._close_part() if self._open == "message" else self._close_pieces(index)
+        item = self._snapshot(status)
+        self._items[index] = item
+        self._open = None
+        self._parts = []
+        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+
+    def _close_pieces(self, index: int) -> bytes:
+        """The last events of the open reasoning or function call item."""
         item_id = self._items[index]["id"]
         text = "".join(self._parts)
-        out = b""
-        if self._open == "message":
-            out = self._close_part()
-        elif self._open == "reasoning":
+        if self._open == "reasoning":
             if self.summary is not None:
                 part = {"type": "summary_text", "text": text}
                 ids = {"item_id": item_id, "output_index": index, "summary_index": 0}
@@ -477,11 +538,7 @@ class ResponseStreamEncoder:
                     "arguments": text,
                 },
             )
-        item = self._snapshot(status)
-        self._items[index] = item
-        self._open = None
-        self._parts = []
-        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+        return out
 
     # -- messages
 
@@ -507,60 +564,46 @@ class ResponseStreamEncoder:
         self._part = kind
         self._part_index += 1
         self._parts = []
-        item_id = self._items[self._open_index]["id"]
+        # The part's events all begin with its ids: encoded once.
+        ids = self._part_ids = b'"item_id":%b,"output_index":%d,"content_index":%d,' % (
+            _enc(self._items[self._open_index]["id"]),
+            self._open_index,
+            self._part_index,
+        )
         if kind == "output_text":
-            self._prefix = (
-                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-                b'"item_id":'
-                + _enc(item_id)
-                + b',"output_index":'
-                + str(self._open_index).encode()
-                + b',"content_index":'
-                + str(self._part_index).encode()
-                + b',"delta":'
-            )
-        return self._frame(
-            "response.content_part.added",
-            {
-                "item_id": item_id,
-                "output_index": self._open_index,
-                "content_index": self._part_index,
-                "part": self._part_object(kind, ""),
-            },
+            self._prefix = _head("response.output_text.delta") + ids + b'"delta":'
+        return self._part_frame(
+            "response.content_part.added", {"part": self._part_object(kind, "")}
         )
 
+    def _part_frame(self, type: str, fields: dict[str, Any]) -> bytes:
+        """`_frame` of an event of the open part: its ids, then `fields` (a fresh dict, taken)."""
+        fields["sequence_number"] = self._seq
+        self._seq += 1
+        return _head(type) + self._part_ids + _enc(fields)[1:] + b"\n\n"
+
     def _text_delta(self, text: str) -> bytes:
+        # `encode` writes the same frame inline, for the common case.
         self._parts.append(text)
         seq = self._seq
-        self._seq += 1
-        return (
-            self._prefix
-            + _enc(text)
-            + b',"logprobs":[],"sequence_number":'
-            + str(seq).encode()
-            + b"}\n\n"
-        )
+        self._seq = seq + 1
+        return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
 
     def _close_part(self) -> bytes:
         if self._part is None:
             return b""
         kind = self._part
         text = "".join(self._parts)
-        item = self._items[self._open_index]
-        ids = {
-            "item_id": item["id"],
-            "output_index": self._open_index,
-            "content_index": self._part_index,
-        }
         if kind == "output_text":
-            out = self._frame("response.output_text.done", {**ids, "text": text, "logprobs": []})
+            out = self._part_frame("response.output_text.done", {"text": text, "logprobs": []})
         else:
-            out = self._frame("response.refusal.done", {**ids, "refusal": text})
+            out = self._part_frame("response.refusal.done", {"refusal": text})
         part = self._part_object(kind, text)
+        item = self._items[self._open_index]
         self._items[self._open_index] = {**item, "content": [*item["content"], part]}
         self._part = None
         self._parts = []
-        return out + self._frame("response.content_part.done", {**ids, "part": part})
+        return out + self._part_frame("response.content_part.done", {"part": part})
 
     # -- reasoning
 
@@ -686,4 +729,4 @@ class ResponseStreamEncoder:
         self.ended = True
         self._status = "incomplete" if incomplete else "completed"
         kind = "response.incomplete" if incomplete else "response.completed"
-        return out + self._lifecycle(kind, self.response)
+        return out + self._final(kind)

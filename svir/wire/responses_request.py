@@ -153,6 +153,7 @@ _IGNORED: Final = frozenset(
         "client_metadata",
     }
 )
+_KNOWN: Final = _TRANSLATED | _IGNORED
 _EFFORTS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 _SUMMARIES: Final = frozenset({"auto", "concise", "detailed"})
 # Tools only OpenAI's own servers run: dropped (with a warning), since no upstream of svir does.
@@ -278,7 +279,9 @@ def translate_request(
         previous = _check.string("previous_response_id", previous)
         if not previous:
             raise ResponsesRequestError("previous_response_id", "must not be empty")
-    if not isinstance(history, Sequence) or isinstance(history, str | bytes):
+    if type(history) is not list and (
+        not isinstance(history, Sequence) or isinstance(history, str | bytes)
+    ):
         raise ResponsesRequestError("previous_response_id", "the stored history is not a list")
 
     items = _input_items(body.get("input"), bool(history))
@@ -328,7 +331,7 @@ def translate_request(
     include = _include(body.get("include"))
 
     for key in body:
-        if key not in _TRANSLATED and key not in _IGNORED:
+        if key not in _KNOWN:
             t.warnings.append(f"{key} ignored: svir does not translate it")
     return ResponsesRequest(
         chat=chat,
@@ -1016,40 +1019,53 @@ def _include(include: Any) -> list[str]:
     return include
 
 
+# The request fields a response object repeats as they were sent, in its order, each with
+# OpenAI's default when unset (those `_echo` derives are None here and set there, in place).
+_ECHOED: Final = (
+    ("instructions", None),
+    ("tools", None),
+    ("tool_choice", "auto"),
+    ("temperature", 1.0),
+    ("top_p", 1.0),
+    ("max_output_tokens", None),
+    ("metadata", None),
+    ("parallel_tool_calls", True),
+    ("text", None),
+    ("reasoning", None),
+    ("truncation", "disabled"),
+    ("user", None),
+    ("safety_identifier", None),
+    ("prompt_cache_key", None),
+    ("store", None),
+    ("service_tier", "auto"),
+    ("background", None),
+    ("top_logprobs", 0),
+    ("max_tool_calls", None),
+)
+
+
 def _echo(body: dict[str, Any], store: bool, metadata: dict[str, str]) -> dict[str, Any]:
     """The request fields a response object repeats, each with OpenAI's default when unset."""
-
-    def given(key: str, default: Any) -> Any:
-        value = body.get(key)
-        return default if value is None else value
-
-    reasoning = body.get("reasoning") or {}
-    text = dict(body.get("text") or {})
+    get = body.get
+    echo: dict[str, Any] = {}
+    for key, default in _ECHOED:
+        value = get(key)
+        echo[key] = default if value is None else value
+    tools = echo["tools"]
+    if tools is None:
+        echo["tools"] = []
+    reasoning = get("reasoning") or {}
+    text = dict(get("text") or {})
     text.setdefault("format", {"type": "text"})
-    return {
-        "instructions": body.get("instructions"),
-        "tools": given("tools", []),
-        "tool_choice": given("tool_choice", "auto"),
-        "temperature": given("temperature", 1.0),
-        "top_p": given("top_p", 1.0),
-        "max_output_tokens": body.get("max_output_tokens"),
-        "metadata": metadata,
-        "parallel_tool_calls": given("parallel_tool_calls", True),
-        "text": text,
-        "reasoning": {
-            "effort": reasoning.get("effort"),
-            "summary": reasoning.get("summary") or reasoning.get("generate_summary"),
-        },
-        "truncation": given("truncation", "disabled"),
-        "user": body.get("user"),
-        "safety_identifier": body.get("safety_identifier"),
-        "prompt_cache_key": body.get("prompt_cache_key"),
-        "store": store,
-        "service_tier": given("service_tier", "auto"),
-        "background": False,
-        "top_logprobs": given("top_logprobs", 0),
-        "max_tool_calls": body.get("max_tool_calls"),
+    echo["metadata"] = metadata
+    echo["text"] = text
+    echo["reasoning"] = {
+        "effort": reasoning.get("effort"),
+        "summary": reasoning.get("summary") or reasoning.get("generate_summary"),
     }
+    echo["store"] = store
+    echo["background"] = False
+    return echo
 
 
 def _opt_bool(body: dict[str, Any], key: str, default: bool) -> bool:
