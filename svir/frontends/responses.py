@@ -221,12 +221,11 @@ class ResponsesAPI:
         fields["api"] = "responses"
         body = await read_json(scope, receive, self.max_body_bytes)
         store = self._open()
-        owner = owner_of(scope)
         history: list[dict[str, Any]] = []
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         if isinstance(previous, str) and previous:
             try:
-                chain = await store.chain(owner, previous)
+                chain = await store.chain(owner_of(scope), previous)
             except NotFound:
                 raise _not_found(previous, "previous_response_id") from None
             except StoreError as exc:
@@ -276,6 +275,8 @@ class ResponsesAPI:
         )
         keep: Callable[[], Awaitable[None]] | None = None
         if translated.store:
+            # Only what is kept has an owner: a `store: false` request hashes no token.
+            owner = owner_of(scope)
 
             def record() -> StoredResponse:
                 return StoredResponse(

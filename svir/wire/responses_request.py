@@ -279,8 +279,11 @@ def translate_request(
         previous = _check.string("previous_response_id", previous)
         if not previous:
             raise ResponsesRequestError("previous_response_id", "must not be empty")
-    if type(history) is not list and (
-        not isinstance(history, Sequence) or isinstance(history, str | bytes)
+    # The exact types first: the default `()` would otherwise cost an ABC check per request.
+    if (
+        type(history) is not tuple
+        and type(history) is not list
+        and (not isinstance(history, Sequence) or isinstance(history, str | bytes))
     ):
         raise ResponsesRequestError("previous_response_id", "the stored history is not a list")
 
@@ -1043,14 +1046,18 @@ _ECHOED: Final = (
     ("max_tool_calls", None),
 )
 
+_ECHO_DEFAULTS: Final = dict(_ECHOED)
+
 
 def _echo(body: dict[str, Any], store: bool, metadata: dict[str, str]) -> dict[str, Any]:
     """The request fields a response object repeats, each with OpenAI's default when unset."""
     get = body.get
-    echo: dict[str, Any] = {}
-    for key, default in _ECHOED:
-        value = get(key)
-        echo[key] = default if value is None else value
+    # The defaults in their order, then the body's few fields over them (in place, so the order
+    # stays): a walk of the body's keys, not a lookup per echoed field.
+    echo: dict[str, Any] = dict(_ECHO_DEFAULTS)
+    for key, value in body.items():
+        if value is not None and key in echo:
+            echo[key] = value
     tools = echo["tools"]
     if tools is None:
         echo["tools"] = []
