@@ -716,12 +716,7 @@ def located(error: UpstreamError, route: Route, base: str) -> UpstreamError:
         message = f"{error.message} ({where}: {hint})"
     else:
         message = f"{where}: {error.message}"
-    # The same error in other words: every other field and the details as they were.
-    out = UpstreamError.__new__(UpstreamError)
-    out.__dict__.update(error.__dict__)
-    out.message = message
-    out.args = (message,)
-    return out
+    return error.replaced(message=message)
 
 
 def _error_frame(err: UpstreamError) -> bytes:

@@ -673,15 +673,12 @@ def redact_error(err: UpstreamError, secrets: Sequence[str] = ()) -> UpstreamErr
         details is err.details
     ):
         return err
-    return UpstreamError(
-        err.kind,
-        message,
-        status=err.status,
+    # A field redacted to None was None before: `replaced` keeps it so.
+    return err.replaced(
+        message=message,
         code=code,
         type=type_,
         param=param,
-        retry_after=err.retry_after,
-        in_stream=err.in_stream,
         details=details if isinstance(details, dict) else {},
     )
 

@@ -105,6 +105,28 @@ class UpstreamError(WireError):
         """Whether sending the same request again may succeed (`RETRYABLE_KINDS`)."""
         return self.kind in RETRYABLE_KINDS
 
+    def replaced(
+        self,
+        *,
+        message: str | None = None,
+        code: str | int | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> UpstreamError:
+        """The same failure in other words: the fields given replaced, every other one kept."""
+        return UpstreamError(
+            self.kind,
+            self.message if message is None else message,
+            status=self.status,
+            code=self.code if code is None else code,
+            type=self.type if type is None else type,
+            param=self.param if param is None else param,
+            retry_after=self.retry_after,
+            in_stream=self.in_stream,
+            details=self.details if details is None else details,
+        )
+
     def __repr__(self) -> str:
         return (
             f"UpstreamError(kind={self.kind.value!r}, message={self.message!r}, "
