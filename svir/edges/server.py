@@ -24,7 +24,7 @@ from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
 from svir.policy.resilience import Timing
 from svir.providers import get_kind
-from svir.store import default_url, make_store, sqlite_path, with_store_url
+from svir.store import make_store, sqlite_path, store_url, with_store_url
 from svir.threads.service import ThreadService
 from svir.transport import Transport
 
@@ -75,7 +75,7 @@ def build_app(
     ollama.install(app)
     anthropic.install(app)
     threads.install(app, thread_service(app))
-    responses.install(app, SqlResponseStore(app.config.store.url or default_url(app.environ)))
+    responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
     managed.install(app)
     return app
 
@@ -83,7 +83,7 @@ def build_app(
 def thread_service(app: App) -> ThreadService:
     """The threads API's service over the store `[store] url` names (default: a file under the
     user's data directory), not opened yet: its front end opens it at start-up."""
-    store = make_store(app.config.store.url or default_url(app.environ))
+    store = make_store(store_url(app.config, app.environ))
     return ThreadService(store, app.gateway, app.config.store)
 
 
@@ -192,7 +192,7 @@ def banner(
         if discovered:
             models += " configured, more from its server's /models"
         providers.append(f"{p.name} ({p.kind}, {models})")
-    store = config.store.url or default_url()
+    store = store_url(config)
     store_text = sqlite_path(store) or store.split("@")[-1]
     fields: dict[str, Any] = {
         "version": __version__,

@@ -110,10 +110,10 @@ def _without_password(url: str) -> str:
 
 
 async def _with_store(config: Config, work: Callable[[SqlStore], Awaitable[int]]) -> int:
-    from svir.store import default_url, make_store
+    from svir.store import make_store, store_url
     from svir.store.base import SqlStore
 
-    store = make_store(config.store.url or default_url())  # set by _config; empty in tests
+    store = make_store(store_url(config))  # set by _config; empty in tests
     assert isinstance(store, SqlStore)
     await store.open()
     try:

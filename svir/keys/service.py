@@ -37,7 +37,7 @@ from svir.keys.store import KeyStore
 from svir.ledger import Ledger
 from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
 from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
-from svir.store import default_url, make_store
+from svir.store import make_store, store_url
 from svir.store.base import SqlStore
 from svir.wire.classify import ClientError
 
@@ -194,7 +194,7 @@ class KeysService:
     # Lifespan
 
     async def startup(self) -> None:
-        url = self.config.store.url or default_url(self.app.environ)
+        url = store_url(self.config, self.app.environ)
         store = make_store(url)
         if not isinstance(store, SqlStore):
             raise RuntimeError("svir's keys need an SQL store")

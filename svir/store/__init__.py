@@ -24,7 +24,14 @@ from svir.threads.records import Store
 if TYPE_CHECKING:
     from svir.config import Config
 
-__all__ = ["default_url", "make_store", "open_store", "sqlite_path", "with_store_url"]
+__all__ = [
+    "default_url",
+    "make_store",
+    "open_store",
+    "sqlite_path",
+    "store_url",
+    "with_store_url",
+]
 
 SQLITE = "sqlite:///"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -53,6 +60,11 @@ def default_url(
     name = _UNSAFE.sub("_", Path(real).stem) or "config"
     digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     return SQLITE + os.path.join(base, "configs", f"{name}-{digest}.db")
+
+
+def store_url(config: Config, environ: Mapping[str, str] | None = None) -> str:
+    """The store a config names: its `[store] url`, else the default one (`default_url`)."""
+    return config.store.url or default_url(environ)
 
 
 def sqlite_path(url: str) -> str | None:
