@@ -1,0 +1,26 @@
+// Config: the config svir runs with, secrets redacted (GET /admin/config), where each provider's
+// key comes from and whether it is set, and the state of the last reload.
+
+import { api } from "./api.js";
+import { h, pretty, scopeNote, section, table } from "./dom.js";
+
+export async function render(main, ctx) {
+  const config = await api("/admin/config", { signal: ctx.signal });
+  main.append(
+    h("div", { class: "page-head" }, h("h1", null, "Config")),
+    scopeNote("The config of the worker that answered; every worker reads the same file. Keys " +
+      "never live in the file: each comes from the environment variable named below."),
+    section("Source", h("p", null, config.source
+      ? h("code", null, config.source) : "No config file: svir serves its defaults.")),
+    section("Secrets", (config.secrets || []).length ? table([
+      ["Where", (s) => h("code", null, s.where)],
+      ["Environment variable", (s) => h("code", null, s.env)],
+      ["Set", (s) => h("span", { class: `state ${s.set ? "ready" : "stopped"}` },
+        s.set ? "set" : "not set")],
+    ], config.secrets) : h("p", { class: "empty" }, "The config names no secret.")),
+    config.reload ? section("Reload", h("pre", { tabindex: "0" }, pretty(config.reload))) : null,
+    section("Running config (secrets redacted)",
+      h("pre", { class: "config", tabindex: "0", "aria-label": "The running config" },
+        pretty(config.config))),
+  );
+}
