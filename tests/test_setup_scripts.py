@@ -199,7 +199,9 @@ def test_chromium_a_failed_install_refreshes_the_lists_once_then_stops(tmp_path:
     })  # fmt: skip
     assert done.returncode == 1
     assert log.read_text().splitlines() == [
-        "install -y -q chromium", "update -q", "install -y -q chromium"
+        "install -y -q chromium",
+        "update -q",
+        "install -y -q chromium",
     ]
     assert "does not run" in done.stderr
 

@@ -158,9 +158,7 @@ class ConsoleRoutes:
     async def _serve(self, scope: Scope, send: Send, rid: str, name: str) -> int:
         asset = self.files.get(name)
         if asset is None:
-            raise request_error(
-                f"The console has no file {name!r}.", status=404, code="not_found"
-            )
+            raise request_error(f"The console has no file {name!r}.", status=404, code="not_found")
         gzipped = asset.gzipped is not None and _accepts_gzip(scope)
         # The compressed bytes are another representation: another tag.
         etag = asset.etag[:-1] + '-gz"' if gzipped else asset.etag
