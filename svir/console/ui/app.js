@@ -3,7 +3,7 @@
 // (a cold load fetches only the shell and the page shown).
 
 import { ApiError, adminKey, api, setAdminKey } from "./api.js";
-import { clear, field, h } from "./dom.js";
+import { append, clear, field, h } from "./dom.js";
 
 const PAGES = {
   overview: "Overview",
@@ -53,11 +53,11 @@ function showWho() {
   const how = session.auth === "admin_key" ? "admin key" : "this machine (no keys)";
   const workers = session.workers > 1
     ? `worker pid ${session.pid} of ${session.workers}` : `pid ${session.pid}`;
-  who.append(
+  append(who, [
     h("span", { class: "badge" }, `svir ${session.version}`), " ",
     h("span", null, `${how} · ${workers}`),
     session.capture ? h("span", { class: "badge warn" }, "capture on") : null,
-  );
+  ]);
   forget.hidden = !adminKey();
 }
 

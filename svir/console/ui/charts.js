@@ -73,7 +73,7 @@ export function lineChart(title, series, { span, unit = "" } = {}) {
   const vMax = niceMax(Math.max(0, ...all.map((p) => p[1])));
   const x = (t) => PAD.l + ((t - tMin) / Math.max(1, tMax - tMin)) * (W - PAD.l - PAD.r);
   const y = (v) => H - PAD.b - (v / vMax) * (H - PAD.t - PAD.b);
-  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "plot", preserveAspectRatio: "none" });
+  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "plot" });
   for (const f of [0, 0.5, 1]) {
     const v = vMax * f;
     svg.append(s("line", { x1: PAD.l, x2: W - PAD.r, y1: y(v), y2: y(v), class: "gridline" }));
@@ -81,6 +81,7 @@ export function lineChart(title, series, { span, unit = "" } = {}) {
   }
   svg.append(text(PAD.l, H - 4, clock(tMin), { class: "tick" }));
   svg.append(text(W - PAD.r, H - 4, clock(tMax), { class: "tick", "text-anchor": "end" }));
+  if (!all.length) svg.append(text(W / 2, H / 2, "no data yet", { class: "nodata" }));
   series.forEach((sr, i) => {
     if (!sr.points.length) return;
     const d = sr.points.map((p, j) => `${j ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`)
@@ -108,6 +109,7 @@ export function barChart(title, labels, series, { unit = "", format = short } = 
     svg.append(s("line", { x1: PAD.l, x2: W - PAD.r, y1: y(v), y2: y(v), class: "gridline" }));
     svg.append(text(PAD.l - 4, y(v) + 4, format(v), { class: "tick", "text-anchor": "end" }));
   }
+  if (!labels.length) svg.append(text(W / 2, H / 2, "no requests", { class: "nodata" }));
   labels.forEach((label, i) => {
     const cx = PAD.l + band * i + band / 2;
     let base = 0;

@@ -4,7 +4,7 @@
 // pieces become {reasoning, content, tool, usage, error} here.
 
 import { api, authHeaders, errorOf, ndjson, sse } from "./api.js";
-import { clear, field, h, num, pretty, scopeNote, select } from "./dom.js";
+import { append, clear, field, h, num, pretty, scopeNote, select } from "./dom.js";
 
 const WEATHER = {
   name: "get_weather",
@@ -226,6 +226,7 @@ export async function render(main, ctx) {
       h("div", { class: "who" }, `${controls.model.value} via ${controls.frontEnd.value}`),
       reasoning, content, tools, errorLine));
     clear(rawPane);
+    clear(meter);
 
     const controller = new AbortController();
     running = controller;
@@ -246,7 +247,7 @@ export async function render(main, ctx) {
       const tokens = usage && usage.out != null ? usage.out : pieces;
       const secs = firstAt !== null ? (now - firstAt) / 1000 : 0;
       const rate = secs > 0 && tokens > 1 ? (tokens - 1) / secs : null;
-      clear(meter).append(
+      append(clear(meter), [
         h("span", { class: "stat" }, h("strong", { id: "pg-tps" },
           rate === null ? "–" : num(rate, 1)), " tokens/s"),
         h("span", { class: "stat" }, h("strong", null, num(tokens)), final && usage
@@ -256,7 +257,7 @@ export async function render(main, ctx) {
         firstAt !== null ? h("span", { class: "stat" }, "first token ",
           h("strong", null, `${num(firstAt - started)} ms`)) : null,
         final ? h("span", { class: "stat done" }, "done") : null,
-      );
+      ]);
     };
     const out = {
       content: (t) => { firstToken(); answer += t; content.textContent = answer; },
