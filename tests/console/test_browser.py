@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -295,8 +296,12 @@ def test_a_request_through_the_openai_sdk_appears_live_and_its_capture_holds_the
     assert sdk_key not in (page.locator(".panes").text_content() or "")
     with page.expect_download() as info:
         page.get_by_role("button", name="Download as a conformance case").click()
-    case = Path(info.value.path()).read_text()
-    assert '"content":"w0 "' in case and "[DONE]" in case
+    # The corpus's format: the upstream's bytes as a .sse file, what they must decode to beside it.
+    with zipfile.ZipFile(info.value.path()) as case:
+        names = case.namelist()
+        [stream] = [n for n in names if n.endswith(".sse")]
+        assert case.read(stream) == held.handler.sent
+        assert stream.removesuffix(".sse") + ".json" in names
     shot(page, "request")
 
 
