@@ -313,9 +313,9 @@ def test_the_managed_model_loads_and_unloads_from_its_buttons(
     state = card.locator("[data-state]")
     expect(state).to_have_text(re.compile("ready|stopped"))
     if state.text_content() == "ready":  # another test's request loaded it
-        card.get_by_role("button", name=f"Unload {GEMMA}").click()
+        card.get_by_role("button", name=f"Unload {GEMMA}", exact=True).click()
         expect(state).to_have_text("stopped", timeout=LONG)
-    card.get_by_role("button", name=f"Load {GEMMA}").click()
+    card.get_by_role("button", name=f"Load {GEMMA}", exact=True).click()
     expect(state).to_have_text("ready", timeout=LONG)
     pid = int(card.locator("dd").first.text_content() or "0")
     assert psutil.Process(pid).name() == "llama-server"
@@ -324,7 +324,7 @@ def test_the_managed_model_loads_and_unloads_from_its_buttons(
     page.get_by_role("button", name="Probe held").click()
     expect(page.locator(".probe-table")).not_to_be_empty()
     shot(page, "models")
-    card.get_by_role("button", name=f"Unload {GEMMA}").click()
+    card.get_by_role("button", name=f"Unload {GEMMA}", exact=True).click()
     expect(state).to_have_text("stopped", timeout=LONG)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
