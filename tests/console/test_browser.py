@@ -48,6 +48,7 @@ HELD_AT = 6
 # Bounds on waits for things that do happen (a model loading on a loaded machine), not timings.
 LONG = 240_000
 SHORT = 60_000
+expect.set_options(timeout=SHORT)
 
 
 class HeldUpstream:
@@ -55,7 +56,9 @@ class HeldUpstream:
     releases it (so that a request is seen running for sure, whatever the machine's load)."""
 
     def __init__(self) -> None:
+        # Held only while a test clears it (then sets it again).
         self.release = threading.Event()
+        self.release.set()
         self.sent = b"".join(token_stream("answer", HELD_TOKENS, usage=(7, len(HELD_TOKENS))))
 
     def __call__(self, request: MockRequest) -> MockResponse:
@@ -375,11 +378,8 @@ def test_the_playground_chats_with_the_real_model_and_shows_tokens_per_second(
     shot(page, "playground")
 
 
-def test_overview_usage_and_config(
-    page: Page, svir: SvirProcess, sdk_key: str, held: MockServerThread[HeldUpstream]
-) -> None:
+def test_overview_usage_and_config(page: Page, svir: SvirProcess, sdk_key: str) -> None:
     # Some traffic for the charts, under the key with budgets.
-    held.handler.release.set()
     client = openai.OpenAI(base_url=svir.base_url, api_key=sdk_key, max_retries=0, timeout=60)
     for _ in range(3):
         client.chat.completions.create(
