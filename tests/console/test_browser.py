@@ -42,6 +42,9 @@ CHROMIUM = os.environ.get("SVIR_CHROMIUM", "/usr/bin/chromium")
 ADMIN_KEY = "console-admin-key-0123456789abcdef"
 GEMMA = "local/gemma-3-270m"
 HELD = "held/answer"
+# A recorded LM Studio stream: reasoning, then a get_weather call (the playground renders both).
+REASONING_TOOLS = (ROOT / "tests/conformance/decoder/lmstudio-reasoning-tools.sse").read_bytes()
+REASONING = "The user wants the weather in Paris. I should call get_weather."
 HELD_TOKENS = [f"w{i} " for i in range(12)]
 # The frames sent before the upstream holds its answer: the role and the first five tokens.
 HELD_AT = 6
@@ -64,6 +67,8 @@ class HeldUpstream:
     def __call__(self, request: MockRequest) -> MockResponse:
         if request.method == "GET":
             return MockResponse.json({"object": "list", "data": [{"id": "answer"}]})
+        if request.json().get("model") == "reasoning-tools":
+            return MockResponse(body=REASONING_TOOLS)
         frames = token_stream("answer", HELD_TOKENS, usage=(7, len(HELD_TOKENS)))
 
         async def body() -> Any:
@@ -107,7 +112,7 @@ enabled = true
 name = "held"
 kind = "openai-compatible"
 base_url = "{held.base_url}"
-models = ["answer"]
+models = ["answer", "reasoning-tools"]
 discover = false
 
 [[providers]]
@@ -376,6 +381,26 @@ def test_the_playground_chats_with_the_real_model_and_shows_tokens_per_second(
         raw = page.locator("#pg-raw-stream").text_content() or ""
         assert ("data: " in raw) if front_end != "ollama" else ('"done":true' in raw)
     shot(page, "playground")
+
+
+def test_the_playground_shows_reasoning_apart_and_renders_tool_calls(
+    page: Page, svir: SvirProcess
+) -> None:
+    login(page, svir, "#/playground")
+    page.get_by_label("Model", exact=True).select_option("held/reasoning-tools")
+    page.get_by_label("Offer a tool (get_weather)").check()
+    for front_end in ("openai", "anthropic", "responses"):
+        page.get_by_label("Front end").select_option(front_end)
+        page.get_by_label("Message").fill("What is the weather in Paris?")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator("#pg-speed .done")).to_be_visible()
+        answer = page.locator(".msg.assistant").last
+        expect(answer.locator(".reasoning")).to_have_text(re.compile(re.escape(REASONING)))
+        expect(answer.locator(".content")).not_to_contain_text("The user wants")
+        expect(answer.locator(".tool-call code")).to_have_text("get_weather")
+        expect(answer.locator(".tool-call .args")).to_have_text('{\n  "city": "Paris"\n}')
+        expect(answer.locator(".error-box")).to_be_hidden()
+    shot(page, "playground-tools")
 
 
 def test_overview_usage_and_config(page: Page, svir: SvirProcess, sdk_key: str) -> None:
