@@ -487,3 +487,38 @@ def test_files_outside_the_console_folder_are_not_served_over_http(svir: SvirPro
         status = answer.split(b"\r\n", 1)[0]
         assert status.split()[1] == b"404", (target, status)
         assert b"[build-system]" not in answer and b"import" not in answer
+
+
+def test_with_two_workers_the_pages_say_which_worker_and_the_history_is_everyones(
+    page: Page, held: MockServerThread[HeldUpstream], tmp_path: Path
+) -> None:
+    config = f"""
+[ledger]
+flush_seconds = 0.1
+
+[[providers]]
+name = "held"
+kind = "openai-compatible"
+base_url = "{held.base_url}"
+models = ["answer"]
+discover = false
+"""
+    with SvirProcess(
+        config, tmp_path, env={"SVIR_ADMIN_KEY": ADMIN_KEY}, args=["--workers", "2"]
+    ) as two:
+        client = openai.OpenAI(base_url=two.base_url, api_key="none", max_retries=0, timeout=60)
+        ids = set()
+        for _ in range(4):
+            answer = client.chat.completions.with_raw_response.create(
+                model=HELD, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+            )
+            ids.add(answer.headers["x-request-id"])
+        login(page, two, "#/overview")
+        expect(page.locator("#who")).to_contain_text(re.compile(r"worker pid \d+ of 2"))
+        expect(page.locator(".scope-note")).to_contain_text("each counts its own")
+        page.goto(f"{two.url}/ui/#/requests")
+        # The history is the shared store's: every request, whichever worker served it.
+        for request_id in ids:
+            expect(page.get_by_role("link", name=request_id)).to_have_count(1)
+        page.goto(f"{two.url}/ui/#/models")
+        expect(page.get_by_role("cell", name="held", exact=True)).to_be_visible()
