@@ -1,5 +1,5 @@
-"""Load, see, read the log of, and unload a managed model from the console's endpoints, against
-the real `llama-server` serving Gemma 3 270M (one test: a start takes seconds)."""
+"""Load, see, read the log of, probe and unload a managed model from the console's endpoints,
+against the real `llama-server` serving Gemma 3 270M (one test: a start takes seconds)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,22 @@ idle_unload = 0
         whole = (await svir.http.get("/admin/models/log?model=local/gemma", headers=ADMIN)).json()
         assert whole["lines"][-len(log["lines"]) :] == log["lines"]
         assert any("llama" in line or "server" in line for line in whole["lines"])
+
+        # The probe of a managed provider runs on the model's own server, and gives it back.
+        r = await svir.http.post(
+            "/admin/probe", json={"provider": "local", "only": ["json"]}, headers=ADMIN
+        )
+        assert r.status_code == 200, r.text
+        probed = r.json()
+        assert probed["model"] == "gemma" and probed["rows"][0]["id"] == "usage"
+        assert [row["id"] for row in probed["rows"][1:]] == [
+            "response_format.json_object",
+            "response_format.json_schema",
+        ]
+        assert probed["text"].startswith(f"svir probe · http://127.0.0.1:{loaded['port']}/v1")
+        r = await svir.http.get("/admin/models", headers=ADMIN)
+        assert r.json()["data"][0]["managed"]["in_flight"] == 0
+        assert servers_with(gguf) == [proc]
 
         # Held by a request in flight, it is not stopped under it.
         sup = svir.app.catalog.runtimes["local"]
