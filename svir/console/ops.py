@@ -75,9 +75,8 @@ def _reload_status(app: App) -> dict[str, Any] | None:
 
 
 def _capture_on(app: App) -> bool:
-    """Whether request capture is on (h18-observe's switch), False while svir has none."""
-    capture = getattr(app, "capture_on", None)
-    return bool(capture()) if callable(capture) else False
+    """Whether request capture is on (`[capture] enabled`), False while svir has none."""
+    return bool(getattr(getattr(app.config, "capture", None), "enabled", False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,11 +449,12 @@ class Ops:
             ("metrics_token_env", auth.metrics_token_env, auth.metrics_token(environ)),
         ):
             where.append({"where": f"auth.{field}", "env": env, "set": value is not None})
+        secrets = self._secrets()
         body = {
             "source": self.source,
-            "config": redacted_config(config, self._secrets()),
+            "config": redacted_config(config, secrets),
             "secrets": where,
-            "reload": _reload_status(self.app),
+            "reload": _scrub(_reload_status(self.app), secrets),
         }
         await send_json(send, 200, body, {"x-request-id": rid})
         return 200

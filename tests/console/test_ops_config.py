@@ -97,3 +97,16 @@ async def test_config_names_the_file_it_came_from(tmp_path: Path) -> None:
         assert r.json()["source"] == str(path)
         # Unset here: the metrics token is said to be unset, the key too.
         assert {s["env"]: s["set"] for s in r.json()["secrets"]}["SVIR_METRICS_TOKEN"] is False
+
+
+async def test_config_says_what_the_reloader_says_without_secrets(tmp_path: Path) -> None:
+    async with app(tmp_path, config=CONFIG, environ=ENV) as svir:
+        said = {"reloads": 2, "error": f"providers[0]: bad header {LAB_KEY}", "ok": False}
+        svir.app.reload_status = lambda: said  # type: ignore[attr-defined]
+        r = await svir.http.get("/admin/config", headers=ADMIN)
+        assert r.status_code == 200 and LAB_KEY not in r.text
+        assert r.json()["reload"] == {
+            "reloads": 2,
+            "error": "providers[0]: bad header [redacted]",
+            "ok": False,
+        }
