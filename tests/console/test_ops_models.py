@@ -4,12 +4,15 @@ flight; the routes; and load, unload and log refusing what svir does not run."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
-from tests.console.support import ADMIN, ADMIN_KEY, app, assert_error
+from svir.testing import MockRequest, MockResponse
+from tests.console.support import ADMIN, ADMIN_KEY, app, assert_error, upstream
 
 ENV = {"SVIR_ADMIN_KEY": ADMIN_KEY, "LAB_KEY": "sk-lab-secret-0123456789abcdef"}
 
@@ -101,3 +104,47 @@ async def test_load_unload_and_log_refuse_models_svir_does_not_run(tmp_path: Pat
                 f"/admin/models/log?model=lab/tok-3&lines={lines}", headers=ADMIN
             )
             assert r.status_code == 400 and r.json()["error"]["param"] == "lines"
+
+
+class Held:
+    """The scripted upstream, whose chat requests wait for `go` (a request held in flight)."""
+
+    def __init__(self) -> None:
+        self.script = upstream()
+        self.go = asyncio.Event()
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, request: MockRequest) -> MockResponse:
+        if request.method == "POST":
+            self.arrived.set()
+            await self.go.wait()
+        answer: Any = self.script(request)
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+
+async def test_models_count_requests_in_flight_and_a_breaker_half_open(tmp_path: Path) -> None:
+    held = Held()
+    async with app(tmp_path, environ=ENV, handler=held) as svir:
+        call = asyncio.create_task(
+            svir.client.chat.completions.create(
+                model="smart", messages=[{"role": "user", "content": "hi"}]
+            )
+        )
+        await asyncio.wait_for(held.arrived.wait(), 30)
+        r = await svir.http.get("/admin/models", headers=ADMIN)
+        data = {m["id"]: m for m in r.json()["data"]}
+        assert data["lab/tok-3"]["in_flight"] == 1 and data["smart"]["in_flight"] == 1
+        assert data["lab/found-later"]["in_flight"] == 0
+        held.go.set()
+        assert (await call).choices[0].message.content == "w0 w1 w2 "
+        r = await svir.http.get("/admin/models", headers=ADMIN)
+        assert {m["id"]: m["in_flight"] for m in r.json()["data"]}["lab/tok-3"] == 0
+
+        with pytest.raises(openai.APIStatusError):
+            await svir.client.chat.completions.create(
+                model="down/always-503", messages=[{"role": "user", "content": "hi"}]
+            )
+        svir.now += 31  # the policy's clock, past the 30 s cooldown: one probe may go
+        r = await svir.http.get("/admin/models", headers=ADMIN)
+        down = next(m for m in r.json()["data"] if m["id"] == "down/always-503")
+        assert down["breaker"] == {"state": "half_open", "failures": 1, "cooldown_left": 0.0}
