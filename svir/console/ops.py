@@ -182,7 +182,8 @@ class Ops:
             {
                 "name": p.name,
                 "kind": p.kind,
-                "base_url": None if p.kind == MANAGED_KIND else _url_password(p.base_url),
+                # The config refuses credentials in a base URL: it is shown as it is.
+                "base_url": None if p.kind == MANAGED_KIND else p.base_url,
                 "api_key_env": p.api_key_env,
                 "key_set": p.api_key(environ) is not None,
                 "models": counts.get(p.name, 0),
