@@ -38,9 +38,8 @@ from svir.frontends.http import query_params, read_json, send_json
 from svir.frontends.routes import Handler
 from svir.keys.service import KeysService, admin_access
 from svir.wire.classify import redact, to_client_error
-from svir.wire.errors import BaseURLError, ProtocolError, UpstreamError
+from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.model_meta import ModelFacts
-from svir.wire.models import normalize_base_url
 
 __all__ = ["Ops", "install", "redacted_config"]
 
@@ -395,13 +394,16 @@ class Ops:
                 raise GatewayError(to_client_error(exc), exc) from None
             held = target.model_id
         else:
-            provider = self.app.router.providers[name]
-            try:
-                base = normalize_base_url(provider.base_url)
-            except BaseURLError as exc:
+            base = self.app.router.providers[name].base_url.rstrip("/")
+            # svir probe speaks to `<base>/v1/chat/completions`: a server whose API lives
+            # elsewhere (Azure's deployments, Gemini's /v1beta/openai) is not one to probe.
+            if not base.endswith("/v1"):
                 raise request_error(
-                    f"provider {name!r} has no base URL to probe: {exc}", param="provider"
-                ) from None
+                    f"svir probe speaks to an OpenAI-compatible server under /v1, and provider"
+                    f" {name!r} ({self.app.router.providers[name].kind.name}) is not one",
+                    code="unsupported_value",
+                    param="provider",
+                )
         conn = Connection(base, api_key)
         deadline = time.monotonic() + ask.seconds
         prober = Prober(

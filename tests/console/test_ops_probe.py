@@ -146,3 +146,17 @@ async def test_one_probe_at_a_time_and_each_within_its_time(tmp_path: Path) -> N
                 "response_format.json_object",
                 "response_format.json_schema",
             ]
+
+
+async def test_probe_refuses_a_server_not_under_v1(tmp_path: Path) -> None:
+    gemini = """
+[[providers]]
+name = "g"
+kind = "gemini"
+api_key_env = "LAB_KEY"
+models = ["gemini-2.5-flash"]
+"""
+    async with app(tmp_path, config=gemini, environ=ENV) as svir:
+        r = await svir.http.post("/admin/probe", json={"provider": "g"}, headers=ADMIN)
+        error = assert_error(r, 400, "unsupported_value")
+        assert error["param"] == "provider" and "gemini" in error["message"]
