@@ -10,6 +10,7 @@ ledger and the metrics.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hmac
 import logging
@@ -461,8 +462,20 @@ class KeysService:
         every = query.get("all") in ("1", "true")
         records = await keys.list(include_revoked=every)
         data = [r.public() for r in records]
+        if query.get("usage") in ("1", "true"):
+            # Each key's limits with what is used now (the console's budget bars).
+            figures = await asyncio.gather(*(self._figures(r) for r in records))
+            for view, record, found in zip(data, records, figures, strict=True):
+                view["usage"] = limits_view(record.limits, found)
         await send_json(send, 200, {"object": "list", "data": data}, {"x-request-id": rid})
         return 200
+
+    async def _figures(self, key: KeyRecord) -> Figures:
+        """What `key` used of its limits now (none known while the limits' store is down)."""
+        try:
+            return await self.backend.figures(key.id, key.limits)
+        except LimitsUnavailable:
+            return Figures()
 
     async def get_key(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -472,11 +485,7 @@ class KeysService:
         found = await keys.get(key_id)
         if found is None:
             raise _no_key(key_id)
-        try:
-            figures = await self.backend.figures(found.id, found.limits)
-        except LimitsUnavailable:
-            figures = Figures()
-        view = {**found.public(), "usage": limits_view(found.limits, figures)}
+        view = {**found.public(), "usage": limits_view(found.limits, await self._figures(found))}
         await send_json(send, 200, view, {"x-request-id": rid})
         return 200
 
