@@ -1,2 +1,3 @@
-"""The web console (issue 18): what the admin API tells an operator, and the page under `/ui` that
-shows it (its static files are `ui/`, served by svir.edges.console_ui)."""
+"""The web console (issue 18): the admin endpoints a page reads and drives, all under `/admin/` and
+guarded by one rule (svir.keys.service.admin_access), and the page itself under `/ui` (its static
+files are `ui/`, served by svir.edges.console_ui)."""
