@@ -175,7 +175,10 @@ async function show() {
     await module.render(main, ctx);
   } catch (err) {
     if (controller.signal.aborted || err.name === "AbortError") return;
-    if (!refused(err)) main.append(errorBox(err));
+    if (!refused(err)) {
+      clear(main);
+      main.append(h("div", { class: "page-head" }, h("h1", null, PAGES[page])), errorBox(err));
+    }
   }
   if (!firstView) main.focus({ preventScroll: true });
   firstView = false;

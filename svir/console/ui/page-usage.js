@@ -1,5 +1,5 @@
 // Usage: tokens and cost per key, model and day from the ledger (GET /admin/usage), and each key's
-// budgets as bars against their limit (GET /admin/keys/{id}).
+// limits and budgets as bars against their limit (GET /admin/keys?usage=1).
 
 import { api } from "./api.js";
 import { barChart, budgetBar } from "./charts.js";
@@ -34,7 +34,7 @@ export async function render(main, ctx) {
       api(`/admin/usage?by=day&since=${span}`, { signal: ctx.signal }),
       api(`/admin/usage?by=key&since=${span}`, { signal: ctx.signal }),
       api(`/admin/usage?by=model&since=${span}`, { signal: ctx.signal }),
-      api("/admin/keys", { signal: ctx.signal }),
+      api("/admin/keys?usage=1", { signal: ctx.signal }),
     ]);
     clear(body);
     const names = new Map((keys.data || []).map((k) => [k.id, k.name]));
@@ -56,14 +56,11 @@ export async function render(main, ctx) {
         cost(perModel, "model")), summary(perModel, "Model")),
     );
     const budgets = section("Budgets");
-    const active = (keys.data || []).filter((k) => Object.values(k.limits || {})
-      .some((v) => v !== null));
+    const active = (keys.data || []).filter((k) => Object.keys(k.usage || {}).length);
     if (!active.length) {
       budgets.append(h("p", { class: "empty" }, "No key has limits or budgets (Keys page)."));
     }
-    const figures = await Promise.all(active.map((k) => api(`/admin/keys/${k.id}`,
-      { signal: ctx.signal })));
-    for (const key of figures) {
+    for (const key of active) {
       const box = h("div", { class: "key-budgets" }, h("h3", null, key.name, " ",
         h("code", { class: "muted" }, key.id)));
       for (const [name, label] of BUDGETS) {
