@@ -109,6 +109,11 @@ flush_seconds = 0.1
 [capture]
 enabled = true
 
+[[prices]]
+model = "held/"
+input = 1.0
+output = 3.0
+
 [[providers]]
 name = "held"
 kind = "openai-compatible"
@@ -433,6 +438,9 @@ def test_overview_usage_and_config(page: Page, svir: SvirProcess, sdk_key: str) 
     page.get_by_role("link", name="Usage").click()
     expect(page.locator("main h1")).to_have_text("Usage")
     expect(page.locator(".key-budgets", has_text="sdk").locator("meter")).to_have_count(3)
+    # The held model has a price: the sdk key's requests cost something.
+    by_key = page.locator("section", has=page.get_by_role("heading", name="By key"))
+    expect(by_key.locator("tr", has_text="sdk").locator("td").nth(5)).not_to_have_text("$0")
     shot(page, "usage")
     page.get_by_role("link", name="Config").click()
     expect(page.locator("main h1")).to_have_text("Config")
