@@ -544,3 +544,23 @@ discover = false
         until_in_history(page, ids)
         page.goto(f"{two.url}/ui/#/models")
         expect(page.get_by_role("cell", name="held", exact=True)).to_be_visible()
+
+
+def test_without_keys_the_console_opens_on_this_machine_without_asking(
+    page: Page, held: MockServerThread[HeldUpstream], tmp_path: Path
+) -> None:
+    config = f"""
+[[providers]]
+name = "held"
+kind = "openai-compatible"
+base_url = "{held.base_url}"
+models = ["answer"]
+discover = false
+"""
+    # No admin key and no key issued: the admin API serves this machine, as the API does.
+    with SvirProcess(config, tmp_path, env={"SVIR_ADMIN_KEY": ""}) as open_svir:
+        page.goto(f"{open_svir.url}/ui/#/keys")
+        expect(page.locator("main h1")).to_have_text("Keys")
+        expect(page.locator("#who")).to_contain_text("this machine (no keys)")
+        expect(page.get_by_role("button", name="Forget the key")).to_be_hidden()
+        expect(page.locator("#key-list")).to_contain_text("No keys")

@@ -165,3 +165,13 @@ def test_the_files_are_read_once_and_compressed_when_worth_it() -> None:
     app_js = assets["app.js"]
     assert app_js.gzipped is not None
     assert gzip.decompress(app_js.gzipped) == app_js.body
+
+
+def test_a_cold_load_of_the_overview_is_small() -> None:
+    # What the first visit fetches: the shell, its modules and the overview's, as sent gzipped.
+    # A budget for the page's weight (no framework, no build), not a measurement of time.
+    assets = ConsoleFiles().load()
+    shell = re.findall(r'(?:src|href)="([^"#]+)"', assets["index.html"].body.decode())
+    first_visit = {"index.html", *shell, "page-overview.js", "charts.js"}
+    sent = sum(len(assets[name].gzipped or assets[name].body) for name in first_visit)
+    assert sent < 40_000, sent
