@@ -1,8 +1,9 @@
 // Config: the config svir runs with, secrets redacted (GET /admin/config), where each provider's
-// key comes from and whether it is set, and the state of the last reload.
+// key comes from and whether it is set, the state of the last reload, and a reload of the file
+// (POST /admin/reload).
 
 import { api } from "./api.js";
-import { h, pretty, scopeNote, section, table } from "./dom.js";
+import { clear, h, pretty, scopeNote, section, table } from "./dom.js";
 
 export async function render(main, ctx) {
   const config = await api("/admin/config", { signal: ctx.signal });
@@ -18,9 +19,30 @@ export async function render(main, ctx) {
       ["Set", (s) => h("span", { class: `state ${s.set ? "ready" : "stopped"}` },
         s.set ? "set" : "not set")],
     ], config.secrets) : h("p", { class: "empty" }, "The config names no secret.")),
-    config.reload ? section("Reload", h("pre", { tabindex: "0" }, pretty(config.reload))) : null,
+    section("Reload", config.reload ? h("pre", { tabindex: "0" }, pretty(config.reload)) : null,
+      reloadButton(ctx, config.source)),
     section("Running config (secrets redacted)",
       h("pre", { class: "config", tabindex: "0", "aria-label": "The running config" },
         pretty(config.config))),
   );
+}
+
+function reloadButton(ctx, source) {
+  const result = h("div", { role: "status" });
+  const button = h("button", { type: "button", disabled: !source }, "Reload the config file");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    clear(result);
+    try {
+      const done = await api("/admin/reload", { method: "POST" });
+      result.append(done.ok
+        ? h("p", null, `Reloaded: ${(done.changed || []).join(", ") || "nothing changed"}.`)
+        : h("p", { class: "error-box" }, `Not reloaded: ${done.error}`));
+    } catch (err) {
+      if (!ctx.refused(err)) result.append(ctx.errorBox(err));
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return h("div", null, h("div", { class: "actions" }, button), result);
 }
