@@ -70,6 +70,8 @@ class HeldUpstream:
             return MockResponse.json({"object": "list", "data": [{"id": "answer"}]})
         if request.json().get("model") == "reasoning-tools":
             return MockResponse(body=REASONING_TOOLS)
+        if request.json().get("model") == "down":
+            return MockResponse.json({"error": {"message": "overloaded"}}, status=503)
         frames = token_stream("answer", HELD_TOKENS, usage=(7, len(HELD_TOKENS)))
 
         async def body() -> Any:
@@ -118,8 +120,15 @@ output = 3.0
 name = "held"
 kind = "openai-compatible"
 base_url = "{held.base_url}"
-models = ["answer", "reasoning-tools"]
+models = ["answer", "reasoning-tools", "down"]
 discover = false
+[providers.retry]
+attempts = 2
+
+[[routes]]
+name = "steady"
+targets = [{{ model = "held/down" }}]
+fallbacks = ["held/answer"]
 
 [[providers]]
 name = "local"
@@ -331,6 +340,28 @@ def test_a_request_through_the_openai_sdk_appears_live_and_its_capture_holds_the
         assert case.read(stream) == held.handler.sent
         assert stream.removesuffix(".sse") + ".json" in names
     shot(page, "request")
+
+
+def test_a_request_page_lists_every_attempt_and_why_it_was_retried_or_fell_back(
+    page: Page, svir: SvirProcess, sdk_key: str
+) -> None:
+    client = openai.OpenAI(base_url=svir.base_url, api_key=sdk_key, max_retries=0, timeout=120)
+    answer = client.chat.completions.with_raw_response.create(
+        model="steady", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+    )
+    assert answer.headers["x-svir-served-model"] == HELD
+    request_id = answer.headers["x-request-id"]
+    login(page, svir, f"#/requests/{request_id}")
+    attempts = page.locator("section", has=page.get_by_role("heading", name="Attempts"))
+    rows = attempts.locator("tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(0)).to_contain_text("held/down")
+    expect(rows.nth(0)).to_contain_text("retried after")
+    expect(rows.nth(1)).to_contain_text(f"fell back to {HELD} after")
+    expect(rows.nth(1)).to_contain_text("overloaded")  # the upstream's words
+    expect(rows.nth(2)).to_contain_text(HELD)
+    expect(rows.nth(2).locator(".status")).to_have_text("ok")
+    shot(page, "request-fallback")
 
 
 def test_the_managed_model_loads_and_unloads_from_its_buttons(
