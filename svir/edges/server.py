@@ -53,6 +53,7 @@ def build_app(
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
+    from svir.console import observe_api
     from svir.edges import managed
     from svir.frontends import (
         anthropic,
@@ -67,7 +68,7 @@ def build_app(
     from svir.store.responses import SqlResponseStore
 
     app = App(config, environ, transport=transport, timing=timing)
-    keys_service.install(app)
+    keys = keys_service.install(app)
     # The client protocols, one line each (svir.frontends says where a new one goes).
     openai_chat.install(app)
     completions.install(app)
@@ -77,6 +78,8 @@ def build_app(
     threads.install(app, thread_service(app))
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
     managed.install(app)
+    # Last: the console's capture wraps every client route installed above.
+    observe_api.install(app, keys)
     return app
 
 

@@ -1,0 +1,429 @@
+"""What this process saw of its requests, for the console (per process: with several workers each
+has its own): per-second points of the last minutes (requests, errors by class, tokens in and
+out, streams open), each model's latency, time to first token and tokens per second, the recent
+requests' records (timings, attempts and why each was retried or fell back, usage, cost, error),
+and the live feed of request events to the pages that subscribe.
+
+Fed by the hooks that exist anyway: the key gate's `on_open` and `on_settle` (svir.keys.gate),
+the policy's attempt watchers (svir.policy.resilience), and an interceptor around every call. With
+nobody subscribed a request costs a few counters and one small record; events are made only for
+subscribers, each of whom has a bounded queue (the oldest dropped, then `event: lagged`), so a
+slow page holds no more than its queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from svir.call import CallContext, CallRecord
+
+if TYPE_CHECKING:
+    from svir.chat import Call, CloseHook, Route
+    from svir.gateway import OpenCall
+
+__all__ = ["AttemptFailure", "LiveRecord", "Observer", "Subscriber", "sse_frame"]
+
+_encode = msgspec.json.encode
+# Seconds of per-second points kept (a little over the 15 minutes a page shows).
+WINDOW_SECONDS: Final = 16 * 60
+# The largest number of distinct models measured apart; the rest are "other".
+MAX_MODELS: Final = 256
+OTHER: Final = "other"
+
+
+def sse_frame(event: str, data: Any) -> bytes:
+    """One server-sent event."""
+    return b"event: " + event.encode() + b"\ndata: " + _encode(data) + b"\n\n"
+
+
+class AttemptFailure(msgspec.Struct, gc=False):
+    """An upstream attempt that did not serve a whole answer."""
+
+    provider: str
+    model: str
+    kind: str
+    message: str | None
+    started: float
+
+
+class LiveRecord(msgspec.Struct, gc=False):
+    """A recent request as this process saw it (see `Observer.detail`)."""
+
+    record: CallRecord
+    attempts: tuple[str, ...]
+    failures: tuple[AttemptFailure, ...]
+    queue_ms: float | None
+    first_byte_ms: float | None
+    error: str | None
+
+
+class Subscriber:
+    """One page's feed: at most `size` frames wait; past that the oldest go, and are counted."""
+
+    __slots__ = ("dropped", "frames", "size", "wake")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.frames: deque[bytes] = deque()
+        self.dropped = 0
+        self.wake = asyncio.Event()
+
+    def put(self, frame: bytes) -> None:
+        if len(self.frames) >= self.size:
+            self.frames.popleft()
+            self.dropped += 1
+        self.frames.append(frame)
+        self.wake.set()
+
+    def take(self) -> bytes:
+        """Every frame waiting, led by `event: lagged` when some were dropped."""
+        self.wake.clear()
+        out = []
+        if self.dropped:
+            out.append(sse_frame("lagged", {"dropped": self.dropped}))
+            self.dropped = 0
+        out.extend(self.frames)
+        self.frames.clear()
+        return b"".join(out)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values.sort()
+    return round(values[min(len(values) - 1, int(q * len(values)))], 2)
+
+
+class Observer:
+    """See the module doc. `clock` is the wall clock (Unix seconds) the points are dated by."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        recent: int = 1000,
+        queue_size: int = 256,
+        samples: int = 1024,
+        progress_interval: float = 0.25,
+    ) -> None:
+        self.clock = clock
+        self.recent_size = recent
+        self.queue_size = queue_size
+        self.samples = samples
+        self.progress_interval = progress_interval
+        w = WINDOW_SECONDS
+        self._second = [-1] * w
+        self._requests = [0] * w
+        self._tokens_in = [0] * w
+        self._tokens_out = [0] * w
+        self._streams = [0] * w
+        self._errors: list[dict[str, int] | None] = [None] * w
+        # Per model: (ts, latency_ms, ttft_ms, tokens_per_second) of its recent calls.
+        self._models: dict[str, deque[tuple[float, float | None, float | None, float | None]]] = {}
+        # The calls streaming now, by request id (their visible tokens feed request.progress).
+        self.open_calls: dict[str, Call] = {}
+        self._failures: dict[str, list[AttemptFailure]] = {}
+        self.recent: dict[str, LiveRecord] = {}
+        self.subscribers: set[Subscriber] = set()
+        self.closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    # Feeds
+
+    def intercept(self, ctx: CallContext, request: dict[str, Any], proceed: OpenCall) -> Any:
+        """The interceptor (outermost): tells subscribers of each call as it starts."""
+        if not self.subscribers:
+            return proceed(ctx, request)
+        key = ctx.key
+        self.publish(
+            "request.started",
+            {
+                "id": ctx.request_id,
+                "ts": self.clock(),
+                "api": ctx.api,
+                "model": request.get("model"),
+                "key_id": key.id if key is not None else None,
+                "stream": bool(request.get("stream")),
+                "operation": ctx.operation,
+            },
+        )
+        return proceed(ctx, request)
+
+    def attempt(self, route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+        """The policy's attempt watcher."""
+        return self._attempt_closed
+
+    def _attempt_closed(self, call: Call) -> None:
+        if call.succeeded:
+            return
+        s = call.stats
+        rid = getattr(call, "request_id", None)
+        if rid is None:
+            return
+        failures = self._failures.get(rid)
+        if failures is None:
+            if len(self._failures) >= self.recent_size:
+                # A request that never settled (none should): its failures are let go.
+                del self._failures[next(iter(self._failures))]
+            failures = self._failures[rid] = []
+        failures.append(
+            AttemptFailure(
+                provider=call.route.provider.name,
+                model=call.model_label,
+                kind=s.error_kind or "cancelled",
+                message=s.error_message,
+                started=s.started,
+            )
+        )
+
+    def opened(self, ctx: CallContext, call: Call) -> None:
+        """The gate's on_open: a call streams."""
+        self.open_calls[ctx.request_id] = call
+        i = self._slot(int(self.clock()))
+        self._streams[i] = max(self._streams[i], len(self.open_calls))
+
+    def settled(self, ctx: CallContext, record: CallRecord) -> None:
+        """The gate's on_settle: what a call came to."""
+        rid = ctx.request_id
+        o = ctx.outcome
+        if o.served_model is not None:
+            self.open_calls.pop(rid, None)
+        i = self._slot(int(record.ts))
+        self._requests[i] += 1
+        self._tokens_in[i] += record.prompt_tokens
+        self._tokens_out[i] += record.completion_tokens
+        status = record.status
+        if status != "ok":
+            errors = self._errors[i]
+            if errors is None:
+                errors = self._errors[i] = {}
+            errors[status] = errors.get(status, 0) + 1
+        if record.served_model is not None:
+            self._sample(record)
+        # The record: timings from the gate's start, which was `latency_ms` before now.
+        start = time.perf_counter() - (record.latency_ms or 0.0) / 1000
+        failures = self._failures.pop(rid, None) or ()
+        stats = o.stats
+        first = failures[0].started if failures else (stats.started if stats else None)
+        queue_ms = round((first - start) * 1000, 2) if first is not None else None
+        first_byte_ms = None
+        if stats is not None and stats.first_byte_at is not None:
+            first_byte_ms = round((stats.first_byte_at - start) * 1000, 2)
+        error = None
+        if status != "ok":
+            error = (stats.error_message if stats is not None else None) or (
+                failures[-1].message if failures else status
+            )
+        live = LiveRecord(
+            record=record,
+            attempts=o.attempts,
+            failures=tuple(failures),
+            queue_ms=queue_ms,
+            first_byte_ms=first_byte_ms,
+            error=error,
+        )
+        recent = self.recent
+        recent.pop(rid, None)
+        recent[rid] = live
+        if len(recent) > self.recent_size:
+            del recent[next(iter(recent))]
+        if self.subscribers:
+            self.publish(
+                "request.finished",
+                {
+                    "id": rid,
+                    "status": status,
+                    "model": record.model,
+                    "served_model": record.served_model,
+                    "provider": record.provider,
+                    "prompt_tokens": record.prompt_tokens,
+                    "completion_tokens": record.completion_tokens,
+                    "latency_ms": record.latency_ms,
+                    "ttft_ms": record.ttft_ms,
+                    "tokens_per_second": record.tokens_per_second,
+                    "error": error,
+                },
+            )
+
+    def _slot(self, second: int) -> int:
+        i = second % WINDOW_SECONDS
+        if self._second[i] != second:
+            self._second[i] = second
+            self._requests[i] = self._tokens_in[i] = self._tokens_out[i] = 0
+            self._streams[i] = len(self.open_calls)
+            self._errors[i] = None
+        return i
+
+    def _sample(self, record: CallRecord) -> None:
+        model = record.served_model or record.model
+        samples = self._models.get(model)
+        if samples is None:
+            if len(self._models) >= MAX_MODELS:
+                model = OTHER
+                samples = self._models.get(OTHER)
+            if samples is None:
+                samples = self._models[model] = deque(maxlen=self.samples)
+        samples.append((record.ts, record.latency_ms, record.ttft_ms, record.tokens_per_second))
+
+    # Reading
+
+    def point(self, second: int, streams: int = 0) -> dict[str, Any]:
+        """The point of one second (`streams`: the streams open to show when nothing happened in
+        it, the last count seen before)."""
+        i = second % WINDOW_SECONDS
+        if self._second[i] != second:
+            return {
+                "t": second,
+                "requests": 0,
+                "errors": {},
+                "tokens_in": 0,
+                "tokens_out": 0,
+                "streams_open": streams,
+            }
+        return {
+            "t": second,
+            "requests": self._requests[i],
+            "errors": dict(self._errors[i] or {}),
+            "tokens_in": self._tokens_in[i],
+            "tokens_out": self._tokens_out[i],
+            "streams_open": self._streams[i],
+        }
+
+    def stats(self, minutes: float) -> dict[str, Any]:
+        """The last `minutes` (at most the window) as points a second apart, oldest first, and each
+        model's figures over them."""
+        now = int(self.clock())
+        span = max(1, min(WINDOW_SECONDS - 1, int(minutes * 60)))
+        points = []
+        streams = 0
+        for second in range(now - span + 1, now + 1):
+            p = self.point(second, streams if second != now else len(self.open_calls))
+            streams = p["streams_open"]
+            points.append(p)
+        since = now - span + 1
+        models: dict[str, Any] = {}
+        for model, samples in list(self._models.items()):
+            rows = [s for s in samples if s[0] >= since]
+            if not rows:
+                continue
+            latency = [r[1] for r in rows if r[1] is not None]
+            ttft = [r[2] for r in rows if r[2] is not None]
+            tps = [r[3] for r in rows if r[3] is not None]
+            models[model] = {
+                "requests": len(rows),
+                "latency_ms_p50": _percentile(latency, 0.5),
+                "latency_ms_p95": _percentile(latency, 0.95),
+                "ttft_ms_p50": _percentile(ttft, 0.5),
+                "ttft_ms_p95": _percentile(list(ttft), 0.95),
+                "tokens_per_second_p50": _percentile(tps, 0.5),
+            }
+        return {"interval_seconds": 1, "points": points, "models": models}
+
+    def detail(self, request_id: str) -> dict[str, Any] | None:
+        """The record of a recent request of this process, in the console's shape."""
+        live = self.recent.get(request_id)
+        if live is None:
+            return None
+        r = live.record
+        names = live.attempts
+        failures = list(live.failures)
+        attempts = []
+        for n, name in enumerate(names):
+            failure = failures[n] if n < len(failures) else None
+            served = n == len(names) - 1 and r.served_model == name
+            if failure is not None and failure.model != name:
+                failure = None  # attempts and failures are in the same order: never expected
+            entry: dict[str, Any] = {
+                "provider": failure.provider if failure else (r.provider if served else None),
+                "model": name,
+                "outcome": failure.kind if failure else ("ok" if served else r.status),
+                "error": failure.message if failure else None,
+                "why": None,
+            }
+            if n + 1 < len(names):
+                nxt = names[n + 1]
+                kind = entry["outcome"]
+                entry["why"] = (
+                    f"retried after {kind}" if nxt == name else f"fell back to {nxt} after {kind}"
+                )
+            attempts.append(entry)
+        return {
+            "timings": {
+                "queue_ms": live.queue_ms,
+                "first_byte_ms": live.first_byte_ms,
+                "first_token_ms": r.ttft_ms,
+                "total_ms": r.latency_ms,
+            },
+            "status": r.status,
+            "model": r.model,
+            "served_model": r.served_model,
+            "provider": r.provider,
+            "attempts": attempts,
+            "usage": {
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "reasoning_tokens": r.reasoning_tokens,
+                "cached_tokens": r.cached_tokens,
+                "source": r.usage_source,
+            },
+            "cost_usd": r.cost_micros / 1_000_000 if r.cost_micros is not None else None,
+            "tokens_per_second": r.tokens_per_second,
+            "error": live.error,
+        }
+
+    # The live feed
+
+    def subscribe(self) -> Subscriber:
+        sub = Subscriber(self.queue_size)
+        self.subscribers.add(sub)
+        if self._task is None and not self.closing:
+            self._task = asyncio.get_running_loop().create_task(self._tick())
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+        if not self.subscribers and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def publish(self, event: str, data: Any) -> None:
+        frame = sse_frame(event, data)
+        for sub in self.subscribers:
+            sub.put(frame)
+
+    async def _tick(self) -> None:
+        """While anyone subscribes: each request's progress (at most once a tick) and, once a
+        second, the second that just ended."""
+        seen: dict[str, int] = {}
+        last_second = int(self.clock())
+        while True:
+            await asyncio.sleep(self.progress_interval)
+            now: dict[str, int] = {}
+            for rid, call in list(self.open_calls.items()):
+                count = call.visible_tokens
+                now[rid] = count
+                if count and seen.get(rid) != count:
+                    self.publish("request.progress", {"id": rid, "completion_tokens": count})
+            seen = now
+            second = int(self.clock())
+            if second != last_second:
+                last_second = second
+                self.publish("stats", self.point(second - 1, len(self.open_calls)))
+
+    async def close(self) -> None:
+        """At shut-down: every feed ends."""
+        self.closing = True
+        for sub in self.subscribers:
+            sub.wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
