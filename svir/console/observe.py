@@ -67,13 +67,19 @@ class LiveRecord(msgspec.Struct, gc=False):
 class Subscriber:
     """One page's feed: at most `size` frames wait; past that the oldest go, and are counted."""
 
-    __slots__ = ("dropped", "frames", "size", "wake")
+    __slots__ = ("dropped", "frames", "pinged", "size", "wake")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.frames: deque[bytes] = deque()
         self.dropped = 0
+        self.pinged = False
         self.wake = asyncio.Event()
+
+    def ping(self) -> None:
+        """Time for a keep-alive comment (sent when nothing else is waiting)."""
+        self.pinged = True
+        self.wake.set()
 
     def put(self, frame: bytes) -> None:
         if len(self.frames) >= self.size:
@@ -85,6 +91,9 @@ class Subscriber:
     def take(self) -> bytes:
         """Every frame waiting, led by `event: lagged` when some were dropped."""
         self.wake.clear()
+        pinged, self.pinged = self.pinged, False
+        if not self.frames and not self.dropped:
+            return b": ping\n\n" if pinged else b""
         out = []
         if self.dropped:
             out.append(sse_frame("lagged", {"dropped": self.dropped}))

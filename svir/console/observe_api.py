@@ -152,12 +152,14 @@ class Console:
         )
         await send({"type": "http.response.body", "body": b": connected\n\n", "more_body": True})
         observer = self.observer
+        loop = asyncio.get_running_loop()
         while not observer.closing:
+            # A timer rather than wait_for: the wait is cancelled at once when the client goes.
+            timer = loop.call_later(PING_SECONDS, sub.ping)
             try:
-                await asyncio.wait_for(sub.wake.wait(), PING_SECONDS)
-            except TimeoutError:
-                await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
-                continue
+                await sub.wake.wait()
+            finally:
+                timer.cancel()
             data = sub.take()
             if data:
                 await send({"type": "http.response.body", "body": data, "more_body": True})

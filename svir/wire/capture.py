@@ -81,10 +81,10 @@ def client_credentials(headers: Iterable[tuple[str, str]]) -> list[str]:
     """The credentials a client's request carries (a bearer token, an API key header), to be
     redacted wherever else they appear in its capture."""
     found: list[str] = []
-    for name, value in headers:
+    for name, raw in headers:
         if name.lower() not in SECRET_HEADERS:
             continue
-        value = value.strip()
+        value = raw.strip()
         scheme, _, rest = value.partition(" ")
         if rest and scheme.lower() in ("bearer", "basic", "token"):
             found.append(rest.strip())

@@ -11,6 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from svir.console import observe_api
 from svir.console.observe import Observer, sse_frame
 from tests.console.support import ADMIN, Feed, Svir, wait_until
 from tests.support.upstream import PROMPT_TOKENS
@@ -321,3 +322,27 @@ async def test_the_feed_ends_at_shutdown(tmp_path: Path) -> None:
     await svir.__aexit__(None, None, None)
     await wait_until(lambda: feed.ended, "the feed's end")
     await feed.close()
+
+
+async def test_the_feed_ends_when_the_page_goes_while_a_stream_is_open(tmp_path: Path) -> None:
+    async with Svir(tmp_path) as svir:
+        feed = Feed(svir.app)
+        await feed.start()
+        # A stream the client has not read yet: the page going must not wait on it.
+        response = await svir.openai().chat.completions.with_raw_response.create(
+            model="up/tok-5", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+        await feed.close()
+        assert svir.console.observer.subscribers == set()
+        assert response.http_response.status_code == 200
+
+
+async def test_a_quiet_feed_pings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(observe_api, "PING_SECONDS", 0.01)
+    async with Svir(tmp_path) as svir:
+        feed = Feed(svir.app)
+        await feed.start()
+        try:
+            await wait_until(lambda: b": ping\n\n" in feed.data, "a ping")
+        finally:
+            await feed.close()
