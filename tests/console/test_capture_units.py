@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from svir.config import CaptureConfig, parse_config
+from svir.errors import ConfigError
 from svir.wire.capture import (
     REDACTED,
     Pane,
@@ -78,3 +81,29 @@ def test_a_pane_never_keeps_a_secret_wherever_the_bound_and_pieces_fall(
     for n in range(4, len(KEY) + 1):
         # Not even the key's start survives at the cut (beyond what ordinary bytes could hold).
         assert KEY.encode()[:n] not in kept or KEY.encode()[:n] in before + after
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("max_body_bytes = 10", "capture.max_body_bytes"),
+        ("max_body_bytes = 100000000", "capture.max_body_bytes"),
+        ("max_age = 0", "capture.max_age"),
+        ("max_age = inf", "capture.max_age"),
+        ("max_rows = 0", "capture.max_rows"),
+    ],
+)
+def test_a_bad_capture_setting_names_its_field(text: str, field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"[capture]\nenabled = true\n{text}\n", source="svir.toml")
+    assert caught.value.field == field
+    assert caught.value.path == "svir.toml"
+    assert "must" in caught.value.reason
+
+
+def test_capture_is_off_by_default_and_takes_its_settings() -> None:
+    assert parse_config("").capture == CaptureConfig(enabled=False)
+    config = parse_config("[capture]\nenabled = true\nmax_body_bytes = 2048\nmax_age = 60\n")
+    assert config.capture == CaptureConfig(
+        enabled=True, max_body_bytes=2048, max_age=60.0, max_rows=1000
+    )
