@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from svir.call import CallContext, CallRecord
+from svir.log import hidden_values
+from svir.wire.capture import REDACTED
 
 if TYPE_CHECKING:
     from svir.chat import Call, CloseHook, Route
@@ -101,6 +103,16 @@ class Subscriber:
         out.extend(self.frames)
         self.frames.clear()
         return b"".join(out)
+
+
+def clean(text: str | None) -> str | None:
+    """`text` (an error's words) without any secret svir hides from its logs: the call scrubbed
+    its upstream's key already, and the console shows no other either."""
+    if text:
+        for secret in hidden_values():
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+    return text
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -187,7 +199,7 @@ class Observer:
                 provider=call.route.provider.name,
                 model=call.model_label,
                 kind=s.error_kind or "cancelled",
-                message=s.error_message,
+                message=clean(s.error_message),
                 started=s.started,
             )
         )
@@ -221,13 +233,14 @@ class Observer:
         failures = self._failures.pop(rid, None) or ()
         stats = o.stats
         first = failures[0].started if failures else (stats.started if stats else None)
-        queue_ms = round((first - start) * 1000, 2) if first is not None else None
+        # At least 0: `start` is read a moment after the record's latency was.
+        queue_ms = round(max(0.0, first - start) * 1000, 2) if first is not None else None
         first_byte_ms = None
         if stats is not None and stats.first_byte_at is not None:
-            first_byte_ms = round((stats.first_byte_at - start) * 1000, 2)
+            first_byte_ms = round(max(0.0, stats.first_byte_at - start) * 1000, 2)
         error = None
         if status != "ok":
-            error = (stats.error_message if stats is not None else None) or (
+            error = clean(stats.error_message if stats is not None else None) or (
                 failures[-1].message if failures else status
             )
         live = LiveRecord(

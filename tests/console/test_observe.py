@@ -13,7 +13,7 @@ import pytest
 
 from svir.console import observe_api
 from svir.console.observe import Observer, sse_frame
-from tests.console.support import ADMIN, Feed, Svir, wait_until
+from tests.console.support import ADMIN, UP_KEY, Feed, Svir, wait_until
 from tests.support.upstream import PROMPT_TOKENS
 
 
@@ -344,5 +344,28 @@ async def test_a_quiet_feed_pings(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         await feed.start()
         try:
             await wait_until(lambda: b": ping\n\n" in feed.data, "a ping")
+        finally:
+            await feed.close()
+
+
+async def test_the_feed_and_the_request_page_show_no_secret(tmp_path: Path) -> None:
+    async with Svir(tmp_path) as svir:
+        feed = Feed(svir.app)
+        await feed.start()
+        try:
+            # The fake server quotes the key it was sent: in a stream, and in a refusal.
+            with pytest.raises(openai.APIError, match="credential"):
+                await svir.chat("up/echo-stream")
+            with pytest.raises(openai.InternalServerError, match="refused svir's credentials"):
+                await svir.chat("alt/echo-401")
+            await wait_until(lambda: len(feed.named("request.finished")) == 2, "both finished")
+            errors = [d["error"] for d in feed.named("request.finished")]
+            assert all(e and "[redacted]" in e for e in errors), errors
+            pages = [
+                (await svir.admin(f"/admin/requests/{d['id']}")).text
+                for d in feed.named("request.finished")
+            ]
+            for text in [bytes(feed.data).decode(), *pages]:
+                assert UP_KEY not in text and ADMIN not in text
         finally:
             await feed.close()
