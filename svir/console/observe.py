@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from svir.call import CallContext, CallRecord
+from svir.chat import CallStats
 from svir.log import hidden_values
 from svir.wire.capture import REDACTED
 
@@ -55,15 +56,45 @@ class AttemptFailure(msgspec.Struct, gc=False):
     started: float
 
 
+# Not tracked by the garbage collector (gc=False: nothing it holds refers back to it): a
+# thousand of them stay, and full collections need not walk them.
 class LiveRecord(msgspec.Struct, gc=False):
-    """A recent request as this process saw it (see `Observer.detail`)."""
+    """A recent request as this process saw it: what it is made from, read by `Observer.detail`
+    (the timings count from the gate's start, which was the record's `latency_ms` before
+    `settled_at`)."""
 
     record: CallRecord
     attempts: tuple[str, ...]
-    failures: tuple[AttemptFailure, ...]
-    queue_ms: float | None
-    first_byte_ms: float | None
-    error: str | None
+    failures: list[AttemptFailure] | None
+    stats: CallStats | None
+    settled_at: float
+
+    def timings(self) -> dict[str, float | None]:
+        r = self.record
+        start = self.settled_at - (r.latency_ms or 0.0) / 1000
+        failures, stats = self.failures or (), self.stats
+        first = failures[0].started if failures else (stats.started if stats else None)
+
+        # At least 0: `settled_at` was read a moment after the record's latency was.
+        def since(moment: float | None) -> float | None:
+            return None if moment is None else round(max(0.0, moment - start) * 1000, 2)
+
+        return {
+            "queue_ms": since(first),
+            "first_byte_ms": since(stats.first_byte_at if stats is not None else None),
+            "first_token_ms": r.ttft_ms,
+            "total_ms": r.latency_ms,
+        }
+
+    def error(self) -> str | None:
+        """What went wrong, in words without a secret (None when it served)."""
+        status = self.record.status
+        if status == "ok":
+            return None
+        stats, failures = self.stats, self.failures or ()
+        return clean(stats.error_message if stats is not None else None) or (
+            failures[-1].message if failures else status
+        )
 
 
 class Subscriber:
@@ -129,15 +160,13 @@ class Observer:
         self,
         *,
         clock: Callable[[], float] = time.time,
-        recent: int = 1000,
+        recent: int = 4096,
         queue_size: int = 256,
-        samples: int = 1024,
         progress_interval: float = 0.25,
     ) -> None:
         self.clock = clock
         self.recent_size = recent
         self.queue_size = queue_size
-        self.samples = samples
         self.progress_interval = progress_interval
         w = WINDOW_SECONDS
         self._second = [-1] * w
@@ -146,12 +175,14 @@ class Observer:
         self._tokens_out = [0] * w
         self._streams = [0] * w
         self._errors: list[dict[str, int] | None] = [None] * w
-        # Per model: (ts, latency_ms, ttft_ms, tokens_per_second) of its recent calls.
-        self._models: dict[str, deque[tuple[float, float | None, float | None, float | None]]] = {}
         # The calls streaming now, by request id (their visible tokens feed request.progress).
         self.open_calls: dict[str, Call] = {}
         self._failures: dict[str, list[AttemptFailure]] = {}
-        self.recent: dict[str, LiveRecord] = {}
+        # The last `recent` calls' records, a ring (`_at` the next to replace).
+        self.recent: list[LiveRecord | None] = [None] * recent
+        self._at = 0
+        # The most calls streaming at once since the last settled call.
+        self._peak = 0
         self.subscribers: set[Subscriber] = set()
         self.closing = False
         self._task: asyncio.Task[None] | None = None
@@ -206,56 +237,40 @@ class Observer:
 
     def opened(self, ctx: CallContext, call: Call) -> None:
         """The gate's on_open: a call streams."""
-        self.open_calls[ctx.request_id] = call
-        i = self._slot(int(self.clock()))
-        self._streams[i] = max(self._streams[i], len(self.open_calls))
+        calls = self.open_calls
+        calls[ctx.request_id] = call
+        if len(calls) > self._peak:  # noqa: PLR1730 - a comparison costs less than max()
+            self._peak = len(calls)
 
     def settled(self, ctx: CallContext, record: CallRecord) -> None:
-        """The gate's on_settle: what a call came to."""
+        """The gate's on_settle: what a call came to. Kept lean (it runs for every call): the
+        request's record is the references it is made from, turned into its page on demand."""
         rid = ctx.request_id
         o = ctx.outcome
         if o.served_model is not None:
             self.open_calls.pop(rid, None)
-        i = self._slot(int(record.ts))
+        second = int(record.ts)
+        i = second % WINDOW_SECONDS
+        if self._second[i] != second:
+            self._reset(i, second)
         self._requests[i] += 1
         self._tokens_in[i] += record.prompt_tokens
         self._tokens_out[i] += record.completion_tokens
+        if self._peak > self._streams[i]:  # noqa: PLR1730 - a comparison costs less than max()
+            self._streams[i] = self._peak
+        self._peak = len(self.open_calls)
         status = record.status
         if status != "ok":
             errors = self._errors[i]
             if errors is None:
                 errors = self._errors[i] = {}
             errors[status] = errors.get(status, 0) + 1
-        if record.served_model is not None:
-            self._sample(record)
-        # The record: timings from the gate's start, which was `latency_ms` before now.
-        start = time.perf_counter() - (record.latency_ms or 0.0) / 1000
-        failures = self._failures.pop(rid, None) or ()
-        stats = o.stats
-        first = failures[0].started if failures else (stats.started if stats else None)
-        # At least 0: `start` is read a moment after the record's latency was.
-        queue_ms = round(max(0.0, first - start) * 1000, 2) if first is not None else None
-        first_byte_ms = None
-        if stats is not None and stats.first_byte_at is not None:
-            first_byte_ms = round(max(0.0, stats.first_byte_at - start) * 1000, 2)
-        error = None
-        if status != "ok":
-            error = clean(stats.error_message if stats is not None else None) or (
-                failures[-1].message if failures else status
-            )
-        live = LiveRecord(
-            record=record,
-            attempts=o.attempts,
-            failures=tuple(failures),
-            queue_ms=queue_ms,
-            first_byte_ms=first_byte_ms,
-            error=error,
+        failures = self._failures.pop(rid, None) if self._failures else None
+        at = self._at
+        self.recent[at] = live = LiveRecord(
+            record, o.attempts, failures, o.stats, time.perf_counter()
         )
-        recent = self.recent
-        recent.pop(rid, None)
-        recent[rid] = live
-        if len(recent) > self.recent_size:
-            del recent[next(iter(recent))]
+        self._at = at + 1 if at + 1 < self.recent_size else 0
         if self.subscribers:
             self.publish(
                 "request.finished",
@@ -270,29 +285,16 @@ class Observer:
                     "latency_ms": record.latency_ms,
                     "ttft_ms": record.ttft_ms,
                     "tokens_per_second": record.tokens_per_second,
-                    "error": error,
+                    "error": live.error(),
                 },
             )
 
-    def _slot(self, second: int) -> int:
-        i = second % WINDOW_SECONDS
-        if self._second[i] != second:
-            self._second[i] = second
-            self._requests[i] = self._tokens_in[i] = self._tokens_out[i] = 0
-            self._streams[i] = len(self.open_calls)
-            self._errors[i] = None
-        return i
-
-    def _sample(self, record: CallRecord) -> None:
-        model = record.served_model or record.model
-        samples = self._models.get(model)
-        if samples is None:
-            if len(self._models) >= MAX_MODELS:
-                model = OTHER
-                samples = self._models.get(OTHER)
-            if samples is None:
-                samples = self._models[model] = deque(maxlen=self.samples)
-        samples.append((record.ts, record.latency_ms, record.ttft_ms, record.tokens_per_second))
+    def _reset(self, i: int, second: int) -> None:
+        """Slot `i` starts the point of `second`."""
+        self._second[i] = second
+        self._requests[i] = self._tokens_in[i] = self._tokens_out[i] = 0
+        self._streams[i] = len(self.open_calls)
+        self._errors[i] = None
 
     # Reading
 
@@ -330,32 +332,49 @@ class Observer:
             streams = p["streams_open"]
             points.append(p)
         since = now - span + 1
-        models: dict[str, Any] = {}
-        for model, samples in list(self._models.items()):
-            rows = [s for s in samples if s[0] >= since]
-            if not rows:
+        by_model: dict[str, list[CallRecord]] = {}
+        for live in self.recent:
+            if live is None or live.record.ts < since or live.record.served_model is None:
                 continue
-            latency = [r[1] for r in rows if r[1] is not None]
-            ttft = [r[2] for r in rows if r[2] is not None]
-            tps = [r[3] for r in rows if r[3] is not None]
+            model = live.record.served_model
+            if model not in by_model and len(by_model) >= MAX_MODELS:
+                model = OTHER
+            by_model.setdefault(model, []).append(live.record)
+        models: dict[str, Any] = {}
+        for model, rows in sorted(by_model.items()):
+            latency = [r.latency_ms for r in rows if r.latency_ms is not None]
+            ttft = [r.ttft_ms for r in rows if r.ttft_ms is not None]
+            tps = [r.tokens_per_second for r in rows if r.tokens_per_second is not None]
             models[model] = {
                 "requests": len(rows),
                 "latency_ms_p50": _percentile(latency, 0.5),
                 "latency_ms_p95": _percentile(latency, 0.95),
                 "ttft_ms_p50": _percentile(ttft, 0.5),
-                "ttft_ms_p95": _percentile(list(ttft), 0.95),
+                "ttft_ms_p95": _percentile(ttft, 0.95),
                 "tokens_per_second_p50": _percentile(tps, 0.5),
             }
         return {"interval_seconds": 1, "points": points, "models": models}
 
+    def find(self, request_id: str) -> LiveRecord | None:
+        """The newest record of `request_id` among the recent ones."""
+        n = self.recent_size
+        for k in range(1, n + 1):
+            live = self.recent[(self._at - k) % n]
+            if live is None:
+                return None
+            if live.record.request_id == request_id:
+                return live
+        return None
+
     def detail(self, request_id: str) -> dict[str, Any] | None:
-        """The record of a recent request of this process, in the console's shape."""
-        live = self.recent.get(request_id)
+        """The record of a recent request of this process, in the console's shape (the newest, if
+        the id came twice)."""
+        live = self.find(request_id)
         if live is None:
             return None
         r = live.record
         names = live.attempts
-        failures = list(live.failures)
+        failures = list(live.failures or ())
         attempts = []
         for n, name in enumerate(names):
             failure = failures[n] if n < len(failures) else None
@@ -377,12 +396,7 @@ class Observer:
                 )
             attempts.append(entry)
         return {
-            "timings": {
-                "queue_ms": live.queue_ms,
-                "first_byte_ms": live.first_byte_ms,
-                "first_token_ms": r.ttft_ms,
-                "total_ms": r.latency_ms,
-            },
+            "timings": live.timings(),
             "status": r.status,
             "model": r.model,
             "served_model": r.served_model,
@@ -397,7 +411,7 @@ class Observer:
             },
             "cost_usd": r.cost_micros / 1_000_000 if r.cost_micros is not None else None,
             "tokens_per_second": r.tokens_per_second,
-            "error": live.error,
+            "error": live.error(),
         }
 
     # The live feed

@@ -11,6 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from svir.call import CallContext, CallRecord
 from svir.console import observe_api
 from svir.console.observe import Observer, sse_frame
 from tests.console.support import ADMIN, UP_KEY, Feed, Svir, wait_until
@@ -369,3 +370,39 @@ async def test_the_feed_and_the_request_page_show_no_secret(tmp_path: Path) -> N
                 assert UP_KEY not in text and ADMIN not in text
         finally:
             await feed.close()
+
+
+def _record(rid: str, ts: float, latency: float, model: str = "p/m") -> CallRecord:
+    return CallRecord(
+        ts=ts, request_id=rid, key_id=None, api="openai", model=model, served_model=model,
+        provider="p", status="ok", prompt_tokens=1, completion_tokens=2, reasoning_tokens=None,
+        cached_tokens=None, usage_source="reported", cost_micros=None, latency_ms=latency,
+        ttft_ms=latency / 2, tokens_per_second=10.0, upstream_request_id=None, upstream_id=None,
+        client_user=None,
+    )  # fmt: skip
+
+
+def test_the_recent_records_are_bounded_and_the_figures_read_the_window() -> None:
+    now = [5000.5]
+    observer = Observer(clock=lambda: now[0], recent=3)
+    for n in range(5):
+        ctx = CallContext(f"r{n}", "openai")
+        ctx.outcome.served_model = "p/m"
+        ctx.outcome.attempts = ("p/m",)
+        observer.settled(ctx, _record(f"r{n}", 5000.0 - 100 * (n == 0), 10.0 * (n + 1)))
+    assert [observer.find(f"r{n}") is not None for n in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert observer.detail("r1") is None
+    assert observer.detail("r4")["usage"]["completion_tokens"] == 2  # type: ignore[index]
+    stats = observer.stats(1)
+    assert sum(p["requests"] for p in stats["points"]) == 4  # r0 was 100 s before
+    assert stats["points"][-1]["t"] == 5000
+    # The figures of the calls still recorded: r2, r3, r4.
+    assert stats["models"]["p/m"]["requests"] == 3
+    assert stats["models"]["p/m"]["latency_ms_p50"] == 40.0
+    assert stats["models"]["p/m"]["latency_ms_p95"] == 50.0
