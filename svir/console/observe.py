@@ -57,7 +57,7 @@ class AttemptFailure(msgspec.Struct, gc=False):
 
 
 # Not tracked by the garbage collector (gc=False: nothing it holds refers back to it): a
-# thousand of them stay, and full collections need not walk them.
+# few thousand of them stay, and full collections need not walk them.
 class LiveRecord(msgspec.Struct, gc=False):
     """A recent request as this process saw it: what it is made from, read by `Observer.detail`
     (the timings count from the gate's start, which was the record's `latency_ms` before
