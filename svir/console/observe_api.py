@@ -1,4 +1,5 @@
-"""The console's data routes, admin only (docs/capture.md; the console API in docs/console.md):
+"""The console's data routes, under `/admin/` and so behind the admin rule
+(svir.keys.service.admin_access; docs/capture.md, and the console API in docs/console.md):
 
 - `GET /admin/events`: the live feed of this process (SSE): `request.started`,
   `request.progress`, `request.finished`, `stats` each second, `lagged` when the page fell behind,
@@ -29,13 +30,13 @@ from svir.console.observe import Observer, Subscriber
 from svir.edges.app import App
 from svir.errors import GatewayError, request_error
 from svir.frontends.http import query_params, send_json, until_disconnect
-from svir.keys.service import KeysService, parse_since
+from svir.keys.service import KeysService, admin_access, parse_since
 from svir.providers import KINDS
 from svir.store.captures import CaptureRecord, CaptureStore, LedgerFilter, ledger_page, ledger_rows
 from svir.wire.classify import ClientError
 from svir.wire.conformance import case_files, case_name, case_zip
 
-__all__ = ["Console", "admin_access", "console_of", "install"]
+__all__ = ["Console", "console_of", "install"]
 
 # Seconds between `: ping` comments on a quiet feed.
 PING_SECONDS: Final = 15.0
@@ -48,12 +49,6 @@ _SSE_HEADERS: Final = [
     (b"x-accel-buffering", b"no"),
 ]
 _consoles: weakref.WeakKeyDictionary[App, Console] = weakref.WeakKeyDictionary()
-
-
-async def admin_access(service: KeysService, scope: Scope) -> None:
-    """The admin rule of every console route (the one line to switch to the keys service's
-    `admin_access` once it exists)."""
-    service._check_admin(scope)
 
 
 def console_of(app: App) -> Console:
@@ -135,7 +130,7 @@ class Console:
     async def events(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        await admin_access(self.service, scope)
+        admin_access(scope)
         sub = self.observer.subscribe()
         try:
             return await until_disconnect(receive, self._feed(send, sub, rid))
@@ -171,7 +166,7 @@ class Console:
     async def stats(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        await admin_access(self.service, scope)
+        admin_access(scope)
         query = query_params(scope)
         minutes = 15.0
         if query.get("minutes"):
@@ -194,7 +189,7 @@ class Console:
     async def requests(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        await admin_access(self.service, scope)
+        admin_access(scope)
         where, limit = _ledger_filter(query_params(scope))
         store = self.service.store
         if store is None:
@@ -213,7 +208,7 @@ class Console:
     async def request(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        await admin_access(self.service, scope)
+        admin_access(scope)
         request_id = scope["path_params"]["request_id"]
         store = self.service.store
         captures = self.capture_store()
@@ -242,7 +237,7 @@ class Console:
     async def conformance(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        await admin_access(self.service, scope)
+        admin_access(scope)
         request_id = scope["path_params"]["request_id"]
         captures = self.capture_store()
         if captures is None:

@@ -34,6 +34,7 @@ log = logging.getLogger("svir.server")
 ENV_CONFIG = "SVIR_CONFIG"
 ENV_LOG_LEVEL = "SVIR_LOG_LEVEL"
 ENV_LOG_FORMAT = "SVIR_LOG_FORMAT"
+ENV_WORKERS = "SVIR_WORKERS"
 # svir's default port, which is Ollama's too (so that Ollama's clients find svir unchanged).
 DEFAULT_PORT = 11434
 
@@ -44,16 +45,19 @@ def build_app(
     *,
     transport: Transport | None = None,
     timing: Timing | None = None,
+    source: str | None = None,
+    workers: int = 1,
 ) -> App:
     """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
-    OpenAI's Responses, managed models.
+    OpenAI's Responses, managed models, the console's admin routes (which say `source`, the
+    config file or None for the default config, and how many `workers` serve the port).
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
-    from svir.console import observe_api
+    from svir.console import observe_api, ops
     from svir.edges import managed
     from svir.frontends import (
         anthropic,
@@ -77,7 +81,8 @@ def build_app(
     anthropic.install(app)
     threads.install(app, thread_service(app))
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
-    managed.install(app)
+    supervisors = managed.install(app)
+    ops.install(app, keys, supervisors, source=source, workers=workers)
     # Last: the console's capture wraps every client route installed above.
     observe_api.install(app, keys)
     return app
@@ -281,7 +286,8 @@ def run(
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         if workers == 1:
-            server = uvicorn.Server(uvicorn.Config(build_app(config, os.environ), **settings))
+            app = build_app(config, os.environ, source=os.path.abspath(path) if path else None)
+            server = uvicorn.Server(uvicorn.Config(app, **settings))
             server.run(sockets=[sock])
         else:
             # Each worker is a new interpreter that builds its own app from this environment;
@@ -290,6 +296,7 @@ def run(
                 os.environ[ENV_CONFIG] = os.path.abspath(path)
             os.environ[ENV_LOG_LEVEL] = log_level
             os.environ[ENV_LOG_FORMAT] = log_format
+            os.environ[ENV_WORKERS] = str(workers)
             worker = uvicorn.Config(
                 "svir.edges.server:worker_app", factory=True, workers=workers, **settings
             )
@@ -360,4 +367,5 @@ def worker_app() -> App:
     path = os.environ.get(ENV_CONFIG)
     config = load_config(path) if path else managed.default_config(warn=False)
     config, _ = with_store_url(config, path, os.environ)  # the parent warned
-    return build_app(config, os.environ)
+    workers = int(os.environ.get(ENV_WORKERS) or 1)
+    return build_app(config, os.environ, source=path, workers=workers)

@@ -1,5 +1,7 @@
-"""PostgreSQL for the console tests: a schema of its own per test, dropped after the session
-(PostgreSQL runs on every dev and CI machine: when it is down these tests fail and say so)."""
+"""Fixtures of the console tests: the real `llama-server` and Gemma 3 270M of the managed tests
+(tests/managed/conftest.py: required, never skipped), and PostgreSQL, a schema of its own per
+test, dropped after the session (PostgreSQL runs on every dev and CI machine: when it is down
+these tests fail and say so)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import pytest
 
 from tests.keys.conftest import Postgres, _pg_check, _pg_drop
 from tests.keys.support import PG_DSN
+from tests.managed.conftest import gguf, llama_binary
+
+__all__ = ["console_postgres", "gguf", "llama_binary", "pg_url"]
 
 
 @pytest.fixture(scope="session")

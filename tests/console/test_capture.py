@@ -20,7 +20,7 @@ from svir.store.sqlite import SqliteStore
 from svir.testing import MockTransport
 from tests.conformance.summary import decode, matches, summarize
 from tests.conformance.test_decoder_corpus import CORPUS
-from tests.console.support import (
+from tests.console.observe_support import (
     ADMIN,
     BASE,
     CLIENT_TOKEN,

@@ -14,7 +14,7 @@ import pytest
 from svir.call import CallContext, CallRecord
 from svir.console import observe_api
 from svir.console.observe import Observer, sse_frame
-from tests.console.support import ADMIN, UP_KEY, Feed, Svir, wait_until
+from tests.console.observe_support import ADMIN, UP_KEY, Feed, Svir, wait_until
 from tests.support.upstream import PROMPT_TOKENS
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.console.support import AUTH, Svir
+from tests.console.observe_support import AUTH, Svir
 
 NAMES = ["limit", "before", "key", "model", "provider", "api", "status", "since", "until", "x"]
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
