@@ -53,6 +53,7 @@ async def test_capture_off_stores_nothing_and_wraps_nothing(tmp_path: Path) -> N
         rid = await svir.chat("up/tok-3")
         await svir.settled()
         assert svir.console.capturer is None
+        assert (await svir.admin("/admin/console/session")).json()["capture"] is False
         assert type(svir.app.gateway.policy.client) is MockTransport
         assert await stored_rows(svir) == []
         body = (await svir.admin(f"/admin/requests/{rid}")).json()
@@ -67,6 +68,7 @@ async def test_capture_keeps_the_four_panes_with_the_real_bytes_and_no_secret(
 ) -> None:
     async with Svir(tmp_path, capture_config()) as svir:
         assert isinstance(svir.app.gateway.policy.client, CapturingTransport)
+        assert (await svir.admin("/admin/console/session")).json()["capture"] is True
         # The client's own token in its body too: a credential is redacted wherever it is.
         rid = await svir.chat("up/tok-5", content=f"my token is {CLIENT_TOKEN}")
         await svir.settled()
