@@ -57,7 +57,7 @@ def build_app(
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
-    from svir.console import ops
+    from svir.console import observe_api, ops
     from svir.edges import console_ui, managed
     from svir.frontends import (
         anthropic,
@@ -83,6 +83,8 @@ def build_app(
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
     supervisors = managed.install(app)
     ops.install(app, keys, supervisors, source=source, workers=workers)
+    # Last: the console's capture wraps every client route installed above.
+    observe_api.install(app, keys)
     # The web console's files (no key needed for them; the admin API behind them wants one).
     console_ui.install(app, keys.auth)
     return app
