@@ -8,6 +8,7 @@ environment.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -17,7 +18,7 @@ import signal
 import socket
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from svir import __version__
 from svir.config import MANAGED_KIND, Config, load_config
@@ -28,12 +29,16 @@ from svir.store import make_store, sqlite_path, store_url, with_store_url
 from svir.threads.service import ThreadService
 from svir.transport import Transport
 
+if TYPE_CHECKING:
+    from uvicorn.supervisors import Multiprocess
+
 log = logging.getLogger("svir.server")
 
 # What the parent passes to its workers (they are new interpreters, not forks).
 ENV_CONFIG = "SVIR_CONFIG"
 ENV_LOG_LEVEL = "SVIR_LOG_LEVEL"
 ENV_LOG_FORMAT = "SVIR_LOG_FORMAT"
+ENV_WORKERS = "SVIR_WORKERS"
 # svir's default port, which is Ollama's too (so that Ollama's clients find svir unchanged).
 DEFAULT_PORT = 11434
 
@@ -44,16 +49,21 @@ def build_app(
     *,
     transport: Transport | None = None,
     timing: Timing | None = None,
+    source: str | None = None,
+    workers: int = 1,
+    watch: bool = False,
 ) -> App:
     """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
-    OpenAI's Responses, managed models.
+    OpenAI's Responses, managed models, and config reloads of the file `source` (`config` as
+    read from it; None: nothing to reload) served by `workers` processes (svir.edges.reload);
+    with `watch` (`svir serve`), the file is watched and SIGHUP reloads it.
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
-    from svir.edges import managed
+    from svir.edges import managed, reload
     from svir.frontends import (
         anthropic,
         completions,
@@ -67,7 +77,7 @@ def build_app(
     from svir.store.responses import SqlResponseStore
 
     app = App(config, environ, transport=transport, timing=timing)
-    keys_service.install(app)
+    keys = keys_service.install(app)
     # The client protocols, one line each (svir.frontends says where a new one goes).
     openai_chat.install(app)
     completions.install(app)
@@ -76,7 +86,16 @@ def build_app(
     anthropic.install(app)
     threads.install(app, thread_service(app))
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
-    managed.install(app)
+    supervisors = managed.install(app)
+    reload.install(
+        app,
+        source,
+        managed=supervisors,
+        keys=keys,
+        check=lambda c: worker_refusal(c, workers),
+        workers=workers,
+        watch=watch,
+    )
     return app
 
 
@@ -237,7 +256,6 @@ def run(
     listens once it does (`banner`; `keys` says whether keys are on), and when it stopped.
     Returns the exit status: 1 when it cannot listen, 3 when start-up failed."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from svir.edges.coalesce import CoalescingHttpToolsProtocol
 
@@ -278,7 +296,9 @@ def run(
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         if workers == 1:
-            server = uvicorn.Server(uvicorn.Config(build_app(config, os.environ), **settings))
+            ignore_sighup()
+            app = build_app(config, os.environ, source=path, watch=True)
+            server = uvicorn.Server(uvicorn.Config(app, **settings))
             server.run(sockets=[sock])
         else:
             # Each worker is a new interpreter that builds its own app from this environment;
@@ -287,10 +307,11 @@ def run(
                 os.environ[ENV_CONFIG] = os.path.abspath(path)
             os.environ[ENV_LOG_LEVEL] = log_level
             os.environ[ENV_LOG_FORMAT] = log_format
+            os.environ[ENV_WORKERS] = str(workers)
             worker = uvicorn.Config(
                 "svir.edges.server:worker_app", factory=True, workers=workers, **settings
             )
-            Multiprocess(worker, sockets=[sock]).run()
+            _supervisor_class()(worker, sockets=[sock]).run()
     except KeyboardInterrupt:  # uvicorn raises the signal it caught again once it stopped
         pass
     except _Terminated:
@@ -311,6 +332,30 @@ def run(
     if terminated:
         signal.raise_signal(signal.SIGTERM)
     return status
+
+
+def ignore_sighup() -> None:
+    """Ignore SIGHUP until the app's start-up takes it for reloads (svir.edges.reload): its
+    default would end the process."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def _supervisor_class() -> type[Multiprocess]:
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        """uvicorn's supervisor of the workers, but SIGHUP reloads the config in every worker
+        (svir.edges.reload) instead of restarting them: state in the workers lives on."""
+
+        def handle_hup(self) -> None:
+            pids = [p.pid for p in self.processes if p.pid is not None]
+            log.info("SIGHUP: every worker reloads its config", extra={"fields": {"pids": pids}})
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGHUP)
+
+    return Supervisor
 
 
 class _Terminated(Exception):
@@ -354,7 +399,9 @@ def worker_app() -> App:
     from svir.log import setup_logging
 
     setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"), fmt=os.environ.get(ENV_LOG_FORMAT, "json"))
+    ignore_sighup()
     path = os.environ.get(ENV_CONFIG)
     config = load_config(path) if path else managed.default_config(warn=False)
     config, _ = with_store_url(config, path, os.environ)  # the parent warned
-    return build_app(config, os.environ)
+    workers = int(os.environ.get(ENV_WORKERS, "1"))
+    return build_app(config, os.environ, source=path, workers=workers, watch=True)
