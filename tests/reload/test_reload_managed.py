@@ -84,7 +84,7 @@ async def test_a_context_change_restarts_that_model_once_its_requests_end(
         sup.release("a")
         url = await asyncio.wait_for(a_again, 90)
         [a2] = servers_with(gguf)
-        assert a2.pid != a1.pid and ctx_of(a2) == "2048" and url != url_a
+        assert a2.pid != a1.pid and ctx_of(a2) == "2048"
         assert await answer(url)
         sup.release("a")
         assert servers_with(other) == [b1]  # b's settings did not change: untouched

@@ -271,3 +271,14 @@ async def test_reloads_under_load_fail_no_request(
     state = health(svir)["reload"]
     assert state["generation"] >= 16 and state["restart_needed"] in ([], ["server.port"])
     assert "Traceback" not in svir.log()
+
+
+def test_without_a_config_file_sighup_says_there_is_nothing_to_reload(
+    start: Callable[..., SvirProcess],
+) -> None:
+    svir = start(None)  # the bundled local model's default config
+    assert svir.proc is not None
+    assert health(svir)["reload"]["source"] is None
+    svir.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "there is nothing to reload" in svir.log(), "the log line", svir)
+    assert svir.proc.poll() is None and health(svir)["reload"]["generation"] == 0
