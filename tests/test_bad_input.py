@@ -265,7 +265,9 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         ("GET", "/admin/nothing", 404, "openai", None),
     ]
     for method, path, status, shape, allow in cases:
-        r = await svir.http.request(method, path)
+        # Every path under /admin/ takes the admin key first, one no route has too.
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"} if path.startswith("/admin") else {}
+        r = await svir.http.request(method, path, headers=admin)
         if shape == "openai":
             error = assert_openai_error(r, status)
             assert error["code"] == ("not_found" if status == 404 else "method_not_allowed")
@@ -275,6 +277,8 @@ async def test_what_no_route_takes_is_a_404_or_405_in_its_front_ends_shape(svir:
         else:
             assert path in assert_ollama_error(r, status)
         assert r.headers.get("allow") == allow, (method, path)
+    r = await svir.http.get("/admin/nothing")
+    assert assert_openai_error(r, 401)["code"] == "invalid_admin_key"
 
 
 @pytest.mark.parametrize(("tools", "kind"), [(5, "a number"), (True, "a boolean")])

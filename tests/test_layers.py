@@ -54,11 +54,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # events -> its bytes or its answer), their shared plumbing and the one router.
     ("frontends", ("svir.frontends",)),
     # IO: the upstream HTTP client, the ASGI app, the server, stores (threads, keys, ledger), the
-    # admin API, the llama.cpp process.
+    # admin API and the console's, the llama.cpp process; and the probe of a model server with
+    # its connection (HTTP to a server, nothing of the command line), which the console runs.
     (
         "edges",
         (
             "svir.edges",
+            "svir.console",
+            "svir.client.connection",
+            "svir.client.probe",
             "svir.store",
             "svir.ledger",
             "svir.keys.store",

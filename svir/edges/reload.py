@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import signal
@@ -40,6 +39,7 @@ from svir.config_diff import diff_configs, effective
 from svir.edges.app import App
 from svir.errors import ConfigError, LlamaServerError
 from svir.frontends.http import send_json
+from svir.keys.service import admin_access
 from svir.policy.routing import RoutingTable
 
 if TYPE_CHECKING:
@@ -282,8 +282,7 @@ class Reloader:
         """Reload now: 200 with {"ok": true, "changed", "restart_needed", "error": null}, or 422
         with "ok": false and the error (nothing changed). With several workers, the others
         are sent the signal too (through `svir serve`'s parent)."""
-        if self.keys is not None:
-            await admin_check(self.keys, scope)
+        admin_access(scope)  # the admin rule, which ran before any /admin/ route: its verdict
         outcome = await self.reload("admin")
         if outcome.ok and self.workers > 1:
             with contextlib.suppress(OSError):
@@ -291,18 +290,6 @@ class Reloader:
         status = 200 if outcome.ok else 422
         await send_json(send, status, outcome.body(), {"x-request-id": rid})
         return status
-
-
-async def admin_check(keys: KeysService, scope: Scope) -> None:
-    """The one place this module asks whether a request may use the admin API: the keys
-    service's `admin_access` where it has one, else its `_check_admin` (either raises the
-    refusal)."""
-    check: Callable[[Scope], Any] | None = getattr(keys, "admin_access", None)
-    if check is None:
-        check = keys._check_admin
-    result = check(scope)
-    if inspect.isawaitable(result):
-        await result
 
 
 async def _logged(work: Awaitable[Any]) -> None:

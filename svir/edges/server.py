@@ -54,15 +54,17 @@ def build_app(
     watch: bool = False,
 ) -> App:
     """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
-    OpenAI's Responses, managed models, and config reloads of the file `source` (`config` as
-    read from it; None: nothing to reload) served by `workers` processes (svir.edges.reload);
-    with `watch` (`svir serve`), the file is watched and SIGHUP reloads it.
+    OpenAI's Responses, managed models, the console's admin routes (which say `source`, the
+    config file or None for the default config, and how many `workers` serve the port), and
+    config reloads of `source` (svir.edges.reload; with `watch`, as `svir serve` runs it, the
+    file is watched and SIGHUP reloads it).
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
+    from svir.console import ops
     from svir.edges import managed, reload
     from svir.frontends import (
         anthropic,
@@ -87,6 +89,7 @@ def build_app(
     threads.install(app, thread_service(app))
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
     supervisors = managed.install(app)
+    ops.install(app, keys, supervisors, source=source, workers=workers)
     reload.install(
         app,
         source,
@@ -297,7 +300,8 @@ def run(
     try:
         if workers == 1:
             ignore_sighup()
-            app = build_app(config, os.environ, source=path, watch=True)
+            source = os.path.abspath(path) if path else None
+            app = build_app(config, os.environ, source=source, watch=True)
             server = uvicorn.Server(uvicorn.Config(app, **settings))
             server.run(sockets=[sock])
         else:
@@ -403,5 +407,5 @@ def worker_app() -> App:
     path = os.environ.get(ENV_CONFIG)
     config = load_config(path) if path else managed.default_config(warn=False)
     config, _ = with_store_url(config, path, os.environ)  # the parent warned
-    workers = int(os.environ.get(ENV_WORKERS, "1"))
+    workers = int(os.environ.get(ENV_WORKERS) or 1)
     return build_app(config, os.environ, source=path, workers=workers, watch=True)

@@ -4,8 +4,13 @@ clients send theirs), checked before any route runs.
 With no keys issued svir runs open, for clients on this machine only (unless
 `[auth] allow_open_non_loopback`). Once a key exists every request needs one, except the health
 check, the metrics (which take the admin key or the metrics token: svir.keys.service) and the
-admin API (which takes the admin key). The key of the request being served is `current_key()`,
+admin API under `/admin/` (whose rule, `admin_check`, svir.keys.service gives; its verdict is
+left in the scope under `ADMIN_ACCESS`). The key of the request being served is `current_key()`,
 for the limits, the ledger, and any front end that keeps things per caller (threads).
+
+svir's admin key is also taken where a svir key is (the console's playground): its caller has no
+key, so no limits, and the ledger's `key_id` stays null for it; it also passes where svir, open,
+serves this machine only.
 
 svir's own refusal is 401 `invalid_api_key`; a model server refusing svir's credentials is 502
 `upstream_auth_error` (svir.wire.classify), so a client is never sent to fix the wrong key.
@@ -17,19 +22,33 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import hmac
 import ipaddress
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from svir.asgi import Scope, header
-from svir.errors import auth_error
+from svir.errors import GatewayError, auth_error
 from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord
 
-__all__ = ["Authenticator", "api_key", "bearer_token", "current_key", "is_loopback", "key_var"]
+__all__ = [
+    "ADMIN_ACCESS",
+    "ADMIN_PREFIX",
+    "Authenticator",
+    "api_key",
+    "bearer_token",
+    "current_key",
+    "is_loopback",
+    "key_var",
+]
 
 _CACHE_CAP: Final = 10_000
+# Every path under it is the admin API: `Authenticator.admin_check` decides who may use it.
+ADMIN_PREFIX: Final = "/admin/"
+# Where the guard leaves the admin check's verdict in the scope ("admin_key" or "loopback").
+ADMIN_ACCESS: Final = "svir.admin_access"
 
 
 class KeyLookup(Protocol):
@@ -95,6 +114,11 @@ class Authenticator:
         self.wall = wall
         self.exempt_paths: set[str] = {"/healthz"}
         self.exempt_prefixes: tuple[str, ...] = ()
+        # svir's admin key: also a caller of the API, without a key (see the module doc).
+        self.admin_key: bytes | None = None
+        # Who may use a path under ADMIN_PREFIX: the verdict, or GatewayError. None: such paths
+        # are like any other.
+        self.admin_check: Callable[[Scope], Awaitable[str]] | None = None
         self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
         self._configured: tuple[bool, float] | None = None
         self._checking: asyncio.Future[bool] | None = None
@@ -154,15 +178,29 @@ class Authenticator:
             code="loopback_only",
         )
 
+    def is_admin(self, token: bytes | None) -> bool:
+        """Whether `token` is svir's admin key."""
+        admin = self.admin_key
+        return admin is not None and token is not None and hmac.compare_digest(token, admin)
+
     async def guard(self, scope: Scope, fields: dict[str, Any]) -> After | None:
         """App guard: set the request's key, or refuse the request."""
         path: str = scope["path"]
+        if path.startswith(ADMIN_PREFIX) and self.admin_check is not None:
+            scope[ADMIN_ACCESS] = await self.admin_check(scope)
+            return None
         if path in self.exempt_paths or path.startswith(self.exempt_prefixes):
             return None
         if self.keys is None:
             raise auth_error("svir is starting.", status=503, code="starting")
         if not await self.configured():
-            self.check_unkeyed(scope)
+            try:
+                self.check_unkeyed(scope)
+            except GatewayError:
+                # Refused for where it comes from: the admin key still passes.
+                if not self.is_admin(api_key(scope)):
+                    raise
+                fields["caller"] = "admin"
             return None
         token = api_key(scope)
         if token is None:
@@ -171,6 +209,10 @@ class Authenticator:
             )
         record = await self.lookup(token)
         if record is None:
+            # Checked only once no key matched: a key's requests pay nothing for it.
+            if self.is_admin(token):
+                fields["caller"] = "admin"
+                return None
             raise auth_error("Invalid API key: svir issued no such key.")
         state = record.state(self.wall())
         if state != "active":

@@ -1,6 +1,6 @@
 """Keys, limits, the usage ledger, metrics and tracing, installed on an App (`install`).
 
-Routes: the admin API under `/admin/` (guarded by the admin key, `[auth] admin_key_env`),
+Routes: the admin API under `/admin/` (every path under it guarded by one rule, `admin_access`),
 `GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
 metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
 tracing (when on), metrics, authentication. The gateway gets the gate (svir.keys.gate) around
@@ -10,6 +10,7 @@ ledger and the metrics.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hmac
 import logging
@@ -30,7 +31,13 @@ from svir.errors import (
 )
 from svir.frontends.http import query_params, read_json, send_json
 from svir.frontends.routes import Handler
-from svir.keys.auth import Authenticator, bearer_token, current_key
+from svir.keys.auth import (
+    ADMIN_ACCESS,
+    Authenticator,
+    bearer_token,
+    current_key,
+    is_loopback,
+)
 from svir.keys.gate import Gate
 from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
 from svir.keys.store import KeyStore
@@ -41,7 +48,7 @@ from svir.store import make_store, store_url
 from svir.store.base import SqlStore
 from svir.wire.classify import ClientError
 
-__all__ = ["KeysService", "install", "parse_since"]
+__all__ = ["KeysService", "admin_access", "install", "parse_since"]
 
 log = logging.getLogger("svir.keys")
 _MAX_ADMIN_BODY: Final = 64 * 1024
@@ -70,6 +77,20 @@ def parse_since(text: str | None, now: float, default: float) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return moment.timestamp()
+
+
+def admin_access(scope: Scope) -> str:
+    """Who is using an admin route: "admin_key" (the request carries svir's admin key) or
+    "loopback" (no admin key is set, no key is issued, and the client is on this machine).
+
+    The rule (`KeysService.check_admin`) runs before any route under `/admin/`: a request it
+    refuses never reaches one. A route calls this for the verdict; outside `/admin/`, or in an
+    app without svir.keys, there is none, and the request is refused.
+    """
+    access: str | None = scope.get(ADMIN_ACCESS)
+    if access is None:
+        raise auth_error("This needs svir's admin key.", status=403, code="admin_disabled")
+    return access
 
 
 def start_of_day(now: float) -> float:
@@ -159,8 +180,9 @@ class KeysService:
             allow_open=config.auth.allow_open_non_loopback,
         )
         self.auth.exempt_paths.add("/metrics")
-        self.auth.exempt_prefixes = ("/admin/",)
         self.admin_key = config.auth.admin_key(environ)
+        self.auth.admin_key = self.admin_key.encode() if self.admin_key is not None else None
+        self.auth.admin_check = self.check_admin
         self.metrics_token = config.auth.metrics_token(environ)
         self.metrics = Metrics() if config.telemetry.metrics else None
         self.tracing: Any = None
@@ -360,21 +382,47 @@ class KeysService:
 
     # /admin/
 
-    def _check_admin(self, scope: Scope) -> None:
-        if self.admin_key is None:
+    async def check_admin(self, scope: Scope) -> str:
+        """Who may use the admin API (what `admin_access` returns), else GatewayError:
+        - with an admin key set (`[auth] admin_key_env`), its holder only, from anywhere: the
+          key as `Authorization: Bearer <admin key>` (401 `invalid_admin_key`);
+        - without one, while no key is issued, clients on this machine (403 `loopback_only`
+          otherwise, whatever `allow_open_non_loopback` says: it opens the API, not its admin);
+        - without one once keys exist, nobody (403 `admin_disabled`).
+        No cookie is read: a page sends the key as a header, so there is no CSRF to guard."""
+        env = self.config.auth.admin_key_env
+        if self.admin_key is not None:
+            token = bearer_token(scope)
+            if token is None or not hmac.compare_digest(token, self.admin_key.encode()):
+                raise auth_error(
+                    "This needs svir's admin key (the environment variable"
+                    f" {env}), sent as 'Authorization: Bearer <admin key>'.",
+                    code="invalid_admin_key",
+                )
+            return "admin_key"
+        if self.auth.keys is None:
+            raise auth_error("svir is starting.", status=503, code="starting")
+        if await self.auth.configured():
             raise auth_error(
-                "The admin API is off: set the environment variable"
-                f" {self.config.auth.admin_key_env} to an admin key of your choosing.",
+                "The admin API is off: keys are issued and no admin key is set. Set the"
+                f" environment variable {env} to an admin key of your choosing.",
                 status=403,
                 code="admin_disabled",
             )
-        token = bearer_token(scope)
-        if token is None or not hmac.compare_digest(token, self.admin_key.encode()):
-            raise auth_error("This needs svir's admin key.", code="invalid_admin_key")
+        client = scope.get("client")
+        if client is None or is_loopback(client[0]):
+            return "loopback"
+        raise auth_error(
+            "Without an admin key, the admin API answers this machine only: set the"
+            f" environment variable {env} to an admin key of your choosing to use it from"
+            " elsewhere.",
+            status=403,
+            code="loopback_only",
+        )
 
     def _admin_keys(self, scope: Scope) -> KeyStore:
-        """The key store, for a request with the admin key once svir has started."""
-        self._check_admin(scope)
+        """The key store, for an admin request once svir has started."""
+        admin_access(scope)
         keys = self.keys
         if keys is None or self.store is None:
             raise GatewayError(ClientError(503, "server_error", "starting", "svir is starting."))
@@ -414,8 +462,20 @@ class KeysService:
         every = query.get("all") in ("1", "true")
         records = await keys.list(include_revoked=every)
         data = [r.public() for r in records]
+        if query.get("usage") in ("1", "true"):
+            # Each key's limits with what is used now (the console's budget bars).
+            figures = await asyncio.gather(*(self._figures(r) for r in records))
+            for view, record, found in zip(data, records, figures, strict=True):
+                view["usage"] = limits_view(record.limits, found)
         await send_json(send, 200, {"object": "list", "data": data}, {"x-request-id": rid})
         return 200
+
+    async def _figures(self, key: KeyRecord) -> Figures:
+        """What `key` used of its limits now (none known while the limits' store is down)."""
+        try:
+            return await self.backend.figures(key.id, key.limits)
+        except LimitsUnavailable:
+            return Figures()
 
     async def get_key(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -425,11 +485,7 @@ class KeysService:
         found = await keys.get(key_id)
         if found is None:
             raise _no_key(key_id)
-        try:
-            figures = await self.backend.figures(found.id, found.limits)
-        except LimitsUnavailable:
-            figures = Figures()
-        view = {**found.public(), "usage": limits_view(found.limits, figures)}
+        view = {**found.public(), "usage": limits_view(found.limits, await self._figures(found))}
         await send_json(send, 200, view, {"x-request-id": rid})
         return 200
 

@@ -50,11 +50,17 @@ async def test_admin_api_needs_the_admin_key(harness_factory: type[Harness]) -> 
     assert r.status_code == 200 and r.json() == {"object": "list", "data": []}
 
 
-async def test_admin_api_off_without_an_admin_key(harness_factory: type[Harness]) -> None:
-    h = harness_factory()
-    h.service.admin_key = None
-    await h.start()
-    r = await h.admin("GET", "/admin/keys")
+async def test_admin_api_without_an_admin_key(harness_factory: type[Harness]) -> None:
+    h = await harness_factory(environ={"SVIR_ADMIN_KEY": ""}).start()
+    assert h.http is not None
+    # No keys yet: this machine only (it may issue the first key)...
+    async with h.client("192.168.7.9") as remote:
+        r = await remote.get("/admin/keys")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "loopback_only"
+    r = await h.http.post("/admin/keys", json={"name": "first"})
+    assert r.status_code == 201, r.text
+    # ... and once a key exists, the admin API is off.
+    r = await h.http.get("/admin/keys")
     assert r.status_code == 403
     assert r.json()["error"]["code"] == "admin_disabled"
     assert "SVIR_ADMIN_KEY" in r.json()["error"]["message"]

@@ -1,0 +1,2 @@
+"""The web console's server side (issue 18): the admin endpoints a page reads and drives, all
+under `/admin/` and guarded by one rule (svir.keys.service.admin_access)."""
