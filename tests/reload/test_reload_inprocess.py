@@ -232,6 +232,24 @@ async def test_an_invalid_file_changes_nothing_and_is_reported(start: Any) -> No
     assert (reload["error"], reload["generation"]) == (None, 1)
 
 
+async def test_the_console_shows_each_reload_and_the_config_it_applied(start: Any) -> None:
+    svir = await start(provider("a", "a.test"))
+    await svir.reload(provider("a", "a.test") + ROUTE.format(target="nowhere/who"), status=422)
+    r = await svir.http.get("/admin/config", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200, r.text
+    shown = r.json()
+    assert shown["reload"]["error"].startswith(f"{svir.path}: routes[0].targets[0].model:")
+    assert shown["config"]["routes"] == []  # the running config, unchanged
+    await svir.reload(provider("a", "a.test") + ROUTE.format(target="a/who"))
+    shown = (
+        await svir.http.get("/admin/config", headers={"Authorization": f"Bearer {ADMIN}"})
+    ).json()
+    assert shown["reload"]["error"] is None and shown["reload"]["changed"] == [
+        "routes.smart: added"
+    ]
+    assert [r["name"] for r in shown["config"]["routes"]] == ["smart"]
+
+
 async def test_fields_read_at_start_apply_after_a_restart_and_are_reported(start: Any) -> None:
     svir = await start(provider("a", "a.test"))
     port = svir.app.config.server.port
