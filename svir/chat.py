@@ -114,6 +114,10 @@ class CallStats:
     tokens_per_second: float | None = None
     upstream_id: str | None = None
     upstream_request_id: str | None = None
+    # When the upstream's answer began (its status and headers; `time.perf_counter`).
+    first_byte_at: float | None = None
+    # The failure's words (scrubbed of the upstream key, naming where it failed), when it failed.
+    error_message: str | None = None
 
 
 # Ids need to be unique, not secret: a random per-process prefix and a counter cost no system
@@ -451,6 +455,7 @@ class ChatCall:
             error = explain_fim_error(error, self.model_label)
         error = located(self._scrub(error), self.route, self._base)
         self.stats.error_kind = error.kind.value
+        self.stats.error_message = error.message
         self.close()
         raise GatewayError(to_client_error(error), error)
 
@@ -495,6 +500,7 @@ class ChatCall:
         except UpstreamError as exc:
             self._raise(exc)
         assert self._resp is not None
+        self.stats.first_byte_at = time.perf_counter()
         headers = self._resp.headers
         self.stats.upstream_request_id = headers.get("x-request-id") or headers.get("request-id")
         await self._prime()
@@ -639,6 +645,8 @@ class ChatCall:
         s.upstream_id = d.id or None
         if d.error is not None:
             s.error_kind = d.error.kind.value
+            if s.error_message is None:
+                s.error_message = self._scrub(d.error).message
         if d.rate.first is not None:
             s.first_token_ms = round((d.rate.first - s.started) * 1000, 2)
 

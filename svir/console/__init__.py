@@ -1,2 +1,4 @@
 """The web console's server side (issue 18): the admin endpoints a page reads and drives, all
-under `/admin/` and guarded by one rule (svir.keys.service.admin_access)."""
+under `/admin/` and guarded by one rule (svir.keys.service.admin_access): its operations
+(`ops.py`) and the data it shows (`observe*`: the live feed, stats, request history and page;
+`capture*`: the opt-in captures)."""

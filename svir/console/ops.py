@@ -74,8 +74,8 @@ def _reload_status(app: App) -> dict[str, Any] | None:
 
 
 def _capture_on(app: App) -> bool:
-    """Whether request capture is on (`[capture] enabled`), False while svir has none."""
-    return bool(getattr(getattr(app.config, "capture", None), "enabled", False))
+    """Whether request capture is on (`[capture] enabled`)."""
+    return app.config.capture.enabled
 
 
 @dataclass(frozen=True, slots=True)

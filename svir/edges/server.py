@@ -64,7 +64,7 @@ def build_app(
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
-    from svir.console import ops
+    from svir.console import observe_api, ops
     from svir.edges import managed, reload
     from svir.frontends import (
         anthropic,
@@ -99,6 +99,8 @@ def build_app(
         workers=workers,
         watch=watch,
     )
+    # Last: the console's capture wraps every client route installed above.
+    observe_api.install(app, keys)
     return app
 
 

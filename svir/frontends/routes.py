@@ -13,7 +13,7 @@ otherwise). A route's template is the label it is counted and traced under (the 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Final, Protocol
 
 from svir.asgi import Receive, Scope, Send
@@ -80,6 +80,13 @@ class Routes:
         methods[method] = route
         if "{" not in template:
             self._exact[(method, template)] = route
+
+    def each(self) -> Iterator[tuple[str, str, Route]]:
+        """Every route added: (method, template, route); a route's handler may be replaced (the
+        console's capture wraps the client routes)."""
+        for template, methods in self._by_template.items():
+            for method, route in methods.items():
+                yield method, template, route
 
     def errors_under(self, prefix: str, errors: ErrorShape) -> None:
         """Answer the 404 or 405 of a path starting with `prefix` as `errors` shapes it."""

@@ -247,18 +247,56 @@ def _responses_4(real: str, serial: str) -> tuple[str, ...]:
 _SQLITE_4 = _responses_4("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")
 _POSTGRES_4 = _responses_4("DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
 
+
+# 5: the console's captures (svir.store.captures: a request's four byte streams, secrets redacted,
+# read by every worker on the store) and the ledger looked up by request id (a request's page).
+def _captures_5(real: str, serial: str, blob: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE captures (
+        pk {serial},
+        request_id TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        api TEXT,
+        provider TEXT,
+        model TEXT,
+        server TEXT,
+        options TEXT NOT NULL,
+        client_headers TEXT NOT NULL,
+        client_body {blob} NOT NULL,
+        upstream_url TEXT,
+        upstream_headers TEXT NOT NULL,
+        upstream_body {blob} NOT NULL,
+        upstream_status INTEGER,
+        upstream_stream {blob} NOT NULL,
+        client_status INTEGER,
+        client_stream {blob} NOT NULL,
+        truncated INTEGER NOT NULL
+    )""",
+        "CREATE INDEX captures_request_id ON captures (request_id)",
+        "CREATE INDEX captures_created_at ON captures (created_at)",
+        "CREATE INDEX usage_ledger_request_id ON usage_ledger (request_id)",
+    )
+
+
+_SQLITE_5 = _captures_5("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB")
+_POSTGRES_5 = _captures_5(
+    "DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BYTEA"
+)
+
 MIGRATIONS: Final[dict[str, tuple[Migration, ...]]] = {
     "sqlite": (
         Migration(1, "threads, messages and attachments", _SQLITE_1),
         Migration(2, "api keys and the usage ledger", _SQLITE_2),
         Migration(3, "the client's user in the usage ledger", _LEDGER_CLIENT_USER_3),
         Migration(4, "stored responses and svir's secrets", _SQLITE_4),
+        Migration(5, "the console's captures", _SQLITE_5),
     ),
     "postgresql": (
         Migration(1, "threads, messages and attachments", _POSTGRES_1),
         Migration(2, "api keys and the usage ledger", _POSTGRES_2),
         Migration(3, "the client's user in the usage ledger", _LEDGER_CLIENT_USER_3),
         Migration(4, "stored responses and svir's secrets", _POSTGRES_4),
+        Migration(5, "the console's captures", _POSTGRES_5),
     ),
 }
 

@@ -98,7 +98,7 @@ async def test_upgrade_from_version_three_adds_stored_responses(
     store = SqlResponseStore(url)
     await store.open()
     try:
-        assert await store.store.schema_version() == 4
+        assert await store.store.schema_version() == migrations.latest(store.store.dialect)
         assert (await store.store.get_thread("someone", "thread-3")).id == "thread-3"
         made = record()
         await store.put(made)

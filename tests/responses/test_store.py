@@ -48,8 +48,9 @@ def record(
 
 def test_every_dialect_has_the_responses_migration() -> None:
     for dialect, migrations in MIGRATIONS.items():
-        assert latest(dialect) == 4
-        assert any("CREATE TABLE responses" in s for s in migrations[-1].statements)
+        assert latest(dialect) >= 4
+        [fourth] = [m for m in migrations if m.version == 4]
+        assert any("CREATE TABLE responses" in s for s in fourth.statements)
 
 
 async def test_a_response_is_its_owners_only(store: SqlResponseStore) -> None:
