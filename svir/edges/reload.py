@@ -8,8 +8,8 @@ router's table is swapped whole (a call opened before keeps the one it started w
 end), the learned state of changed servers is dropped and the rest carries on, managed
 providers are added, reconfigured (a model's server restarts only when its own settings changed,
 once its requests end) or retired. Fields a running svir cannot change (where it listens, the
-store, the limits backend, auth, telemetry, the ledger) keep their old values and are reported
-as needing a restart.
+store, the limits backend, auth, telemetry, the ledger, capture) keep their old values and are
+reported as needing a restart.
 
 The file is watched by polling its stat and real path once a second (`fingerprint`): a
 Kubernetes config map swaps a `..data` symlink, and a watch on the file's inode would not see
