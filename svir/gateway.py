@@ -16,9 +16,10 @@ from typing import Any, cast
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, ChatCall
 from svir.config import Config
+from svir.config_diff import ConfigDiff
 from svir.embeddings import EmbeddingCall
 from svir.policy.resilience import Resilience, Timing
-from svir.policy.routing import Router
+from svir.policy.routing import Router, RoutingTable
 from svir.transport import Transport
 
 # Opens a call for a validated request (a chat, or embeddings: `CallContext.operation`): the
@@ -70,6 +71,20 @@ class Gateway:
         its answer, through the same chain as a chat; `ctx.operation` must be EMBEDDINGS."""
         assert ctx.operation == EMBEDDINGS, "an embedding call's context says EMBEDDINGS"
         return cast(EmbeddingCall, await self._open(ctx, request))
+
+    def reconfigure(self, config: Config, table: RoutingTable, diff: ConfigDiff) -> None:
+        """Serve `config` (whose routing is `table`) from now on: the router's table swapped in
+        one assignment (a call opened before keeps the table it started with), and the learned
+        state `diff` says no longer holds dropped (the rest carries on). No await: no request
+        sees half of it."""
+        self.config = config
+        self.router.reconfigure(table, forget=diff.providers_changed | diff.providers_removed)
+        gone = diff.providers_removed
+        self.policy.forget(
+            diff.fresh_deployments(),
+            quirks=diff.servers_changed | gone,
+            budgets=diff.providers_changed | gone,
+        )
 
     async def close(self) -> None:
         await self.client.close()

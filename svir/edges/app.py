@@ -93,6 +93,8 @@ class App:
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
         # Which models the current request may see listed (svir.keys: the key's models).
         self.model_filters: list[Callable[[str], bool]] = []
+        # The config reload's state (svir.edges.reload installs it): `reload_status()`.
+        self.reload_state: Callable[[], dict[str, Any]] | None = None
         self.routes.add("GET", "/healthz", self.healthz)
 
     @property
@@ -105,6 +107,11 @@ class App:
         if not self.model_filters:
             return models
         return [m for m in models if all(allowed(m[0]) for allowed in self.model_filters)]
+
+    def reload_status(self) -> dict[str, Any] | None:
+        """The config reload's state (svir.edges.reload: source, generation, last attempt and
+        success, error, what changed, what needs a restart), or None when nothing reloads."""
+        return self.reload_state() if self.reload_state is not None else None
 
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""

@@ -52,6 +52,7 @@ from svir.edges.llama_server import (
 )
 from svir.errors import LlamaServerError
 from svir.policy.catalog import Loaded
+from svir.policy.routing import Hooks
 from svir.wire.errors import ErrorKind, UpstreamError
 
 if TYPE_CHECKING:
@@ -153,6 +154,9 @@ class _Model:
     ctx: int = 4096
     running_ctx: int = 0
     file_size: int = 0
+    # The settings its server was started with: another `spec` (a config reload) restarts it
+    # once its requests end.
+    running_spec: ManagedModel | None = None
 
     def usable(self) -> bool:
         server = self.server
@@ -160,6 +164,10 @@ class _Model:
 
     def alive(self) -> bool:
         return self.server is not None and self.server.returncode is None
+
+    def stale(self) -> bool:
+        """Its server runs with settings a reload has since changed."""
+        return self.server is not None and self.running_spec is not self.spec
 
 
 @dataclass
@@ -192,6 +200,8 @@ class Supervisor:
         self._model_dir = model_dir
         self._clock = clock
         self._models: dict[str, _Model] = {}
+        # Models a reload removed whose server still runs: stopped once their requests end.
+        self._retiring: dict[str, _Model] = {}
         for model_id in managed.models:
             spec = managed.model(model_id)
             assert spec is not None
@@ -242,10 +252,49 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await asyncio.gather(
-            *(self._stop(m, "shutdown") for m in self._models.values() if m.server is not None)
+            *(self._stop(m, "shutdown") for m in self._all() if m.server is not None)
         )
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    def reconfigure(self, provider: ProviderConfig) -> list[str]:
+        """Serve `provider`'s new settings (a config reload) from now on; returns the models
+        whose server restarts. A model whose settings changed keeps serving the requests it has
+        and restarts with the new ones once they end (new requests wait for it); a removed
+        model's server stops once its requests end; an added model starts on first use; the
+        servers of unchanged models go on untouched."""
+        managed = provider.managed
+        if managed is None:
+            raise ValueError(f"provider {provider.name!r} has no [providers.managed] table")
+        self.config = managed
+        self._drain_timeout = provider.timeouts.first_byte
+        restarting: list[str] = []
+        for model_id in managed.models:
+            spec = managed.model(model_id)
+            assert spec is not None
+            m = self._models.get(model_id) or self._retiring.pop(model_id, None)
+            if m is None:
+                self._models[model_id] = _Model(model_id, spec, ctx=spec.ctx or 4096)
+                continue
+            self._models[model_id] = m
+            if m.spec != spec:
+                m.spec = spec
+                m.ctx = spec.ctx or 4096
+                if m.server is not None or (m.loading is not None and m.loading.running()):
+                    restarting.append(model_id)
+        for model_id in [i for i in self._models if i not in managed.models]:
+            m = self._models.pop(model_id)
+            if m.server is not None or m.in_flight or (m.loading and m.loading.running()):
+                self._retiring[model_id] = m
+        self._changed.set()
+        return restarting
+
+    def idle(self) -> bool:
+        """No request is using any of its servers."""
+        return all(m.in_flight == 0 for m in self._all())
+
+    def _all(self) -> list[_Model]:
+        return [*self._models.values(), *self._retiring.values()]
 
     # -- requests --------------------------------------------------------------------------
 
@@ -256,7 +305,7 @@ class Supervisor:
         while True:
             if self._closing:
                 raise UpstreamError(ErrorKind.TRANSIENT, "svir is shutting down")
-            if m.usable() and m.running_ctx >= m.ctx:
+            if m.usable() and m.running_ctx >= m.ctx and m.running_spec is m.spec:
                 self._take(m)
                 return self._url(m)
             load = m.loading
@@ -339,7 +388,7 @@ class Supervisor:
 
     def release(self, model_id: str) -> None:
         """A request that `ensure` served has ended."""
-        m = self._models.get(model_id)
+        m = self._models.get(model_id) or self._retiring.get(model_id)
         if m is None or m.in_flight <= 0:
             return
         m.in_flight -= 1
@@ -402,8 +451,11 @@ class Supervisor:
             if m.server is not None and m.running_ctx < m.ctx:
                 await self._drain(m)
                 await self._stop(m, f"restart with a context of {m.ctx}")
+            elif m.stale():
+                await self._drain(m)
+                await self._stop(m, "restart: its settings changed in the config")
             if m.server is None:
-                loaded = sum(1 for x in self._models.values() if x.server is not None)
+                loaded = sum(1 for x in self._all() if x.server is not None)
                 if not evict and loaded >= self.config.max_loaded:
                     return False
                 await self._make_room(m)
@@ -429,11 +481,11 @@ class Supervisor:
                         f"Cannot restart {self.name}/{m.id} with a context of {m.ctx}: "
                         f"{m.in_flight} request(s) in flight did not end in time",
                     )
-                await self._next_change()
+                await self.next_change()
         finally:
             m.draining = False
 
-    async def _next_change(self) -> None:
+    async def next_change(self) -> None:
         """Wait for a server to change state (a request ends, a server stops), a short while
         at most: the caller looks again either way."""
         self._changed.clear()
@@ -441,7 +493,7 @@ class Supervisor:
             await asyncio.wait_for(self._changed.wait(), 0.25)
 
     def _reap_dead(self) -> None:
-        for x in self._models.values():
+        for x in self._all():
             if x.server is not None and x.server.returncode is not None:
                 self._reap(x)
 
@@ -453,7 +505,7 @@ class Supervisor:
         try:
             while True:
                 self._reap_dead()
-                loaded = [x for x in self._models.values() if x.server is not None]
+                loaded = [x for x in self._all() if x.server is not None]
                 if len(loaded) < self.config.max_loaded:
                     return
                 idle = [x for x in loaded if x is not target and x.in_flight == 0]
@@ -481,7 +533,7 @@ class Supervisor:
                         f"Cannot load {self.name}/{target.id}: the {len(loaded)} model(s) "
                         f"provider {self.name!r} may run at once are busy: {busy}",
                     )
-                await self._next_change()
+                await self.next_change()
         finally:
             if victim is not None:
                 victim.draining = False
@@ -525,6 +577,7 @@ class Supervisor:
                 raise self._not_started(m, _NOT_RUN, str(exc)) from None
             m.server, m.ready, m.loads = server, False, m.loads + 1
             m.running_ctx = m.ctx
+            m.running_spec = spec
             m.file_size = _file_size(model_path)
             fields: dict[str, Any] = {
                 "provider": self.name,
@@ -656,9 +709,9 @@ class Supervisor:
     # -- the watcher -----------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        idle_unload = self.config.idle_unload
-        interval = min(WATCH_INTERVAL, idle_unload / 4) if idle_unload > 0 else WATCH_INTERVAL
         while True:
+            idle_unload = self.config.idle_unload  # a reload may change it
+            interval = min(WATCH_INTERVAL, idle_unload / 4) if idle_unload > 0 else WATCH_INTERVAL
             await asyncio.sleep(interval)
             try:
                 self._watch_once()
@@ -667,6 +720,13 @@ class Supervisor:
 
     def _watch_once(self) -> None:
         now = self._clock()
+        for m in list(self._retiring.values()):
+            if m.in_flight or (m.loading is not None and m.loading.running()):
+                continue
+            if m.server is None:
+                del self._retiring[m.id]
+            elif not self._lock.locked():
+                self._spawn(self._retire(m), f"retire {m.id}")
         for m in self._models.values():
             server = m.server
             if server is None or (m.loading is not None and m.loading.running()):
@@ -680,6 +740,8 @@ class Supervisor:
                         extra={"fields": {"provider": self.name, "model": m.id}},
                     )
                     self._new_load(m, evict=False)
+            elif m.stale() and m.in_flight == 0 and not self._lock.locked():
+                self._spawn(self._restart_stale(m), f"restart {m.id}")
             elif (
                 self.config.idle_unload > 0
                 and m.in_flight == 0
@@ -687,6 +749,22 @@ class Supervisor:
                 and not self._lock.locked()
             ):
                 self._spawn(self._unload_idle(m), f"unload {m.id}")
+
+    async def _restart_stale(self, m: _Model) -> None:
+        """Restart a server whose settings a reload changed, now that no request uses it."""
+        async with self._lock:
+            if not m.stale() or m.in_flight or (m.loading is not None and m.loading.running()):
+                return
+            await self._stop(m, "restart: its settings changed in the config")
+        if not self._closing and m.id in self._models:
+            self._new_load(m, evict=False)
+
+    async def _retire(self, m: _Model) -> None:
+        """Stop the server of a model a reload removed, now that no request uses it."""
+        async with self._lock:
+            if m.in_flight == 0 and self._retiring.get(m.id) is m:
+                await self._stop(m, "removed from the config")
+                del self._retiring[m.id]
 
     async def _unload_idle(self, m: _Model) -> None:
         async with self._lock:
@@ -700,7 +778,7 @@ class Supervisor:
         """What runs, for `/healthz?verbose=1`."""
         now = self._clock()
         models: dict[str, Any] = {}
-        for m in self._models.values():
+        for m in self._all():
             server = m.server
             if server is None:
                 state = "loading" if m.loading is not None and m.loading.running() else "stopped"
@@ -709,7 +787,7 @@ class Supervisor:
             elif not m.ready:
                 state = "loading"
             else:
-                state = "draining" if m.draining else "ready"
+                state = "draining" if m.draining or m.id in self._retiring else "ready"
             models[m.id] = {
                 "state": state,
                 "pid": server.pid if server is not None else None,
@@ -735,31 +813,103 @@ class Supervisor:
 
 
 class Managed:
-    """The supervisors of an app, by provider name."""
+    """The supervisors of an app, by provider name; a config reload adds, reconfigures and
+    retires them (`prepare`, then `commit`)."""
 
-    def __init__(self, supervisors: dict[str, Supervisor]) -> None:
-        self.supervisors = supervisors
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.supervisors: dict[str, Supervisor] = {}
+        # Supervisors of providers a reload removed: closed once their requests end.
+        self._retiring: dict[Supervisor, asyncio.Task[None]] = {}
+
+    def add(self, provider: ProviderConfig) -> Supervisor:
+        """A supervisor for `provider`, its requests routed through it (not started)."""
+        sup = Supervisor(provider)
+        self.supervisors[provider.name] = sup
+        self.app.router.set_ensure(provider.name, sup.ensure, sup.release, sup.unload)
+        self.app.catalog.set_runtime(provider.name, sup)
+        return sup
+
+    async def start(self) -> None:
+        for sup in list(self.supervisors.values()):
+            await sup.start()
+
+    async def close(self) -> None:
+        retiring = list(self._retiring)
+        for task in self._retiring.values():
+            task.cancel()
+        await asyncio.gather(*self._retiring.values(), return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in [*self.supervisors.values(), *retiring]))
+
+    async def prepare(self, config: Config) -> dict[str, Supervisor]:
+        """Started supervisors for the managed providers `config` adds (not serving yet: see
+        `commit`). Raises LlamaServerError, with none left running, when one cannot start."""
+        new: dict[str, Supervisor] = {}
+        try:
+            for provider in config.providers:
+                if provider.kind == MANAGED_KIND and provider.name not in self.supervisors:
+                    sup = new[provider.name] = Supervisor(provider)
+                    await sup.start()
+        except BaseException:
+            await asyncio.gather(*(s.close() for s in new.values()), return_exceptions=True)
+            raise
+        return new
+
+    def hooks(self, config: Config, new: dict[str, Supervisor]) -> dict[str, Hooks]:
+        """The ensure/release/unload of every managed provider of `config`, once committed."""
+        out: dict[str, Hooks] = {}
+        for provider in config.providers:
+            if provider.kind == MANAGED_KIND:
+                sup = new.get(provider.name) or self.supervisors[provider.name]
+                out[provider.name] = (sup.ensure, sup.release, sup.unload)
+        return out
+
+    def commit(self, config: Config, new: dict[str, Supervisor]) -> list[str]:
+        """Serve `config`'s managed providers (no await: part of a reload's one swap): the new
+        supervisors from `prepare` join, the others take their new settings, and those of
+        removed providers close once their requests end. Returns what restarts."""
+        restarting: list[str] = []
+        wanted = {p.name: p for p in config.providers if p.kind == MANAGED_KIND}
+        for name in [n for n in self.supervisors if n not in wanted]:
+            self.app.catalog.set_runtime(name, None)
+            self._retire(self.supervisors.pop(name))
+        for name, provider in wanted.items():
+            added = new.get(name)
+            if added is not None:
+                self.supervisors[name] = added
+            else:
+                restarting += [f"{name}/{m}" for m in self.supervisors[name].reconfigure(provider)]
+            self.app.catalog.set_runtime(name, self.supervisors[name])
+        return restarting
+
+    def _retire(self, sup: Supervisor) -> None:
+        """Close `sup` once no request uses it (or at shutdown)."""
+
+        async def retire() -> None:
+            while not sup.idle():
+                await sup.next_change()
+            await sup.close()
+
+        task = asyncio.get_running_loop().create_task(retire(), name=f"retire {sup.name}")
+        self._retiring[sup] = task
+        task.add_done_callback(lambda _: self._retiring.pop(sup, None))
 
     def snapshot(self) -> dict[str, Any]:
+        if not self.supervisors:
+            return {}
         return {"managed": {name: s.snapshot() for name, s in self.supervisors.items()}}
 
 
 def install(app: App) -> Managed:
     """Run the servers of every managed provider of `app`: requests to them ensure their
     model first; the servers stop when the app shuts down."""
-    supervisors: dict[str, Supervisor] = {}
+    managed = Managed(app)
     for provider in app.config.providers:
-        if provider.kind != MANAGED_KIND:
-            continue
-        sup = Supervisor(provider)
-        supervisors[provider.name] = sup
-        app.router.set_ensure(provider.name, sup.ensure, sup.release, sup.unload)
-        app.catalog.set_runtime(provider.name, sup)
-        app.on_startup(sup.start)
-        app.on_shutdown(sup.close)
-    managed = Managed(supervisors)
-    if supervisors:
-        app.health_extras.append(managed.snapshot)
+        if provider.kind == MANAGED_KIND:
+            managed.add(provider)
+    app.on_startup(managed.start)
+    app.on_shutdown(managed.close)
+    app.health_extras.append(managed.snapshot)
     return managed
 
 

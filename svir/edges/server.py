@@ -8,6 +8,7 @@ environment.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -17,7 +18,7 @@ import signal
 import socket
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from svir import __version__
 from svir.config import MANAGED_KIND, Config, load_config
@@ -27,6 +28,9 @@ from svir.providers import get_kind
 from svir.store import make_store, sqlite_path, store_url, with_store_url
 from svir.threads.service import ThreadService
 from svir.transport import Transport
+
+if TYPE_CHECKING:
+    from uvicorn.supervisors import Multiprocess
 
 log = logging.getLogger("svir.server")
 
@@ -47,10 +51,13 @@ def build_app(
     timing: Timing | None = None,
     source: str | None = None,
     workers: int = 1,
+    watch: bool = False,
 ) -> App:
     """svir's app with every front end: keys and limits, Ollama's API, Anthropic's, threads,
     OpenAI's Responses, managed models, the console's admin routes (which say `source`, the
-    config file or None for the default config, and how many `workers` serve the port).
+    config file or None for the default config, and how many `workers` serve the port), and
+    config reloads of `source` (svir.edges.reload; with `watch`, as `svir serve` runs it, the
+    file is watched and SIGHUP reloads it).
 
     The one composition root: transport (default the upstream client, `UpstreamClient()`; a
     `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
@@ -58,7 +65,7 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.console import observe_api, ops
-    from svir.edges import console_ui, managed
+    from svir.edges import console_ui, managed, reload
     from svir.frontends import (
         anthropic,
         completions,
@@ -83,6 +90,15 @@ def build_app(
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
     supervisors = managed.install(app)
     ops.install(app, keys, supervisors, source=source, workers=workers)
+    reload.install(
+        app,
+        source,
+        managed=supervisors,
+        keys=keys,
+        check=lambda c: worker_refusal(c, workers),
+        workers=workers,
+        watch=watch,
+    )
     # Last: the console's capture wraps every client route installed above.
     observe_api.install(app, keys)
     # The web console's files (no key needed for them; the admin API behind them wants one).
@@ -247,7 +263,6 @@ def run(
     listens once it does (`banner`; `keys` says whether keys are on), and when it stopped.
     Returns the exit status: 1 when it cannot listen, 3 when start-up failed."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from svir.edges.coalesce import CoalescingHttpToolsProtocol
 
@@ -288,7 +303,9 @@ def run(
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         if workers == 1:
-            app = build_app(config, os.environ, source=os.path.abspath(path) if path else None)
+            ignore_sighup()
+            source = os.path.abspath(path) if path else None
+            app = build_app(config, os.environ, source=source, watch=True)
             server = uvicorn.Server(uvicorn.Config(app, **settings))
             server.run(sockets=[sock])
         else:
@@ -302,7 +319,7 @@ def run(
             worker = uvicorn.Config(
                 "svir.edges.server:worker_app", factory=True, workers=workers, **settings
             )
-            Multiprocess(worker, sockets=[sock]).run()
+            _supervisor_class()(worker, sockets=[sock]).run()
     except KeyboardInterrupt:  # uvicorn raises the signal it caught again once it stopped
         pass
     except _Terminated:
@@ -323,6 +340,30 @@ def run(
     if terminated:
         signal.raise_signal(signal.SIGTERM)
     return status
+
+
+def ignore_sighup() -> None:
+    """Ignore SIGHUP until the app's start-up takes it for reloads (svir.edges.reload): its
+    default would end the process."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def _supervisor_class() -> type[Multiprocess]:
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        """uvicorn's supervisor of the workers, but SIGHUP reloads the config in every worker
+        (svir.edges.reload) instead of restarting them: state in the workers lives on."""
+
+        def handle_hup(self) -> None:
+            pids = [p.pid for p in self.processes if p.pid is not None]
+            log.info("SIGHUP: every worker reloads its config", extra={"fields": {"pids": pids}})
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGHUP)
+
+    return Supervisor
 
 
 class _Terminated(Exception):
@@ -366,8 +407,9 @@ def worker_app() -> App:
     from svir.log import setup_logging
 
     setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"), fmt=os.environ.get(ENV_LOG_FORMAT, "json"))
+    ignore_sighup()
     path = os.environ.get(ENV_CONFIG)
     config = load_config(path) if path else managed.default_config(warn=False)
     config, _ = with_store_url(config, path, os.environ)  # the parent warned
     workers = int(os.environ.get(ENV_WORKERS) or 1)
-    return build_app(config, os.environ, source=path, workers=workers)
+    return build_app(config, os.environ, source=path, workers=workers, watch=True)

@@ -163,8 +163,12 @@ class Gate:
         self.on_open: list[OpenedHook] = []
         self.on_settle: list[SettledHook] = []
         self.config = limits
-        self.prices = [(p.model, Price(p)) for p in prices]
+        self.set_prices(prices)
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def set_prices(self, prices: tuple[PriceConfig, ...]) -> None:
+        """Price calls by `prices` from now on (at start, and on a config reload)."""
+        self.prices = [(p.model, Price(p)) for p in prices]
 
     def price(self, model: str) -> Price | None:
         for pattern, price in self.prices:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -108,7 +108,6 @@ class Catalog:
         embedding: RouteFact = _embeds,
     ) -> None:
         self.router = router
-        self.ttl = router.ttl
         self._clock = clock
         # What the completions and embeddings settings say of a route: whether it fills in the
         # middle (`Route.fim`: `fim` of the provider or managed model, else the kind's) and
@@ -120,9 +119,25 @@ class Catalog:
         # By model name: until when, from which server, what it said.
         self._server: BoundedMap[str, _ServerSays] = router.bounded()
 
-    def set_runtime(self, provider: str, runtime: Runtime) -> None:
-        """Read the models of `provider` from servers svir runs itself."""
-        self.runtimes[provider] = runtime
+    @property
+    def ttl(self) -> float:
+        return self.router.ttl
+
+    def set_runtime(self, provider: str, runtime: Runtime | None) -> None:
+        """Read the models of `provider` from servers svir runs itself (None: no more)."""
+        if runtime is None:
+            self.runtimes.pop(provider, None)
+        else:
+            self.runtimes[provider] = runtime
+
+    def forget(self, fresh: Iterable[str]) -> None:
+        """After a reload: drop what the servers of the models `fresh` names said (a model name,
+        or a `<provider>/` prefix), since another server or model file serves them now."""
+        names = set(fresh)
+        prefixes = tuple(n for n in names if n.endswith("/"))
+        for name, _ in self._server.items():
+            if name in names or (prefixes and name.startswith(prefixes)):
+                del self._server[name]
 
     async def facts(self, name: str, route: Route) -> ModelFacts:
         """What is true of `name` (served by `route`) now."""

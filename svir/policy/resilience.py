@@ -19,7 +19,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTa
 from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError
 from svir.policy.bounded import BoundedMap
-from svir.policy.routing import Router
+from svir.policy.routing import Router, RoutingTable
 from svir.transport import Transport
 from svir.wire.classify import ClientError
 from svir.wire.errors import RETRYABLE_KINDS, ErrorKind, UpstreamError
@@ -182,7 +182,6 @@ class Resilience:
     ) -> None:
         self.router = router
         self.client = client
-        self.routes = {r.name: r for r in config.routes}
         timing = timing or Timing()
         self._sleep = timing.sleep
         self._rng = timing.rng
@@ -195,17 +194,46 @@ class Resilience:
         self.fallbacks = 0
         self.on_attempt: list[AttemptWatcher] = []
 
-    def route_for(self, model: str, resolved: dict[str, Route] | None = None) -> RouteConfig:
+    @property
+    def routes(self) -> Mapping[str, RouteConfig]:
+        """The configured routes by name (the router's table: a reload swaps them)."""
+        return self.router.table.routes
+
+    def route_for(
+        self,
+        model: str,
+        resolved: dict[str, Route] | None = None,
+        table: RoutingTable | None = None,
+    ) -> RouteConfig:
         """The configured route of `model`, or a route of its own. A model without one is
         resolved here, so that an unknown provider is a 404 before any state is made for it;
-        the Route found is kept in `resolved`, for the attempt not to resolve it again."""
-        route = self.routes.get(model)
+        the Route found is kept in `resolved`, for the attempt not to resolve it again. By
+        `table` when given (the one a call started with), else the router's current one."""
+        table = table or self.router.table
+        route = table.routes.get(model)
         if route is None:
-            found = self.router.resolve(model)
+            found = self.router.resolve(model, table)
             if resolved is not None:
                 resolved[model] = found
             route = RouteConfig(name=model, targets=(RouteTarget(model),))
         return route
+
+    def forget(
+        self, fresh: Iterable[str], *, quirks: Iterable[str], budgets: Iterable[str]
+    ) -> None:
+        """After a reload: drop the breaker state of the deployments `fresh` names (a model
+        name, or a `<provider>/` prefix: another server now), the learned quirks of the
+        providers in `quirks` and the retry budgets of those in `budgets`. A call in flight
+        keeps the objects it holds; the state of every unchanged server carries on as it was."""
+        names = set(fresh)
+        prefixes = tuple(n for n in names if n.endswith("/"))
+        for model, _ in self.deployments.items():
+            if model in names or (prefixes and model.startswith(prefixes)):
+                del self.deployments[model]
+        for name in quirks:
+            self.quirks.pop(name, None)
+        for name in budgets:
+            self.budgets.pop(name, None)
 
     def deployment(self, model: str) -> Deployment:
         return self.deployments.setdefault(model, lambda: Deployment(model))
@@ -331,10 +359,12 @@ class Resilience:
         asked = request["model"]
         outcome = ctx.outcome
         resolved: dict[str, Route] = {}
-        route = self.route_for(asked, resolved)
+        # The config this call started with, to its end, whatever a reload swaps in meanwhile.
+        table = self.router.table
+        route = self.route_for(asked, resolved, table)
         tiers: list[tuple[RouteTarget, ...]] = [route.targets]
         for f in route.fallbacks:
-            tiers.append(self.route_for(f, resolved).targets)
+            tiers.append(self.route_for(f, resolved, table).targets)
         last: GatewayError | None = None
         tier = 0
         context_fallback_used = False
@@ -351,7 +381,7 @@ class Resilience:
                         _cooling_error(targets), UpstreamError(ErrorKind.TRANSIENT, "cooling down")
                     )
                     break
-                target_route = resolved.get(d.model) or self.router.resolve(d.model)
+                target_route = resolved.get(d.model) or self.router.resolve(d.model, table)
                 provider = target_route.provider
                 budget = self.budgets.get(provider.name)
                 if budget is None:
@@ -407,7 +437,7 @@ class Resilience:
                         if route.context_fallback and not context_fallback_used:
                             context_fallback_used = True
                             tiers[tier + 1 :] = [
-                                self.route_for(route.context_fallback, resolved).targets
+                                self.route_for(route.context_fallback, resolved, table).targets
                             ]
                             break
                         raise

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from svir.chat import Route
-from svir.config import Config, ProviderConfig, Timeouts
+from svir.config import Config, ProviderConfig, RouteConfig, Timeouts
 from svir.errors import RequestError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
@@ -49,6 +49,62 @@ class Provider:
     unload: Callable[[str], Awaitable[bool]] | None = None
 
 
+# A managed provider's ensure, release and unload (`Router.set_ensure`).
+Hooks = tuple[
+    Callable[[str], Awaitable[str]] | None,
+    Callable[[str], None] | None,
+    Callable[[str], Awaitable[bool]] | None,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingTable:
+    """What one config says of routing: providers and routes by name, the model names it names
+    (`Router.known`), and how long a model list is cached. A config reload builds a new table
+    and swaps it in whole (`Router.table`): a call that captured the old one goes on with it."""
+
+    providers: Mapping[str, Provider]
+    routes: Mapping[str, RouteConfig]
+    named: frozenset[str]
+    ttl: float
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
+        environ: Mapping[str, str],
+        hooks: Mapping[str, Hooks] | None = None,
+    ) -> RoutingTable:
+        """The table of `config`; `hooks` are the ensure/release/unload of providers whose
+        servers svir runs (by provider name, see `Router.set_ensure`)."""
+        providers: dict[str, Provider] = {}
+        for p in config.providers:
+            ensure, release, unload = (hooks or {}).get(p.name, (None, None, None))
+            providers[p.name] = Provider(
+                config=p,
+                kind=get_kind(p.kind),
+                base_url=p.base_url,
+                api_key=p.api_key(environ),
+                timeouts=p.timeouts,
+                ensure=ensure,
+                release=release,
+                unload=unload,
+            )
+        named = {m for p in config.providers for m in (f"{p.name}/{i}" for i in p.models)}
+        for r in config.routes:
+            named.add(r.name)
+            named.update(t.model for t in r.targets)
+            named.update(r.fallbacks)
+            if r.context_fallback:
+                named.add(r.context_fallback)
+        return cls(
+            providers=providers,
+            routes={r.name: r for r in config.routes},
+            named=frozenset(named),
+            ttl=config.server.models_cache_ttl,
+        )
+
+
 class Router:
     """Providers by name, and the routes and model list built from them."""
 
@@ -61,27 +117,12 @@ class Router:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
-        self.ttl = config.server.models_cache_ttl
         self._clock = clock
-        self.providers: dict[str, Provider] = {}
-        for p in config.providers:
-            self.providers[p.name] = Provider(
-                config=p,
-                kind=get_kind(p.kind),
-                base_url=p.base_url,
-                api_key=p.api_key(environ),
-                timeouts=p.timeouts,
-            )
+        # Everything the config says, swapped whole by a reload (`reconfigure`).
+        self.table = RoutingTable.build(config, environ)
         self._cache: dict[str, tuple[float, list[str]]] = {}
+        # Read once at start: the bounded maps made with it keep their bound.
         self.max_unlisted = config.server.max_unlisted_models
-        named = {m for p in config.providers for m in (f"{p.name}/{i}" for i in p.models)}
-        for r in config.routes:
-            named.add(r.name)
-            named.update(t.model for t in r.targets)
-            named.update(r.fallbacks)
-            if r.context_fallback:
-                named.add(r.context_fallback)
-        self._named = frozenset(named)
         # What each server listed when it last answered: an outage does not unlist its models.
         self._listed: dict[str, frozenset[str]] = {}
         # What each server said of its models when it last listed them (svir.policy.catalog).
@@ -89,10 +130,28 @@ class Router:
         # Per provider, the clean ids of models its server lists by file path -> that path.
         self._aliases: dict[str, dict[str, str]] = {}
 
+    @property
+    def providers(self) -> Mapping[str, Provider]:
+        return self.table.providers
+
+    @property
+    def ttl(self) -> float:
+        return self.table.ttl
+
+    def reconfigure(self, table: RoutingTable, forget: Iterable[str]) -> None:
+        """Serve `table` from now on (one swap: a call that resolved with the old table keeps
+        it), and forget what the servers of the providers in `forget` listed (they changed)."""
+        self.table = table
+        for name in forget:
+            self._cache.pop(name, None)
+            self._listed.pop(name, None)
+            self._infos.pop(name, None)
+            self._aliases.pop(name, None)
+
     def known(self, model: str) -> bool:
         """Whether the config names `model` (as a provider's model or in a route) or its server
         listed it: the names whose state is held however many others clients invent."""
-        if model in self._named:
+        if model in self.table.named:
             return True
         prefix, _, model_id = model.partition("/")
         listed = self._listed.get(prefix)
@@ -112,20 +171,22 @@ class Router:
         """Have requests to provider `name` first call `ensure(model_id)` for the base URL
         (a server svir starts itself), and `release(model_id)` when a call that ensure served
         closes; `unload(model_id)` stops a model's server on a client's word."""
-        self.providers[name] = replace(
-            self.providers[name], ensure=ensure, release=release, unload=unload
-        )
+        table = self.table
+        provider = replace(table.providers[name], ensure=ensure, release=release, unload=unload)
+        self.table = replace(table, providers={**table.providers, name: provider})
 
-    def resolve(self, model: str) -> Route:
+    def resolve(self, model: str, table: RoutingTable | None = None) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
-        a model a provider of closed models does not have)."""
+        a model a provider of closed models does not have); by `table` when given (the one a
+        call started with), else the current one."""
         try:
             prefix, model_id = split_model(model)
         except RequestError:
             prefix, model_id = "", ""
-        provider = self.providers.get(prefix)
+        providers = (table or self.table).providers
+        provider = providers.get(prefix)
         if provider is None or not model_id:
-            known = ", ".join(sorted(self.providers)) or "none configured"
+            known = ", ".join(sorted(providers)) or "none configured"
             raise request_error(
                 f"The model {model!r} does not exist: ask for <provider>/<model-id> with one "
                 f"of these providers: {known}",
@@ -156,9 +217,10 @@ class Router:
 
     async def models(self) -> list[tuple[str, str]]:
         """(model name with prefix, provider name) for every chat model, providers in order."""
-        lists = await asyncio.gather(*(self._models_of(p) for p in self.providers.values()))
+        providers = self.table.providers
+        lists = await asyncio.gather(*(self._models_of(p) for p in providers.values()))
         out: list[tuple[str, str]] = []
-        for provider, ids in zip(self.providers.values(), lists, strict=True):
+        for provider, ids in zip(providers.values(), lists, strict=True):
             name = provider.config.name
             out.extend((f"{name}/{model_id}", name) for model_id in ids)
         return out
@@ -179,6 +241,8 @@ class Router:
                     else {},
                     timeout=DISCOVERY_TIMEOUT,
                 )
+                if not self._current(provider):
+                    return ids  # the config changed meanwhile: what this server said is moot
                 aliases: dict[str, str] = {}
                 infos = parse_model_list(body)
                 for info in infos:
@@ -204,6 +268,11 @@ class Router:
         self._cache[name] = (now, ids)
         self._listed[name] = frozenset(ids) | frozenset(self._aliases.get(name, {}).values())
         return ids
+
+    def _current(self, provider: Provider) -> bool:
+        """Whether `provider` is still configured as it was (no reload changed it)."""
+        now = self.table.providers.get(provider.config.name)
+        return now is not None and (now is provider or now.config == provider.config)
 
     async def listed_info(self, provider: str, model_id: str) -> ModelInfo | None:
         """What `provider`'s server said of `model_id` in its model list (the cached list,

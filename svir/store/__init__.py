@@ -51,14 +51,17 @@ def default_url(
 ) -> str:
     """`sqlite:///` a file under the user's data directory: without a config file
     $XDG_DATA_HOME/svir/svir.db (or ~/.local/share/svir/svir.db); for the config file at
-    `config_path`, `configs/<its name>-<12 hex digits of its real path's SHA-256>.db` there."""
+    `config_path`, `configs/<its name>-<12 hex digits of its absolute path's SHA-256>.db` there.
+
+    The path as named, not resolved through symlinks: a Kubernetes config map swaps its
+    `..data` link on every update, and the store must not move with it."""
     env = os.environ if environ is None else environ
     base = _data_dir(env)
     if config_path is None:
         return SQLITE + os.path.join(base, "svir.db")
-    real = os.path.realpath(config_path)
-    name = _UNSAFE.sub("_", Path(real).stem) or "config"
-    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    named = os.path.abspath(config_path)
+    name = _UNSAFE.sub("_", Path(named).stem) or "config"
+    digest = hashlib.sha256(named.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     return SQLITE + os.path.join(base, "configs", f"{name}-{digest}.db")
 
 

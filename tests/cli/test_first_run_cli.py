@@ -133,6 +133,19 @@ def test_the_store_place_follows_the_config(tmp_path: Path) -> None:
     b = tmp_path / "b" / "svir.toml"
     assert default_url(env, a) != default_url(env, b)  # same name, other file
     assert default_url(env, a).startswith(f"sqlite:///{tmp_path}/data/svir/configs/svir-")
+    # A config map's file: the link it is read through is swapped on each update (`..data` ->
+    # a new folder); the store stays the one of the path svir was given.
+    mounted = tmp_path / "mnt" / "svir.toml"
+    for version in ("v1", "v2"):
+        (tmp_path / "mnt" / version).mkdir(parents=True)
+        (tmp_path / "mnt" / version / "svir.toml").write_text("")
+    mounted.parent.joinpath("..data").symlink_to("v1")
+    mounted.symlink_to("..data/svir.toml")
+    before = default_url(env, mounted)
+    mounted.parent.joinpath("..data").unlink()
+    mounted.parent.joinpath("..data").symlink_to("v2")
+    assert default_url(env, mounted) == before
+    assert default_url(env, tmp_path / "mnt" / "." / "svir.toml") == before
     # An explicit url stays as it was.
     explicit = parse_config('[store]\nurl = "sqlite:////srv/svir.db"\n')
     assert with_store_url(explicit, a, env) == (explicit, None)

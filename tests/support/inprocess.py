@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 
-from svir.config import parse_config
+from svir.config import load_config, parse_config
 from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.policy.resilience import Timing
@@ -28,6 +28,8 @@ class InProcess:
     """The app built from `config` (a store in `tmp` added) with `handler` as its upstream.
 
     `slept` records every wait the policy asked for; `now` is its clock, for a test to move.
+    With `config_file`, the config is written there and read from it, and the app reloads that
+    file (svir.edges.reload) when asked.
     """
 
     def __init__(
@@ -36,14 +38,21 @@ class InProcess:
         config: str,
         handler: Callable[..., Any],
         environ: Mapping[str, str] | None = None,
+        config_file: Path | None = None,
     ) -> None:
         self.transport = MockTransport(handler)
         text = config + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
         self.slept: list[float] = []
         self.now = 1000.0
         timing = Timing(sleep=self._sleep, rng=random.Random(1), clock=lambda: self.now)
+        if config_file is not None:
+            config_file.write_text(text)
         self.app: App = build_app(
-            parse_config(text), dict(environ or {}), transport=self.transport, timing=timing
+            load_config(config_file) if config_file is not None else parse_config(text),
+            dict(environ or {}),
+            transport=self.transport,
+            timing=timing,
+            source=str(config_file) if config_file is not None else None,
         )
         self.lifespan = Lifespan(self.app)
         self.http = httpx.AsyncClient(
