@@ -481,6 +481,9 @@ def test_overview_usage_and_config(page: Page, svir: SvirProcess, sdk_key: str) 
     page.get_by_role("link", name="Config").click()
     expect(page.locator("main h1")).to_have_text("Config")
     expect(page.locator("pre.config")).to_contain_text("held")
+    # The file has not changed since svir read it: a reload changes nothing.
+    page.get_by_role("button", name="Reload the config file").click()
+    expect(page.get_by_text("Reloaded: nothing changed.")).to_be_visible()
     assert ADMIN_KEY not in (page.content())
     shot(page, "config")
 

@@ -3,7 +3,7 @@
 // (POST /admin/reload).
 
 import { api } from "./api.js";
-import { clear, h, pretty, scopeNote, section, table } from "./dom.js";
+import { append, clear, h, pretty, scopeNote, section, table } from "./dom.js";
 
 export async function render(main, ctx) {
   const config = await api("/admin/config", { signal: ctx.signal });
@@ -35,9 +35,12 @@ function reloadButton(ctx, source) {
     clear(result);
     try {
       const done = await api("/admin/reload", { method: "POST" });
-      result.append(done.ok
+      const later = done.restart_needed || [];
+      append(result, [done.ok
         ? h("p", null, `Reloaded: ${(done.changed || []).join(", ") || "nothing changed"}.`)
-        : h("p", { class: "error-box" }, `Not reloaded: ${done.error}`));
+        : h("p", { class: "error-box" }, `Not reloaded: ${done.error}`),
+      later.length ? h("p", { class: "warn" },
+        `These apply only after a restart: ${later.join(", ")}.`) : null]);
     } catch (err) {
       if (!ctx.refused(err)) result.append(ctx.errorBox(err));
     } finally {
