@@ -15,7 +15,7 @@ CODEX_VERSION := 0.169.0
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: serve test lint install services claude-code continue-cli codex
+.PHONY: serve test lint install services chromium claude-code continue-cli codex
 
 # First what the machine must have (scripts/prerequisites.sh says what is missing and how to get it).
 $(VENV)/.installed: pyproject.toml
@@ -42,6 +42,10 @@ lint: $(VENV)/.installed
 services:
 	bash scripts/services.sh
 
+# Debian's Chromium for the console's browser tests (installed with apt-get as root when missing).
+chromium:
+	bash scripts/chromium.sh
+
 claude-code:
 	CACHE=$(CACHE) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) bash scripts/claude-code.sh
 
@@ -51,5 +55,5 @@ continue-cli:
 codex:
 	CACHE=$(CACHE) CODEX_VERSION=$(CODEX_VERSION) bash scripts/codex.sh
 
-test: services lint claude-code continue-cli codex
+test: services chromium lint claude-code continue-cli codex
 	$(PY) -m pytest $(ARGS)

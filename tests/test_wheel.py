@@ -1,6 +1,6 @@
 """svir installed like a Python tool (issue 19, "Install like a Python tool"): a wheel built from
 the source (`python -m build --wheel`, or `pip wheel --no-deps` where `build` is not installed),
-holding its templates, installed into a fresh virtualenv without the `[local]` extra, serves a
+holding its templates and the web console's files, installed into a fresh virtualenv without the `[local]` extra, serves a
 chat request from that virtualenv alone, over the scripted upstream.
 
 Slow (a virtualenv and svir's dependencies, from pip's cache or its index) but bounded by
@@ -28,6 +28,7 @@ from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = "svir/templates/gemma3-tools.jinja"
+CONSOLE_UI = "svir/console/ui"
 # Installs take minutes on a loaded machine, and pip may go to its index.
 INSTALL_TIMEOUT = 1200
 
@@ -80,6 +81,10 @@ def test_the_wheel_holds_the_templates_the_command_and_the_extras(
         names = set(z.namelist())
         assert TEMPLATE in names
         assert z.read(TEMPLATE) == (ROOT / TEMPLATE).read_bytes()
+        # The console's files, as they are in the source (nothing is built).
+        for path in (ROOT / CONSOLE_UI).iterdir():
+            name = f"{CONSOLE_UI}/{path.name}"
+            assert name in names and z.read(name) == path.read_bytes(), name
         [meta_name] = [n for n in names if n.endswith(".dist-info/METADATA")]
         meta = Parser().parsestr(z.read(meta_name).decode())
         [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
@@ -151,6 +156,13 @@ def test_the_installed_svir_serves_a_chat_request(
             assert r.status_code == 200, r.text
             assert r.json()["choices"][0]["message"]["content"] == "hello world"
             assert upstream.last.body["messages"] == [{"role": "user", "content": "hi"}]
+            # The web console, from the installed package's files.
+            page = httpx.get(f"http://127.0.0.1:{port}/ui/", timeout=30)
+            assert page.status_code == 200, page.text
+            assert page.text == (ROOT / CONSOLE_UI / "index.html").read_text()
+            script = httpx.get(f"http://127.0.0.1:{port}/ui/app.js", timeout=30)
+            assert script.headers["content-type"] == "text/javascript; charset=utf-8"
+            assert script.content == (ROOT / CONSOLE_UI / "app.js").read_bytes()
         finally:
             proc.terminate()
             proc.wait(60)

@@ -65,7 +65,7 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.console import observe_api, ops
-    from svir.edges import managed, reload
+    from svir.edges import console_ui, managed, reload
     from svir.frontends import (
         anthropic,
         completions,
@@ -101,6 +101,8 @@ def build_app(
     )
     # Last: the console's capture wraps every client route installed above.
     observe_api.install(app, keys)
+    # The web console's files (no key needed for them; the admin API behind them wants one).
+    console_ui.install(app, keys.auth)
     return app
 
 
