@@ -134,7 +134,9 @@ class AnthropicMessages:
                 relay=lambda _comment: encoder.encode(_WAITING),
                 every=self.ping_every,
             )
-        ctx = new_call_context(scope, rid, "anthropic", client_user=translated.user_id, commit=early)
+        ctx = new_call_context(
+            scope, rid, "anthropic", client_user=translated.user_id, commit=early
+        )
         work = self._serve(ctx, request, encoder, early, model=model, send=send, headers=headers)
         return await until_disconnect(receive, work)
 

@@ -41,12 +41,12 @@ from svir.errors import GatewayError, OllamaError, RequestError, request_error
 from svir.frontends.embeddings import embed, prompt_tokens
 from svir.frontends.http import (
     NDJSON_HEADERS,
+    EarlyStart,
     folded,
     headers_with,
     new_call_context,
-    read_json,
-    EarlyStart,
     open_early,
+    read_json,
     send_json,
     send_stream,
     until_disconnect,
@@ -209,7 +209,9 @@ class OllamaAPI:
                     relay=_relayed_blank,
                 )
             ctx = new_call_context(scope, rid, "ollama", commit=early)
-            work = self._serve_chat(request, label, send, ctx, generate, headers, early)
+            work = self._serve_chat(
+                request, label, send, ctx, generate=generate, headers=headers, early=early
+            )
             return await until_disconnect(receive, work)
         except OllamaError as exc:
             raise _refusal(exc) from None
@@ -271,6 +273,7 @@ class OllamaAPI:
         label: str,
         send: Send,
         ctx: CallContext,
+        *,
         generate: bool,
         headers: dict[str, str],
         early: EarlyStart | None,

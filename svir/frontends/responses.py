@@ -55,7 +55,6 @@ from svir.frontends.http import (
     query_params,
     read_json,
     send_json,
-    send_stream,
     until_disconnect,
     warning_header,
 )
