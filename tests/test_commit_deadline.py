@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -188,6 +189,7 @@ async def served(
     mark: bytes,
     setup: Callable[[App, Seen], None] | None = None,
     relayed: Callable[[str], tuple[bytes, int]] = as_comment,
+    more_config: str = "",
 ) -> AsyncIterator[Svir]:
     """svir over `CONFIG`; its silent upstreams answer once the client has seen `mark`, and a
     `prefill-` one sends each next comment once the client has seen the last as the front end
@@ -215,7 +217,7 @@ async def served(
         return script(request)
 
     transport = MockTransport(upstream)
-    text = CONFIG + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
+    text = CONFIG + more_config + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
     config = parse_config(text)
     app = build_app(config, {}, transport=transport)
     if setup is not None:
@@ -514,6 +516,72 @@ async def test_a_model_that_loads_slowly_gets_the_head_and_keep_alives(tmp_path:
             model="loading/ok", messages=HI, stream=True
         )
         text = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        assert "".join(text) == "hello world"
+        assert bytes(svir.seen.received).startswith(COMMENT)
+
+
+FAKE_LLAMA_SERVER = """#!{python}
+# llama-server loading its model until the file next to it named <model>.ready exists: /health
+# answers 503 "Loading model" until then, as llama-server does, and 200 after.
+import http.server, pathlib, sys
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+ready = pathlib.Path(sys.argv[sys.argv.index("--model") + 1] + ".ready")
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        loaded = ready.exists()
+        body = b'{{"status":"ok"}}' if loaded else b'{{"error":{{"code":503,"message":"Loading model"}}}}'
+        self.send_response(200 if loaded else 503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+async def test_a_managed_model_loading_slowly_gets_the_head_and_keep_alives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # svir starts the model's server inside the attempt and waits until it is healthy; this one
+    # loads until the client has seen the stream's first keep-alive (the chat itself then goes
+    # to the scripted upstream: the managed model is named `ok`).
+    server = tmp_path / "llama-server"
+    server.write_text(FAKE_LLAMA_SERVER.format(python=sys.executable))
+    server.chmod(0o755)
+    monkeypatch.setenv("SVIR_LLAMA_SERVER", str(server))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"not read by the fake server")
+    managed = f"""
+[[providers]]
+name = "local"
+kind = "llamacpp-managed"
+[providers.timeouts]
+commit_deadline = 0.05
+[providers.managed]
+start_timeout = {PATIENCE}
+[providers.managed.models]
+ok = "{model}"
+"""
+    async with served(tmp_path, COMMENT, more_config=managed) as svir:
+
+        async def load_once_kept_alive() -> None:
+            await svir.seen.saw(COMMENT)
+            (tmp_path / "model.gguf.ready").touch()
+
+        loaded = asyncio.ensure_future(load_once_kept_alive())
+        stream = await svir.openai().chat.completions.create(
+            model="local/ok", messages=HI, stream=True
+        )
+        text = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        await loaded
         assert "".join(text) == "hello world"
         assert bytes(svir.seen.received).startswith(COMMENT)
 
