@@ -455,6 +455,12 @@ class EarlyStart:
         except BaseException:
             await self.stop()
             raise
+        if self._task is None:  # in time (the common case): only the timer to cancel
+            self._stopping = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return opened
         await self.stop()
         return opened
 
