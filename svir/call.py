@@ -10,7 +10,7 @@ when the request ends), so a log key is a name in a log line and nothing reads i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
@@ -27,6 +27,7 @@ __all__ = [
     "CallContext",
     "CallOutcome",
     "CallRecord",
+    "Commit",
 ]
 
 # What a call does (`CallContext.operation`): the policy opens a `ChatCall` (svir.chat) for a
@@ -40,6 +41,20 @@ INTERNAL = "internal"
 # The most of a client's user id that is kept: it is client input, written to every log line and
 # ledger row of the call.
 CLIENT_USER_CHARS = 200
+
+
+class Commit(Protocol):
+    """A streamed request's commit deadline, as the policy sees it (the front end keeps it:
+    svir.frontends.http.EarlyStart). Each attempt `arm`s it with its provider's deadline, counted
+    from the request's arrival; once it is past, the client has (or is getting) the response's
+    head and keep-alives, so a failure is no longer retried nor sent to a fallback (`committed`).
+    `upstream_keepalive` takes the upstream's keep-alive comments read while waiting for the
+    first output, for the front end to pass on once committed."""
+
+    @property
+    def committed(self) -> bool: ...
+    def arm(self, seconds: float) -> None: ...
+    def upstream_keepalive(self, comment: str) -> None: ...
 
 
 # msgspec Structs rather than dataclasses: one of each is made per request, and a Struct is made
@@ -67,7 +82,8 @@ class CallContext(msgspec.Struct, frozen=True):
     """One chat request as the gateway sees it: its id, the front end it came in on ("openai",
     "ollama", "threads", ... or INTERNAL), the caller's key (None without keys), the large image
     data kept out of its body, the end user the client named (Anthropic's `metadata.user_id`,
-    OpenAI's `user`; at most CLIENT_USER_CHARS), and the outcome (the only part that changes)."""
+    OpenAI's `user`; at most CLIENT_USER_CHARS), the outcome (the only part that changes), and
+    for a streamed answer its commit deadline."""
 
     request_id: str
     api: str
@@ -77,6 +93,8 @@ class CallContext(msgspec.Struct, frozen=True):
     outcome: CallOutcome = msgspec.field(default_factory=CallOutcome)
     # CHAT or EMBEDDINGS: which call the policy opens for the request.
     operation: str = CHAT
+    # A streamed answer's commit deadline (None: the answer is held to its first output).
+    commit: Commit | None = None
 
     def log_into(self, fields: dict[str, Any]) -> None:
         """Write the call's outcome into the request's log fields (the access log's names)."""

@@ -339,6 +339,9 @@ class ChatCall:
         self._resp: StreamResponse | None = None
         self._source: AsyncIterator[Batch] | None = None
         self._primed: list[Batch] = []
+        # Set by the policy for a streamed request with a commit deadline: takes the upstream's
+        # keep-alives read before the first output (a prompt's progress), instead of holding them.
+        self.keepalive_to: Callable[[str], None] | None = None
         # The base URL the request went to (a managed server's once it runs), for errors.
         self._base = route.base_url
 
@@ -507,7 +510,15 @@ class ChatCall:
 
     async def _prime(self) -> None:
         self._source = self._batches()
+        tell = self.keepalive_to
         async for frames, events in self._source:
+            if tell is not None and any(type(ev) is Keepalive for ev in events):
+                for ev in events:
+                    if type(ev) is Keepalive:
+                        tell(ev.comment)
+                events = [ev for ev in events if type(ev) is not Keepalive]  # noqa: PLW2901
+                if not events and not frames:
+                    continue
             self._primed.append((frames, events))
             for ev in events:
                 if isinstance(ev, StreamError):

@@ -53,6 +53,11 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     first_byte: float = 300.0
     # The longest silence between two reads once the stream has started.
     idle: float = 120.0
+    # How long a streamed answer is held back for its first visible output (so that a failure
+    # can still be retried or fall back) before svir sends the client the response's head and
+    # keep-alives; from then on a failure is the stream's one error. Counted from the request's
+    # arrival, with the value of the provider of the attempt under way; 0 = at once.
+    commit_deadline: float = 5.0
 
 
 class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -769,6 +774,12 @@ def _checked_provider(
         seconds = getattr(provider.timeouts, key)
         if not math.isfinite(seconds) or seconds <= 0:
             raise fail(f"{at}.timeouts.{key}", "must be a finite number of seconds above 0")
+    deadline = provider.timeouts.commit_deadline
+    if not math.isfinite(deadline) or deadline < 0:
+        raise fail(
+            f"{at}.timeouts.commit_deadline",
+            "must be a finite number of seconds, 0 or more (0: start streams at once)",
+        )
 
     r = provider.retry
     if not 1 <= r.attempts <= 20:

@@ -336,6 +336,19 @@ def test_bad_timeout(key: str, value: str) -> None:
     assert "above 0" in error.reason
 
 
+@pytest.mark.parametrize("value", ["-1", "-0.5", "nan", "inf"])
+def test_bad_commit_deadline(value: str) -> None:
+    error = error_of(OK_PROVIDER + f"[providers.timeouts]\ncommit_deadline = {value}")
+    assert error.field == "providers[0].timeouts.commit_deadline"
+    assert "0 or more" in error.reason and "at once" in error.reason
+
+
+def test_commit_deadline_defaults_to_five_seconds_and_takes_zero() -> None:
+    assert parse_config(OK_PROVIDER).providers[0].timeouts.commit_deadline == 5.0
+    zero = parse_config(OK_PROVIDER + "[providers.timeouts]\ncommit_deadline = 0")
+    assert zero.providers[0].timeouts.commit_deadline == 0.0
+
+
 def test_azure_without_api_version() -> None:
     error = error_of('[[providers]]\nname = "az"\nkind = "azure"\nbase_url = "https://r"')
     assert error.field == "providers[0].api_version"

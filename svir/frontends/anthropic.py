@@ -13,12 +13,14 @@ answered in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`
 status; a stream that fails after `message_start` ends with one `error` event. A `claude-*` model
 no route maps is a 404 that shows the `[[routes]]` entry to add.
 
-A streamed answer whose upstream is silent for `PING_AFTER` seconds before its first output (a
-local server reading a long prompt, a model being loaded) starts at once: `message_start`, then a
-`ping` every `PING_EVERY` seconds until the output comes, as Anthropic's API streams, because
-Claude Code gives up on a stream with no bytes for a few minutes. A failure after that start is
-the stream's one `error` event; one sooner (the common case) is still an HTTP error. (The call's
-own response headers, such as its cooling or limit notes, cannot follow a started response.)
+A streamed answer whose upstream has shown nothing by its provider's commit deadline
+(`timeouts.commit_deadline`: a local server reading a long prompt, a model being loaded) starts
+anyway (svir.frontends.http `EarlyStart`): `message_start`, then a `ping` every `ping_every`
+seconds and for each of the upstream's own keep-alives until the output comes, as Anthropic's API
+streams, because Claude Code gives up on a stream with no bytes for a few minutes. A failure after
+that start is the stream's one `error` event, not retried; one sooner (the common case) is still
+an HTTP error, retried or sent to a fallback as the policy says. (The call's own response
+headers, such as its cooling or limit notes, cannot follow a started response.)
 
 count_tokens is exact when the model's server is llama.cpp's (it tokenizes the prompt its chat
 template makes: `x-svir-token-count: exact`), svir's estimate otherwise (`estimate`).
@@ -35,14 +37,15 @@ from svir.call import CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, RequestError, request_error
 from svir.frontends.http import (
+    KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
     folded,
     merge_headers,
     new_call_context,
+    open_early,
     read_json,
     send_json,
-    send_stream,
     until_disconnect,
     warning_header,
 )
@@ -57,20 +60,14 @@ from svir.wire.tokens import estimate_prompt_tokens
 __all__ = ["AnthropicMessages", "error_shape", "install"]
 
 COUNT_HEADER: Final = "x-svir-token-count"
-# Seconds of an upstream's silence before a stream starts anyway, and between its pings then:
-# well inside Claude Code's patience, well past what an answer in time takes to begin.
-PING_AFTER: Final = 5.0
-PING_EVERY: Final = 10.0
 _WAITING: Final = Keepalive("svir: the upstream has not answered yet")
 # Kinds whose server is llama.cpp's, which tokenizes on request (`/apply-template`, `/tokenize`).
 TOKENIZING_KINDS: Final = frozenset({"llamacpp", "llamacpp-managed"})
 
 
-def install(
-    app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
-) -> AnthropicMessages:
+def install(app: Host, *, ping_every: float = KEEPALIVE_EVERY) -> AnthropicMessages:
     """Serve Anthropic's Messages API from `app`, its errors in Anthropic's shape."""
-    api = AnthropicMessages(app, ping_after=ping_after, ping_every=ping_every)
+    api = AnthropicMessages(app, ping_every=ping_every)
     app.routes.add("POST", "/v1/messages", api.messages, error_shape)
     app.routes.add("POST", "/v1/messages/count_tokens", api.count_tokens, error_shape)
     app.routes.errors_under("/v1/messages", error_shape)
@@ -101,13 +98,10 @@ def _unmapped(exc: GatewayError, model: str) -> GatewayError:
 
 
 class AnthropicMessages:
-    def __init__(
-        self, app: Host, *, ping_after: float = PING_AFTER, ping_every: float = PING_EVERY
-    ) -> None:
+    def __init__(self, app: Host, *, ping_every: float = KEEPALIVE_EVERY) -> None:
         self.app = app
         self.gateway = app.gateway
         self.max_body_bytes = app.config.server.max_body_bytes
-        self.ping_after = ping_after
         self.ping_every = ping_every
 
     async def _translated(self, scope: Scope, receive: Receive) -> tuple[Any, MessagesRequest]:
@@ -128,48 +122,47 @@ class AnthropicMessages:
         headers = {"x-request-id": rid}
         if translated.warnings:
             headers[WARNING_HEADER] = warning_header(translated.warnings)
-        ctx = new_call_context(scope, rid, "anthropic", client_user=translated.user_id)
-        work = self._serve(ctx, request, model=model, send=send, headers=headers)
+        encoder = MessageStreamEncoder(id=rid, model=model)
+        early: EarlyStart | None = None
+        if request.get("stream"):
+            early = EarlyStart(
+                send,
+                headers,
+                first=encoder.start,
+                ping=lambda: encoder.encode(_WAITING),
+                fail=lambda exc: encoder.error(exc.error),
+                relay=lambda _comment: encoder.encode(_WAITING),
+                every=self.ping_every,
+            )
+        ctx = new_call_context(
+            scope, rid, "anthropic", client_user=translated.user_id, commit=early
+        )
+        work = self._serve(ctx, request, encoder, early, model=model, send=send, headers=headers)
         return await until_disconnect(receive, work)
 
     async def _serve(
         self,
         ctx: CallContext,
         request: dict[str, Any],
+        encoder: MessageStreamEncoder,
+        early: EarlyStart | None,
         *,
         model: str,
         send: Send,
         headers: dict[str, str],
     ) -> int:
-        stream = bool(request.get("stream"))
-        encoder = MessageStreamEncoder(id=ctx.request_id, model=model)
-        early = EarlyStart(
-            send,
-            headers,
-            self.ping_after,
-            self.ping_every,
-            stream=stream,
-            first=encoder.start,
-            ping=lambda: encoder.encode(_WAITING),
-            fail=encoder.error,
-        )
         opening = self.gateway.open_chat(ctx, request)
-        call, started = await early.open(opening, lambda exc: _unmapped(exc, model))
+        call = await open_early(opening, early, lambda exc: _unmapped(exc, model))
         if call is None:
             return 200  # the started stream ended with the failure
         merge_headers(headers, call.headers)
         try:
-            if not stream:
+            if early is None:
                 fold = await folded(call, MessageAggregator())
                 answer = fold.message(id=ctx.request_id, model=model)
                 await send_json(send, 200, answer, headers)
                 return 200
-            if started:
-                async for data in _frames(call, encoder):
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            else:
-                await send_stream(send, _frames(call, encoder), headers)
+            await early.stream(_frames(call, encoder))
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

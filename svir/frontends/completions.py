@@ -5,7 +5,9 @@ The request becomes the canonical completion request (svir.wire.completions); th
 it as any chat call (routing, retries, fallback, keys and limits), and the chat call sends it to
 the upstream's own completion endpoint (llama-server's `/completion` or `/infill`, an
 OpenAI-compatible `/v1/completions`) and writes its answer as `text_completion`s. Errors are
-OpenAI's, as on `/v1/chat/completions`. docs/completions.md says what each field does.
+OpenAI's, as on `/v1/chat/completions`, and so is a stream's early start past the commit
+deadline (`: keepalive` comments, then one error frame on a failure). docs/completions.md says
+what each field does.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.errors import GatewayError, request_error
 from svir.frontends.http import (
+    EarlyStart,
     new_call_context,
+    open_early,
     read_json,
     send_json,
-    send_stream,
+    sse_early_start,
     until_disconnect,
 )
 from svir.frontends.routes import Host
@@ -54,18 +58,29 @@ class Completions:
             raise refusal(exc) from None
         fields["stream"] = request["stream"]
         user = request.get("user")
-        ctx = new_call_context(scope, rid, "completions", None, user)
-        return await until_disconnect(receive, self._serve(request, send, ctx))
+        headers = {"x-request-id": rid}
+        early = sse_early_start(send, headers) if request["stream"] else None
+        ctx = new_call_context(scope, rid, "completions", None, user, commit=early)
+        return await until_disconnect(receive, self._serve(request, send, ctx, headers, early))
 
-    async def _serve(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
-        headers = {"x-request-id": ctx.request_id}
-        call = await self.app.gateway.open_chat(ctx, request)
+    async def _serve(
+        self,
+        request: dict[str, Any],
+        send: Send,
+        ctx: CallContext,
+        headers: dict[str, str],
+        early: EarlyStart | None,
+    ) -> int:
+        opening = self.app.gateway.open_chat(ctx, request)
+        call = await open_early(opening, early)
+        if call is None:
+            return 200  # the started stream ended with the failure
         headers.update(call.headers)
         try:
-            if not request["stream"]:
+            if early is None:
                 await send_json(send, 200, await call.complete(), headers)
                 return 200
-            await send_stream(send, call.stream(), headers)
+            await early.stream(call.stream())
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

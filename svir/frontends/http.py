@@ -2,7 +2,8 @@
 its limit (a 413 past it) and decoded as JSON within the depth limit, JSON answers, streamed
 answers (SSE or NDJSON) that send their 200 only with their first bytes, the watch that stops a
 request's work the moment its client disconnects, the context of a request's chat call, who owns
-what a request stores, and the early start of a stream whose upstream is still silent.
+what a request stores, and the early start of a stream whose upstream is still silent past its
+commit deadline.
 
 What a handler raises is answered by the app's one error mapper (svir.edges.app); nothing here
 answers an error itself.
@@ -26,12 +27,15 @@ from svir.errors import BodyTooLarge, ClientGone, GatewayError
 from svir.keys.context import current_key
 from svir.wire.answer import AnswerFold
 from svir.wire.blobs import Blobs
-from svir.wire.classify import ClientError, to_client_error
+from svir.wire.classify import to_client_error
+from svir.wire.encoder import error_frame
 from svir.wire.jsonbody import decode_body
+from svir.wire.sse import encode_comment
 
 __all__ = [
     "ANONYMOUS",
     "JSON_HEADERS",
+    "KEEPALIVE_EVERY",
     "NDJSON_HEADERS",
     "SSE_HEADERS",
     "WARNING_HEADER",
@@ -40,6 +44,7 @@ __all__ = [
     "headers_with",
     "merge_headers",
     "new_call_context",
+    "open_early",
     "owner_of",
     "query_params",
     "read_body",
@@ -47,11 +52,15 @@ __all__ = [
     "request_id_of",
     "send_json",
     "send_stream",
+    "sse_early_start",
     "until_disconnect",
     "warning_header",
 ]
 
 _encode = msgspec.json.encode
+# Seconds between the keep-alives of a stream started before its upstream's first output: well
+# inside every client's and proxy's patience (nginx: 60 s without a byte).
+KEEPALIVE_EVERY: Final = 10.0
 JSON_HEADERS = ((b"content-type", b"application/json"),)
 SSE_HEADERS = (
     (b"content-type", b"text/event-stream"),
@@ -70,6 +79,7 @@ WARNING_HEADER: Final = "x-svir-warning"
 # The owner of what a request without a bearer token stores.
 ANONYMOUS: Final = "anonymous"
 Fold = TypeVar("Fold", bound=AnswerFold)
+Opened = TypeVar("Opened")
 
 
 def request_id_of(scope: Scope) -> str:
@@ -239,15 +249,18 @@ def new_call_context(
     client_user: str | None = None,
     *,
     operation: str = CHAT,
+    commit: EarlyStart | None = None,
 ) -> CallContext:
     """The context of the call a handler makes for this request (one per request), naming its
     front end `api` ("openai", "ollama", "threads", ...), the caller's key, the end user the
-    client named (cut to CLIENT_USER_CHARS) and the `operation` (CHAT, or EMBEDDINGS: svir.call);
-    the app writes the request's log fields about the call from it when the request ends
-    (svir.edges.app)."""
+    client named (cut to CLIENT_USER_CHARS), the `operation` (CHAT, or EMBEDDINGS: svir.call)
+    and a streamed answer's early start (`commit`); the app writes the request's log fields
+    about the call from it when the request ends (svir.edges.app)."""
     if client_user is not None:
         client_user = client_user[:CLIENT_USER_CHARS]
-    ctx = CallContext(rid, api, current_key(), blobs, client_user, operation=operation)
+    ctx = CallContext(
+        rid, api, current_key(), blobs, client_user, operation=operation, commit=commit
+    )
     scope[CALL_CONTEXT] = ctx
     return ctx
 
@@ -285,22 +298,37 @@ def warning_header(warnings: Iterable[str]) -> str:
 
 
 class EarlyStart:
-    """The start of a stream sent while its upstream is still silent: after `after` seconds, the
-    response's headers and `first()`'s bytes, then `ping()`'s every `every` seconds, from a task
-    made only then (until then a timer: nothing more for an answer that comes in time). A
-    request that is not streamed gets none of it: its answer is one JSON body."""
+    """A streamed request's commit deadline (the `svir.call.Commit` the policy arms) and what its
+    front end sends when it passes while the upstream is still silent (a long prompt being read,
+    a model being loaded): the response's head with `kind`'s content headers and `first()`'s
+    bytes, then `ping()`'s every `every` seconds of silence, and the upstream's own keep-alive
+    comments as `relay` writes them (none without it), from a task made only then (until then a
+    timer: nothing more for an answer that comes in time). A failure after that start is the
+    stream's one error, `fail`'s bytes.
+
+    The deadline is counted from when this was made (the request's arrival), with the value of
+    the provider of the attempt under way (each attempt `arm`s it again).
+    """
 
     __slots__ = (
+        "_arrived",
         "_every",
         "_fail",
         "_first",
         "_headers",
+        "_kind",
+        "_loop",
+        "_pending",
         "_ping",
+        "_relay",
         "_send",
-        "_sleeping",
         "_stopping",
         "_task",
         "_timer",
+        "_waiting",
+        "_wake",
+        "committed",
+        "ended",
         "started",
     )
 
@@ -308,53 +336,94 @@ class EarlyStart:
         self,
         send: Send,
         headers: dict[str, str],
-        after: float,
-        every: float,
         *,
-        stream: bool,
         first: Callable[[], bytes],
         ping: Callable[[], bytes],
-        fail: Callable[[ClientError], bytes],
+        fail: Callable[[GatewayError], bytes],
+        relay: Callable[[str], bytes] | None = None,
+        kind: Iterable[tuple[bytes, bytes]] = SSE_HEADERS,
+        every: float = KEEPALIVE_EVERY,
     ) -> None:
         self._send = send
         self._headers = headers
-        self._every = every
+        self._kind = kind
         self._first = first
         self._ping = ping
         self._fail = fail
+        self._relay = relay
+        self._every = every
+        self._loop = asyncio.get_running_loop()
+        self._arrived = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
-        self._sleeping = False
+        self._wake: asyncio.Event | None = None
+        self._pending: list[bytes] = []
+        self._waiting = False
         self._stopping = False
+        # Past the deadline: no failure is retried any more (read by the policy).
+        self.committed = False
+        # The response's head is (being) sent; `ended`: the failure was the stream's end.
         self.started = False
-        self._timer = asyncio.get_running_loop().call_later(after, self._start) if stream else None
+        self.ended = False
 
-    def _start(self) -> None:
-        self._task = asyncio.ensure_future(self._pings())
-
-    async def _pings(self) -> None:
-        # Never cancelled inside a send (see `stop`): the client gets whole frames.
-        self.started = True
-        start = headers_with(SSE_HEADERS, self._headers)
-        await self._send({"type": "http.response.start", "status": 200, "headers": start})
-        await self._send({"type": "http.response.body", "body": self._first(), "more_body": True})
-        while not self._stopping:
-            self._sleeping = True
-            try:
-                await asyncio.sleep(self._every)
-            finally:
-                self._sleeping = False
-            ping = self._ping()
-            await self._send({"type": "http.response.body", "body": ping, "more_body": True})
-
-    async def stop(self) -> bool:
-        """Stop pinging; whether the response has started."""
+    def arm(self, seconds: float) -> None:
+        """Commit `seconds` after the request arrived (at once if that is past)."""
+        if self.committed or self._stopping:
+            return
         if self._timer is not None:
             self._timer.cancel()
+        self._timer = self._loop.call_at(self._arrived + seconds, self._commit)
+
+    def _commit(self) -> None:
+        self._timer = None
+        self.committed = True
+        self._task = asyncio.ensure_future(self._keep_alive())
+
+    def upstream_keepalive(self, comment: str) -> None:
+        """The upstream's keep-alive, read before its first output: passed on once committed
+        (before that, a progress note that would only arrive stale with the answer is dropped)."""
+        if not self.committed or self._relay is None or self._stopping:
+            return
+        self._pending.append(self._relay(comment))
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _keep_alive(self) -> None:
+        # The only sender until `stop`, and never cancelled inside a send (see `stop`): the
+        # client gets whole frames.
+        self.started = True
+        start = headers_with(self._kind, self._headers)
+        await self._send({"type": "http.response.start", "status": 200, "headers": start})
+        first = self._first()
+        if first:
+            await self._send({"type": "http.response.body", "body": first, "more_body": True})
+        wake = self._wake = asyncio.Event()
+        while not self._stopping:
+            if not self._pending:
+                self._waiting = True
+                try:
+                    async with asyncio.timeout(self._every):
+                        await wake.wait()
+                except TimeoutError:
+                    pass
+                finally:
+                    self._waiting = False
+                wake.clear()
+            data = b"".join(self._pending) if self._pending else self._ping()
+            self._pending.clear()
+            if data:
+                await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def stop(self) -> bool:
+        """Stop the deadline and the keep-alives; whether the response has started."""
+        self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         task = self._task
         if task is None:
             return False
-        self._stopping = True
-        if self._sleeping or not self.started:
+        if self._waiting or not self.started:
             task.cancel()
         await asyncio.wait([task])
         if not task.cancelled() and task.exception() is not None:
@@ -363,26 +432,96 @@ class EarlyStart:
 
     async def fail(self, exc: GatewayError) -> None:
         """End the started stream with `exc` as its last event."""
-        data = self._fail(exc.error)
+        self.ended = True
+        data = self._fail(exc)
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def open(
         self,
-        opening: Awaitable[ChatCall],
+        opening: Awaitable[Opened],
         refused: Callable[[GatewayError], GatewayError] | None = None,
-    ) -> tuple[ChatCall | None, bool]:
-        """The call `opening` opens, while the early start runs, and whether the response has
-        started. A call that fails is raised (as `refused` words it) before the start, and is the
-        started stream's last event after it (the call is then None)."""
+    ) -> Opened | None:
+        """What `opening` gives (the opened call), while the deadline runs. A failure is raised
+        (as `refused` words it) before the start, and is the started stream's last event after
+        it (then None, and `ended`)."""
         try:
-            call = await opening
+            opened = await opening
         except GatewayError as exc:
             error = exc if refused is None else refused(exc)
             if not await self.stop():
                 raise error from None
             await self.fail(error)
-            return None, True
+            return None
         except BaseException:
             await self.stop()
             raise
-        return call, await self.stop()
+        if self._task is None:  # in time (the common case): only the timer to cancel
+            self._stopping = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return opened
+        await self.stop()
+        return opened
+
+    async def stream(
+        self, pieces: AsyncIterator[bytes], *, last: Callable[[bytes], bool] | None = None
+    ) -> None:
+        """The answer's bytes: as `send_stream` sends them (the head with the first) when the
+        response has not started, else after what was sent; `last` as there."""
+        if not self.started:
+            await send_stream(self._send, pieces, self._headers, self._kind, last=last)
+            return
+        is_last = last or _ends_done
+        send = self._send
+        async for data in pieces:
+            if is_last(data):
+                await send({"type": "http.response.body", "body": data, "more_body": False})
+                await _drain(pieces)
+                return
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def open_early(
+    opening: Awaitable[Opened],
+    early: EarlyStart | None,
+    refused: Callable[[GatewayError], GatewayError] | None = None,
+) -> Opened | None:
+    """What `opening` gives (the opened call), under the stream's early start if it has one
+    (`EarlyStart.open`: None when the started stream ended with the failure); a failure without
+    one is raised as `refused` words it."""
+    if early is not None:
+        return await early.open(opening, refused)
+    try:
+        return await opening
+    except GatewayError as exc:
+        if refused is None:
+            raise
+        raise refused(exc) from None
+
+
+_KEEPALIVE_COMMENT: Final = b": keepalive\n\n"
+
+
+def _keepalive_comment() -> bytes:
+    return _KEEPALIVE_COMMENT
+
+
+def _error_frame(exc: GatewayError) -> bytes:
+    ce = exc.error
+    return error_frame(ce.message, ce.type, None if ce.code is None else str(ce.code))
+
+
+def sse_early_start(send: Send, headers: dict[str, str]) -> EarlyStart:
+    """The early start of an OpenAI-style stream (chat and text completions): `: keepalive`
+    comments, the upstream's own comments as it wrote them (mlx-lm's `: keepalive 256/512`), and
+    a failure as the one `data: {"error": ...}` frame, without `[DONE]`."""
+    return EarlyStart(
+        send,
+        headers,
+        first=_keepalive_comment,
+        ping=_keepalive_comment,
+        fail=_error_frame,
+        relay=encode_comment,
+    )

@@ -11,8 +11,11 @@ honoured or refused there, before anything is sent, for chat and generate alike
 (`fit_context`).
 
 Errors are `{"error": "<message>"}` with the status svir's `/v1` would
-give; a stream that fails after its first line ends with one `{"error": ...}` line. A client
-that disconnects stops its upstream request at once.
+give; a stream that fails after its first line ends with one `{"error": ...}` line. A stream
+whose upstream has shown nothing by its provider's commit deadline (a prompt being read, a model
+being loaded) sends its head at once and a space every few seconds until its first line
+(svir.frontends.http `EarlyStart`); a failure after that start is its one error line, not
+retried. A client that disconnects stops its upstream request at once.
 
 The translation both ways is pure and tested on its own, in svir.frontends.ollama_translate: the
 request becomes the canonical chat request there, and the canonical events become NDJSON lines
@@ -26,7 +29,7 @@ import datetime
 import functools
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -38,9 +41,11 @@ from svir.errors import GatewayError, OllamaError, RequestError, request_error
 from svir.frontends.embeddings import embed, prompt_tokens
 from svir.frontends.http import (
     NDJSON_HEADERS,
+    EarlyStart,
     folded,
     headers_with,
     new_call_context,
+    open_early,
     read_json,
     send_json,
     send_stream,
@@ -192,19 +197,26 @@ class OllamaAPI:
                     return await self._load(request, label, body, send, headers, generate=generate)
                 validate_chat_request(request)
             await self.fit_context(request, body)
-            ctx = new_call_context(scope, rid, "ollama")
-            work = self._serve_chat(request, label, send, ctx, generate)
+            early: EarlyStart | None = None
+            if request["stream"]:
+                early = EarlyStart(
+                    send,
+                    headers,
+                    kind=NDJSON_HEADERS,
+                    first=_blank,
+                    ping=_blank,
+                    fail=_error_line,
+                    relay=_relayed_blank,
+                )
+            ctx = new_call_context(scope, rid, "ollama", commit=early)
+            work = self._serve_chat(
+                request, label, send, ctx, generate=generate, headers=headers, early=early
+            )
             return await until_disconnect(receive, work)
         except OllamaError as exc:
             raise _refusal(exc) from None
         except GatewayError as exc:
-            # In Ollama's words for a model it does not have, which need the name the client
-            # asked for; the app's error mapper answers it.
-            ce = exc.error
-            if ce.code != "model_not_found":
-                raise
-            ce = msgspec.structs.replace(ce, message=error_message(ce, label))
-            raise GatewayError(ce, exc.upstream) from None
+            raise _in_ollamas_words(exc, label) from None
 
     async def fit_context(self, request: dict[str, Any], body: dict[str, Any]) -> None:
         """Refuse, before it is sent, a request its model cannot take whole, and serve a managed
@@ -256,10 +268,20 @@ class OllamaAPI:
         return 200
 
     async def _serve_chat(
-        self, request: dict[str, Any], label: str, send: Send, ctx: CallContext, generate: bool
+        self,
+        request: dict[str, Any],
+        label: str,
+        send: Send,
+        ctx: CallContext,
+        *,
+        generate: bool,
+        headers: dict[str, str],
+        early: EarlyStart | None,
     ) -> int:
-        headers = {"x-request-id": ctx.request_id}
-        call = await self.app.gateway.open_chat(ctx, request)
+        opening = self.app.gateway.open_chat(ctx, request)
+        call = await open_early(opening, early, lambda exc: _in_ollamas_words(exc, label))
+        if call is None:
+            return 200  # the started stream ended with the failure
         headers.update(call.headers)
         self.recent[request["model"]] = self.clock()
         metrics = functools.partial(_metrics, call)
@@ -273,7 +295,10 @@ class OllamaAPI:
                 await send_json(send, 200, answer, headers)
                 return 200
             encoder = (GenerateEncoder if generate else NDJSONEncoder)(model=label, metrics=metrics)
-            await send_stream(send, _lines(call, encoder), headers, NDJSON_HEADERS)
+            assert early is not None
+            # Once started, a failure before the first line is a line too: the status is out.
+            encoder.sent = early.started
+            await early.stream(_lines(call, encoder))
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -447,6 +472,35 @@ class OllamaAPI:
         except OllamaError:
             return None
         return await self.app.catalog.facts(name, route)
+
+
+def _in_ollamas_words(exc: GatewayError, label: str) -> GatewayError:
+    """The error in Ollama's words for a model it does not have, which need the name the client
+    asked for (the app's error mapper, or a started stream's error line, answers it)."""
+    ce = exc.error
+    if ce.code != "model_not_found":
+        return exc
+    ce = msgspec.structs.replace(ce, message=error_message(ce, label))
+    return GatewayError(ce, exc.upstream)
+
+
+# A stream started before its first line (its upstream still silent past the commit deadline)
+# is kept alive with spaces: NDJSON has no comment, and a blank line is an empty JSON text to
+# a client that parses each line (the `ollama` package does), where whitespace before the next
+# line's object is JSON's own.
+_SPACE: Final = b" "
+
+
+def _blank() -> bytes:
+    return _SPACE
+
+
+def _relayed_blank(_comment: str) -> bytes:
+    return _SPACE
+
+
+def _error_line(exc: GatewayError) -> bytes:
+    return error_line(exc.error.message)
 
 
 def _model_field(body: Any) -> str:

@@ -6,6 +6,11 @@ shape for a request that carries `anthropic-version` (Anthropic's clients list m
 The request is already the canonical chat request (the shared checks of svir.providers validate
 it); the canonical events become OpenAI's bytes by the wire core's encoder (svir.wire.encoder),
 through the chat call. A client that disconnects stops its upstream request at once.
+
+A stream whose upstream has shown nothing by its provider's commit deadline (svir.frontends.http
+`EarlyStart`) starts anyway: the head, then `: keepalive` comments (and the upstream's own, such
+as mlx-lm's prompt progress) until the first chunk; a failure after that start is the stream's
+one error frame (no `[DONE]`), and is not retried.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from svir.asgi import Receive, Scope, Send, header
 from svir.call import CallContext
 from svir.errors import GatewayError, RequestError
 from svir.frontends.http import (
+    EarlyStart,
     new_call_context,
+    open_early,
     read_body,
     send_json,
-    send_stream,
+    sse_early_start,
     until_disconnect,
 )
 from svir.frontends.routes import Host
@@ -94,22 +101,35 @@ class OpenAIChat:
             skeleton, blobs = extract_blobs(raw, new_token(os.urandom(15)))
         request = validate_chat_request(decode_body(skeleton))
         del skeleton
-        fields["stream"] = bool(request.get("stream"))
+        stream = fields["stream"] = bool(request.get("stream"))
         user = request.get("user")
-        ctx = new_call_context(scope, rid, "openai", blobs, user if isinstance(user, str) else None)
-        return await until_disconnect(receive, self._serve_chat(request, send, ctx))
+        headers = {"x-request-id": rid}
+        early = sse_early_start(send, headers) if stream else None
+        ctx = new_call_context(
+            scope, rid, "openai", blobs, user if isinstance(user, str) else None, commit=early
+        )
+        work = self._serve_chat(request, send, ctx, headers, early)
+        return await until_disconnect(receive, work)
 
-    async def _serve_chat(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
-        headers = {"x-request-id": ctx.request_id}
-        call = await self.gateway.open_chat(ctx, request)
+    async def _serve_chat(
+        self,
+        request: dict[str, Any],
+        send: Send,
+        ctx: CallContext,
+        headers: dict[str, str],
+        early: EarlyStart | None,
+    ) -> int:
+        opening = self.gateway.open_chat(ctx, request)
+        call = await open_early(opening, early)
+        if call is None:
+            return 200  # the started stream ended with the failure
         headers.update(call.headers)
         try:
-            if not request.get("stream"):
+            if early is None:
                 completion = await call.complete()
                 await send_json(send, 200, completion, headers)
                 return 200
-            stream = call.stream()
-            await send_stream(send, stream, headers)
+            await early.stream(call.stream())
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

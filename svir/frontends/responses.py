@@ -21,9 +21,12 @@ thread does: svir.frontends.http.owner_of); any other gets 404. Reasoning items 
 `encrypted_content` are opened with a random key kept in the store (every replica on it shares
 it), made on first use.
 
-A streamed answer whose upstream is silent for `KEEPALIVE_AFTER` seconds before its first output
-starts at once (`response.created`, `response.in_progress`), then keeps the connection alive every
-`KEEPALIVE_EVERY` seconds until the output comes, as the Anthropic front end does.
+A streamed answer whose upstream has shown nothing by its provider's commit deadline
+(`timeouts.commit_deadline`) starts anyway (`response.created`, `response.in_progress`: svir.
+frontends.http `EarlyStart`), then keeps the connection alive every `keepalive_every` seconds (well
+inside Codex's idle timeout, 300 s) and for each of the upstream's own keep-alives until the
+output comes, as the Anthropic front end does; a failure after that start is `response.failed`,
+not retried.
 """
 
 from __future__ import annotations
@@ -42,15 +45,16 @@ from svir.call import CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import GatewayError, NotFound, StoreError, request_error
 from svir.frontends.http import (
+    KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
     merge_headers,
     new_call_context,
+    open_early,
     owner_of,
     query_params,
     read_json,
     send_json,
-    send_stream,
     until_disconnect,
     warning_header,
 )
@@ -68,10 +72,6 @@ __all__ = ["ResponseStore", "ResponsesAPI", "StoredResponse", "install"]
 log = logging.getLogger("svir.responses")
 
 PREFIX: Final = "/v1/responses"
-# Seconds of an upstream's silence before a stream starts anyway, and between its keep-alives:
-# well inside Codex's idle timeout (300 s), well past what an answer in time takes to begin.
-KEEPALIVE_AFTER: Final = 5.0
-KEEPALIVE_EVERY: Final = 10.0
 # The store's name of the key that seals reasoning items.
 SEAL_SECRET: Final = "responses.reasoning"
 _STORE_CLOSED: Final = GatewayError(
@@ -125,15 +125,11 @@ class ResponseStore(abc.ABC):
 
 
 def install(
-    app: Host,
-    store: ResponseStore,
-    *,
-    keepalive_after: float = KEEPALIVE_AFTER,
-    keepalive_every: float = KEEPALIVE_EVERY,
+    app: Host, store: ResponseStore, *, keepalive_every: float = KEEPALIVE_EVERY
 ) -> ResponsesAPI:
     """Serve the Responses API on `app` over `store`, opened at start-up and closed at shut-down
     (the composition root makes it: svir.edges.server)."""
-    api = ResponsesAPI(app, store, keepalive_after=keepalive_after, keepalive_every=keepalive_every)
+    api = ResponsesAPI(app, store, keepalive_every=keepalive_every)
     app.routes.add("POST", PREFIX, api.create)
     app.routes.add("GET", PREFIX + "/{response_id}", api.retrieve)
     app.routes.add("DELETE", PREFIX + "/{response_id}", api.delete)
@@ -186,12 +182,10 @@ class ResponsesAPI:
         app: Host,
         store: ResponseStore,
         *,
-        keepalive_after: float = KEEPALIVE_AFTER,
         keepalive_every: float = KEEPALIVE_EVERY,
     ) -> None:
         self.gateway = app.gateway
         self.max_body_bytes = app.config.server.max_body_bytes
-        self.keepalive_after = keepalive_after
         self.keepalive_every = keepalive_every
         self._store = store
         # The store while it is open (None: a 503).
@@ -258,9 +252,6 @@ class ResponsesAPI:
         if translated.warnings:
             headers[WARNING_HEADER] = warning_header(translated.warnings)
         user = request.get("user")
-        ctx = new_call_context(
-            scope, rid, "responses", client_user=user if isinstance(user, str) else None
-        )
         response_id = "resp_" + unique_id()
         encoder = ResponseStreamEncoder(
             id=response_id,
@@ -291,7 +282,25 @@ class ResponsesAPI:
                 )
 
             keep = functools.partial(_keep, store, record)
-        work = self._serve(ctx, request, encoder, keep, send=send, headers=headers)
+        early: EarlyStart | None = None
+        if request.get("stream"):
+            early = EarlyStart(
+                send,
+                headers,
+                first=encoder.start,
+                ping=encoder.keepalive,
+                fail=lambda exc: encoder.error(exc.error),
+                relay=lambda _comment: encoder.keepalive(),
+                every=self.keepalive_every,
+            )
+        ctx = new_call_context(
+            scope,
+            rid,
+            "responses",
+            client_user=user if isinstance(user, str) else None,
+            commit=early,
+        )
+        work = self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
         return await until_disconnect(receive, work)
 
     async def _serve(
@@ -300,46 +309,25 @@ class ResponsesAPI:
         request: dict[str, Any],
         encoder: ResponseStreamEncoder,
         keep: Callable[[], Awaitable[None]] | None,
+        early: EarlyStart | None,
         *,
         send: Send,
         headers: dict[str, str],
     ) -> int:
-        stream = bool(request.get("stream"))
-        early = EarlyStart(
-            send,
-            headers,
-            self.keepalive_after,
-            self.keepalive_every,
-            stream=stream,
-            first=encoder.start,
-            ping=encoder.keepalive,
-            fail=encoder.error,
-        )
-        call, started = await early.open(self.gateway.open_chat(ctx, request))
+        call = await open_early(self.gateway.open_chat(ctx, request), early)
         if call is None:
             return 200  # the started stream ended with the failure
         merge_headers(headers, call.headers)
         try:
-            if not stream:
+            if early is None:
                 await self._answer(call, encoder, keep, send, headers)
                 return 200
-            frames = _frames(call, encoder, keep, start=not started)
 
             def ends(data: bytes) -> bool:
                 # The piece that ends the response is the last: it goes with the body's end.
                 return encoder.ended
 
-            if not started:
-                await send_stream(send, frames, headers, last=ends)
-                return 200
-            async for data in frames:
-                more = not encoder.ended
-                await send({"type": "http.response.body", "body": data, "more_body": more})
-                if not more:
-                    async for _ in frames:
-                        pass
-                    return 200
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await early.stream(_frames(call, encoder, keep, start=not early.started), last=ends)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

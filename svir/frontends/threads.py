@@ -16,7 +16,10 @@ by a model. This is its HTTP edge; what a thread is and does lives in svir.threa
 The request is a thread's messages, which svir.threads.service turns into the canonical chat
 request; the canonical events become the threads API's frames (svir.threads.frames, sent as SSE)
 or the last frame alone. Errors are OpenAI's shape, with more fields when a ThreadError carries
-them; a continue request answers every error with the error frame's object (seed 002).
+them; a continue request answers every error with the error frame's object (seed 002). A streamed
+continue whose upstream has shown nothing by its provider's commit deadline starts anyway
+(`: keepalive` comments: svir.frontends.http `EarlyStart`), and a failure after that start is its
+last frame, not retried.
 
 A thread belongs to the bearer token that created it (its SHA-256; no token is one fixed
 anonymous owner); any other token gets 404 for it.
@@ -33,19 +36,20 @@ from svir.asgi import Receive, Scope, Send, header
 from svir.errors import GatewayError, ThreadError, request_error
 from svir.frontends.http import (
     ANONYMOUS,
+    EarlyStart,
     headers_with,
     new_call_context,
+    open_early,
     owner_of,
     query_params,
     read_body,
     read_json,
     send_json,
-    send_stream,
     until_disconnect,
 )
 from svir.frontends.routes import Handler, Host
 from svir.threads import frames
-from svir.threads.service import ThreadService, parse_continue
+from svir.threads.service import Continuation, ThreadService, parse_continue
 from svir.wire.classify import ClientError, error_body
 
 __all__ = ["ANONYMOUS", "ThreadsAPI", "install", "owner_of"]
@@ -250,15 +254,35 @@ class ThreadsAPI:
     async def _continue(self, r: Request) -> int:
         params = parse_continue(await self._json(r, empty={}))
         r.fields["stream"] = params.stream
-        ctx = new_call_context(r.scope, r.headers["x-request-id"], "threads")
+        early: EarlyStart | None = None
+        if params.stream:
+
+            def fail(exc: GatewayError) -> bytes:
+                r.fields["error"] = exc.error.code or exc.error.type
+                return frames.encode(continue_error(exc))
+
+            early = EarlyStart(
+                r.send,
+                r.headers,
+                first=frames.keepalive,
+                ping=frames.keepalive,
+                fail=fail,
+                relay=lambda _comment: frames.keepalive(),
+            )
+        ctx = new_call_context(r.scope, r.headers["x-request-id"], "threads", commit=early)
         run = r.service.continuation(r.owner, r.thread_id, params, ctx, r.fields)
+
+        async def begun() -> Continuation:
+            await run.start()
+            return run
 
         async def work() -> int:
             try:
-                await run.start()
+                if await open_early(begun(), early) is None:
+                    return 200  # the started stream ended with the failure
                 if run.call is not None:
                     r.headers.update(run.call.headers)
-                if not params.stream:
+                if early is None:
                     last: frames.Frame | None = None
                     status = 200
                     async for frame, code in run.frames():
@@ -267,7 +291,7 @@ class ThreadsAPI:
                     assert last is not None
                     await send_json(r.send, status, last, r.headers)
                     return status
-                return await _stream(r.send, run.frames(), r.headers)
+                return await _stream(r.send, run.frames(), r.headers, early)
             finally:
                 await run.close()
 
@@ -275,10 +299,22 @@ class ThreadsAPI:
 
 
 async def _stream(
-    send: Send, items: AsyncIterator[tuple[frames.Frame | None, int]], headers: dict[str, str]
+    send: Send,
+    items: AsyncIterator[tuple[frames.Frame | None, int]],
+    headers: dict[str, str],
+    early: EarlyStart,
 ) -> int:
     """The frames as SSE. A failure before the first frame is still an HTTP error with its own
-    status; after it, the error is the stream's last frame."""
+    status, unless the stream started early (its upstream silent past the commit deadline);
+    after it, the error is the stream's last frame."""
+
+    async def rest() -> AsyncIterator[bytes]:
+        async for item, _ in items:
+            yield frames.keepalive() if item is None else frames.encode(item)
+
+    if early.started:
+        await early.stream(rest())
+        return 200
     first = await anext(items, None)
     while first is not None and first[0] is None:
         first = await anext(items, None)  # no keep-alive before the first frame
@@ -294,8 +330,8 @@ async def _stream(
 
     async def body() -> AsyncIterator[bytes]:
         yield frames.encode(frame)
-        async for item, _ in items:
-            yield frames.keepalive() if item is None else frames.encode(item)
+        async for data in rest():
+            yield data
 
-    await send_stream(send, body(), headers)
+    await early.stream(body())
     return 200

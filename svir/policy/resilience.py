@@ -8,6 +8,10 @@ next deployment of the route, or to the route's fallbacks in order. A content-fi
 answer, not a failure, and a context overflow only goes to a model configured as larger-context.
 A deployment that keeps failing in ways that say it is unwell (not the request's or the model's
 doing: `BREAKER_KINDS`) rests (a circuit breaker) and is probed back with one request.
+
+A streamed request carries a commit deadline (`CallContext.commit`, the attempt's provider's
+`timeouts.commit_deadline`): past it the client has the response's head and keep-alives, and a
+failure is raised as it is (the stream's one error), neither retried nor sent to a fallback.
 """
 
 from __future__ import annotations
@@ -370,6 +374,7 @@ class Resilience:
         context_fallback_used = False
         key = request.get("prompt_cache_key")
         affinity = key if isinstance(key, str) and key else None
+        commit = ctx.commit
         while tier < len(tiers):
             targets = tiers[tier]
             attempt = 0
@@ -415,6 +420,11 @@ class Resilience:
                 # Also when every attempt fails: the metrics and the ledger name who failed.
                 outcome.provider = provider.name
                 outcome.attempts = (*outcome.attempts, d.model)
+                if commit is not None:
+                    # The deadline of the provider tried now; its keep-alives go to the client.
+                    commit.arm(target_route.timeouts.commit_deadline)
+                    if isinstance(call, ChatCall):
+                        call.keepalive_to = commit.upstream_keepalive
                 try:
                     await call.open()
                 except GatewayError as exc:
@@ -423,6 +433,8 @@ class Resilience:
                     if err is None:
                         raise
                     self._log_failure(d.model, err, attempt)
+                    if commit is not None and commit.committed:
+                        raise  # the client has the stream's head: its one error, no retry
                     if self.learn(provider.name, err, sent):
                         continue  # the same deployment, without the field: not a retry
                     if err.retryable and attempt + 1 < provider.retry.attempts:

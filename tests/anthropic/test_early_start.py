@@ -29,6 +29,8 @@ base_url = "http://upstream.test/v1"
 discover = false
 [providers.retry]
 attempts = 1
+[providers.timeouts]
+commit_deadline = 0.001
 """
 
 
@@ -63,7 +65,7 @@ async def app() -> AsyncIterator[tuple[App, Client]]:
         return MockResponse(body=token_stream("m", ["hello", " world"]))
 
     svir = App(parse_config(CONFIG), {}, transport=MockTransport(upstream))
-    anthropic.install(svir, ping_after=0.001, ping_every=0.001)
+    anthropic.install(svir, ping_every=0.001)
     lifespan = Lifespan(svir)
     await lifespan.start()
     try:

@@ -23,6 +23,11 @@ from tests.responses.support import CONFIG
 from tests.support.asgi import Lifespan, post_raw
 from tests.support.upstream import token_stream
 
+# Provider `up` starts a stream with no output yet at once (its commit deadline).
+EARLY = CONFIG.replace(
+    "attempts = 1\n", "attempts = 1\n[providers.timeouts]\ncommit_deadline = 0.001\n", 1
+)
+
 
 def events(body: bytes) -> list[dict[str, Any]]:
     out = []
@@ -82,8 +87,8 @@ async def app(tmp_path: Path) -> AsyncIterator[tuple[App, SqlResponseStore, list
             return MockResponse.json({"error": {"message": "down"}}, 503)
         return MockResponse(body=token_stream("m", ["hello", " world"]))
 
-    svir = App(parse_config(CONFIG), {}, transport=MockTransport(upstream))
-    responses.install(svir, store, keepalive_after=0.001, keepalive_every=0.001)
+    svir = App(parse_config(EARLY), {}, transport=MockTransport(upstream))
+    responses.install(svir, store, keepalive_every=0.001)
     lifespan = Lifespan(svir)
     await lifespan.start()
     try:

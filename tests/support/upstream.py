@@ -31,6 +31,11 @@ A chat request's model (or Azure deployment) picks what is answered:
   the message; `echo-stream`: one chunk, then an error chunk quoting it; `echo-fields-400` /
   `echo-fields-stream`: the credential in the error's code, param, type (and innererror);
   `echo-bearer-400`: a message holding `Bearer <key>` and someone else's bearer token.
+- `silent-<name>`: nothing at all until `wait("silence")` returns (by default after `silence`
+  seconds: a long prompt being read), then `<name>`'s answer. `prefill-<name>`: mlx-lm's prompt
+  progress comments (`PREFILL`, as `mlx-lm.sse` has them: `: keepalive 0/512` ...) after the
+  head, each once `wait` returns (`"silence"` before the first, the previous comment's text,
+  e.g. `"keepalive 0/512"`, before each next), then `<name>`'s answer after the last one's.
 - `json`: a `chat.completion` (the same answer as a short stream when the request streams, as
   svir always does); `stream-N`: N chunks of an answer's words, a finish and usage; `drip-N`:
   the same, `drip` seconds apart (N = 20 by default). These are the bench's.
@@ -38,7 +43,8 @@ A chat request's model (or Azure deployment) picks what is answered:
 A name it does not know gets `fallback`'s behaviour, or 404 `{"error":{"message":"model not
 found"}}`. `GET .../models` lists `models`; `GET /health` and `/healthz` are 200. Counts per
 model name are in `hits`; the requests themselves are in the transport's or server's records.
-Options are attributes read on every request, so a test may change them between requests.
+Options are attributes read on every request, so a test may change them between requests;
+`wait`, given, replaces the silent behaviours' clock with the test's own condition.
 """
 
 from __future__ import annotations
@@ -51,7 +57,15 @@ import functools
 import itertools
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +81,7 @@ __all__ = [
     "LLAMA_CPP_MODELS",
     "OK_TEXTS",
     "PARSE_FAILURE",
+    "PREFILL",
     "PROMPT_TOKENS",
     "VLLM_MODELS",
     "ScriptedServer",
@@ -101,6 +116,9 @@ PARSE_FAILURE = (
 )
 CRASH = b'data: {"error":{"code":500,"message":"CUDA error: an illegal memory access","type":"server_error"}}\n\n'
 DONE = b"data: [DONE]\n\n"
+# mlx-lm's keep-alives while it reads the prompt, before its first chunk (tests/conformance/
+# decoder/mlx-lm.sse; wire reference §3.1).
+PREFILL = (b": keepalive 0/512\n\n", b": keepalive 256/512\n\n", b": keepalive 512/512\n\n")
 
 NOT_FOUND_BODY = b'{"error":{"message":"model not found"}}'
 JSON = {"Content-Type": "application/json"}
@@ -441,6 +459,8 @@ class ScriptedUpstream:
         fallback: str | None = None,
         corpus: Path | str = CORPUS_DIR,
         bodies: Path | str = BODIES_DIR,
+        silence: float = 0.05,
+        wait: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.split = split
         self.pieces = pieces
@@ -457,6 +477,8 @@ class ScriptedUpstream:
         self.fallback = fallback
         self.corpus = Path(corpus)
         self.bodies = Path(bodies)
+        self.silence = silence
+        self.wait = wait or self._silence
         self.hits: collections.Counter[str] = collections.Counter()
 
     def __call__(self, request: MockRequest) -> MockResponse | Awaitable[MockResponse]:
@@ -492,6 +514,11 @@ class ScriptedUpstream:
             if bench.headers is BENCH_SSE:
                 return bench
             return MockResponse(body=paced(bench.body, self.drip), headers=BENCH_SSE)  # type: ignore[arg-type]
+        # A server that reads a long prompt (or loads a model) first.
+        if name.startswith("silent-"):
+            return self._silent(request, name[7:], n)
+        if name.startswith("prefill-"):
+            return self._prefilled(request, name[8:], n)
         # The faults of the policy tests.
         ok = MockResponse(body=token_stream(name, OK_TEXTS), headers=SSE)
         if name == "ok":
@@ -590,6 +617,44 @@ class ScriptedUpstream:
         if data is None:
             return None
         return MockResponse(body=self._play(data), headers=SSE)
+
+    async def _silence(self, _stage: str) -> None:
+        await asyncio.sleep(self.silence)
+
+    async def _answer(self, request: MockRequest, name: str, n: int) -> MockResponse:
+        answer = self.chat(request, name, n)
+        if answer is None:
+            return NOT_FOUND
+        return answer if isinstance(answer, MockResponse) else await answer
+
+    async def _silent(self, request: MockRequest, rest: str, n: int) -> MockResponse:
+        await self.wait("silence")
+        return await self._answer(request, rest, n)
+
+    async def _prefilled(self, request: MockRequest, rest: str, n: int) -> MockResponse:
+        head = await self._answer(request, rest, n)
+        if head.status != 200:
+            return head
+
+        async def body() -> AsyncIterator[bytes]:
+            # The head at once, as mlx-lm sends it; each comment once the last was taken in.
+            stage = "silence"
+            for comment in PREFILL:
+                await self.wait(stage)
+                yield comment
+                stage = comment[2:].strip().decode()
+            await self.wait(stage)
+            answer = head.body
+            if isinstance(answer, bytes):
+                yield answer
+            elif isinstance(answer, AsyncIterable):
+                async for piece in answer:
+                    yield piece
+            else:
+                for piece in answer:
+                    yield piece
+
+        return MockResponse(body=body(), headers=SSE)
 
     def _tokens(self, name: str, n: int, variants: list[str], served: int) -> MockResponse:
         texts = [f"w{i} " for i in range(n)]
