@@ -5,6 +5,10 @@ Targets (each started on a free loopback port, all pointing at the same scripted
 
 - `direct`: the fake upstream itself (the floor of every figure);
 - `svir`: `svir serve`, one worker (and `svir x2` with `--svir-workers 2`);
+- the reference relays (unless `--no-relays`): `relay asgi` (`bench.relay_asgi`: svir's server
+  stack, uvicorn + httptools + uvloop and a pooled keep-alive upstream client, with no svir
+  logic and no JSON) and `relay raw` (`bench.relay_raw`: asyncio protocols and httptools, no
+  ASGI, no tasks), so that every run shows how far svir's CPU per request is from both floors;
 - with `--peers` (installed on first use into bench/.peers/, never into .venv):
   `nginx` (`apt-get install -y nginx`; one worker process, `proxy_buffering off`, upstream
   keep-alive), `portkey` (`npm install @portkey-ai/gateway`, headers `x-portkey-provider: openai`
@@ -299,6 +303,19 @@ def svir_python(version: str) -> str:
         subprocess.run([found, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)], check=True)
     return str(py)
+
+
+RELAYS = {"relay asgi": "bench.relay_asgi", "relay raw": "bench.relay_raw"}
+
+
+def start_relay(tmp: Path, name: str, up_port: int) -> Target:
+    """One of the reference relays (`RELAYS`) in front of the fake upstream."""
+    port = free_port()
+    argv = [sys.executable, "-m", RELAYS[name], "--upstream", f"127.0.0.1:{up_port}"]
+    argv += ["--port", str(port)]
+    child = Child(name, argv, tmp / f"{name.replace(' ', '-')}.log")
+    wait_healthy(child, port, "/healthz")
+    return Target(name, child, port, {"json": "json", "stream": STREAM_MODEL})
 
 
 def start_peer(tmp: Path, name: str, up_port: int, workers: int = 1) -> Target:
@@ -604,6 +621,35 @@ def report(  # noqa: PLR0917
     return out
 
 
+def relay_lines(targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]]) -> list[str]:
+    """Each svir target's CPU per request against the reference relays' (issue 20's distance)."""
+    relays = [t for t in targets if t.name in RELAYS]
+    svirs = [t for t in targets if t.name.startswith("svir")]
+    if not relays or not svirs:
+        return []
+
+    def us(t: Target, kind: str) -> float:
+        return cpu_us_per_request(wrk32[(t.name, kind)], "target")
+
+    heads = " | ".join(f"/ {r.name} json / stream" for r in relays)
+    out = [
+        "",
+        "Distance to the reference relays (target CPU µs per request at c=32, medians over runs;"
+        " `relay asgi` is svir's server stack with no svir logic, `relay raw` asyncio protocols):",
+        "",
+        f"| target | CPU µs json / stream | {heads} |",
+        "|---|---|" + "---|" * len(relays),
+    ]
+    for t in [*relays, *svirs]:
+        cells = [f"{us(t, 'json'):,.0f} / {us(t, 'stream'):,.0f}"]
+        for r in relays:
+            cells.append(
+                f"{us(t, 'json') / us(r, 'json'):.2f}x / {us(t, 'stream') / us(r, 'stream'):.2f}x"
+            )
+        out.append(f"| {t.name} | {' | '.join(cells)} |")
+    return out
+
+
 def beside_lines(
     targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]], kind: str
 ) -> list[str]:
@@ -693,6 +739,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated Python versions (e.g. 3.12,3.13): also svir on each interpreter",
     )
     parser.add_argument("--native", action="store_true", help="py-spy --native")
+    parser.add_argument(
+        "--no-relays", action="store_true", help="leave out the reference relays (bench.relay_*)"
+    )
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
@@ -756,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
                     tmp, f"svir py{v}", up_port, slow_port, max_body, 1, args.svir_src, python=py
                 )
             )
+        if not args.no_relays:
+            for relay in RELAYS:
+                starters.append(lambda relay=relay: start_relay(tmp, relay, up_port))
         for p in peers:
             if p == "litellm":
                 for w in (int(x) for x in args.litellm_workers.split(",")):
@@ -822,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
         out += report(targets, direct, wrk32, wrk16, lat, args)
+        out += relay_lines(targets, wrk32)
         for kind in BESIDE:
             if getattr(args, kind):
                 out += beside_lines(targets, wrk32, kind)
