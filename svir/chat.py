@@ -42,7 +42,7 @@ from svir.wire.completions import (
 )
 from svir.wire.decoder import ChatDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
-from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
+from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
     ContentFilter,
     Event,
@@ -57,7 +57,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
-from svir.wire.sse import SSEEvent, SSEParser, encode_data
+from svir.wire.sse import encode_data
 
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
@@ -561,18 +561,19 @@ class ChatCall:
         assert self._resp is not None
         decoder = self._decoder
         transform = self._transform
-        parser = SSEParser() if self.relay_mode else None
+        relay = self.relay_mode
+        include_usage = self.include_usage
         # Closed here when the answer ends before the body does: an async generator left to the
         # garbage collector is closed by a task the event loop schedules through a self-pipe
         # write (a system call, a loop turn and a task per request).
         body = self._resp.iter_bytes()
         try:
             async for data in body:
-                if parser is None:
-                    events = decoder.feed(data)
-                    frames: list[bytes] = []
+                if relay:
+                    frames, events = decoder.feed_frames(data, include_usage)
                 else:
-                    frames, events = self._relay_feed(parser, data)
+                    events = decoder.feed(data)
+                    frames = []
                 if transform is not None:
                     events = transform(events)
                 if events or frames:
@@ -585,30 +586,6 @@ class ChatCall:
             yield [], decoder.fail(exc)
         finally:
             await body.aclose()
-
-    def _relay_feed(self, parser: SSEParser, data: bytes) -> Batch:
-        decoder = self._decoder
-        try:
-            items = parser.feed(data)
-        except SSEError as exc:
-            return [], decoder.fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True))
-        frames: list[bytes] = []
-        events: list[Event] = []
-        for item in items:
-            usage, finish = decoder.usage, decoder.finish_reason
-            got = decoder.feed_item(item)
-            events.extend(got)
-            if type(item) is not SSEEvent or (got and isinstance(got[-1], StreamError)):
-                continue  # comments stay here; an error is replaced by svir's own frame
-            # The client did not ask for usage: drop the chunk that only carries it.
-            usage_only = (
-                decoder.usage is not usage
-                and decoder.finish_reason == finish
-                and all(isinstance(e, _SILENT) for e in got)
-            )
-            if self.include_usage or not usage_only:
-                frames.append(encode_data(item.data))
-        return frames, events
 
     def close(self) -> None:
         """Let go of the upstream response (its connection kept for the next request when the
