@@ -33,6 +33,8 @@ log = logging.getLogger("svir.routing")
 
 DISCOVERY_TIMEOUT = 5.0
 FAILED_RETRY = 5.0
+# Resolved routes kept (per model name asked for) before the memo starts over.
+ROUTES_KEPT = 4096
 
 V = TypeVar("V")
 
@@ -88,6 +90,9 @@ class Router:
         self._infos: dict[str, dict[str, ModelInfo]] = {}
         # Per provider, the clean ids of models its server lists by file path -> that path.
         self._aliases: dict[str, dict[str, str]] = {}
+        # The routes resolved so far (a Route is immutable and the same for every request to its
+        # model): forgotten whenever what makes one changes (a provider's hooks, its aliases).
+        self._routes: dict[str, Route] = {}
 
     def known(self, model: str) -> bool:
         """Whether the config names `model` (as a provider's model or in a route) or its server
@@ -115,10 +120,20 @@ class Router:
         self.providers[name] = replace(
             self.providers[name], ensure=ensure, release=release, unload=unload
         )
+        self._routes.clear()
 
     def resolve(self, model: str) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
         a model a provider of closed models does not have)."""
+        route = self._routes.get(model)
+        if route is None:
+            route = self._resolve(model)
+            if len(self._routes) >= ROUTES_KEPT:
+                self._routes.clear()  # invented model ids cannot make it grow
+            self._routes[model] = route
+        return route
+
+    def _resolve(self, model: str) -> Route:
         try:
             prefix, model_id = split_model(model)
         except RequestError:
@@ -188,6 +203,8 @@ class Router:
                         ids.append(listed)
                         if listed != info.id:
                             aliases[listed] = info.id
+                if aliases != self._aliases.get(name):
+                    self._routes.clear()
                 self._aliases[name] = aliases
                 self._infos[name] = {info.id: info for info in infos}
             except (UpstreamError, ProtocolError) as exc:
