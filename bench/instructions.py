@@ -46,11 +46,13 @@ from bench.common import (
     Child,
     check_completion,
     check_messages_stream,
+    check_ollama_stream,
     check_responses_stream,
     check_stream,
     describe,
     free_port,
     messages_body,
+    ollama_body,
     post,
     request_body,
     responses_body,
@@ -88,6 +90,8 @@ def check(kind: str, data: bytes) -> str | None:
         return check_messages_stream(data, STREAM_CHUNKS)
     if kind == "responses":
         return check_responses_stream(data, STREAM_CHUNKS)
+    if kind == "ollama":
+        return check_ollama_stream(data, STREAM_CHUNKS)
     return check_stream(data, STREAM_CHUNKS)
 
 
@@ -149,7 +153,9 @@ def measure(
     store = tmp / name
     store.mkdir()
     config.write_text(
-        SVIR_CONFIG.format(upstream=up_port, slow=up_port, max_body=1 << 20, tmp=store)
+        SVIR_CONFIG.format(
+            upstream=up_port, slow=up_port, max_body=1 << 20, tmp=store, max_connections=1000
+        )
         + feature.toml
     )
     headers: dict[str, str] = {}
@@ -166,7 +172,7 @@ def measure(
         wait_healthy(child, port, "/healthz", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
-        builders = {"messages": messages_body, "responses": responses_body}
+        builders = {"messages": messages_body, "responses": responses_body, "ollama": ollama_body}
         for kind in beside:
             bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
         paths = {kind: BESIDE.get(kind, CHAT) for kind in bodies}
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-src", type=Path, action="append", default=[])
     parser.add_argument("--messages", action="store_true", help="also /v1/messages, streamed")
     parser.add_argument("--responses", action="store_true", help="also /v1/responses, streamed")
+    parser.add_argument("--ollama", action="store_true", help="also /api/chat, streamed")
     parser.add_argument(
         "--features", action="store_true", help="this tree once per configuration of FEATURES"
     )

@@ -30,7 +30,8 @@ Figures, per target:
    `/v1/messages` (checked whole: message_start ... message_stop, 20 text deltas), alternating with
    the chat stream inside each round; req/s and CPU µs per request of both, and their ratio; with
    `--responses`, the same through OpenAI's `/v1/responses` (`store: false`; checked whole:
-   response.created ... response.completed, 20 text deltas);
+   response.created ... response.completed, 20 text deltas); with `--ollama`, through Ollama's
+   `/api/chat` (NDJSON, checked whole);
 5. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
    stream = (RSS with the streams open - idle) / N; every stream must end whole), and the peak RSS
    of one request carrying a 50 MiB image.
@@ -67,6 +68,7 @@ from bench.common import (
     CHAT,
     INSTALL_WRK,
     MESSAGES,
+    OLLAMA_CHAT,
     RESPONSES,
     ROOT,
     STREAM_CHUNKS,
@@ -75,12 +77,14 @@ from bench.common import (
     WrkRun,
     check_completion,
     check_messages_stream,
+    check_ollama_stream,
     check_responses_stream,
     check_stream,
     describe,
     free_port,
     messages_body,
     mib,
+    ollama_body,
     percentile,
     post,
     profile,
@@ -98,7 +102,7 @@ PEERS_DIR = ROOT / "bench" / ".peers"
 PEERS = ("nginx", "portkey", "litellm")
 STREAM_MODEL = f"stream-{STREAM_CHUNKS}"
 # The other front ends' streams measured beside the chat stream: kind -> path.
-BESIDE = {"messages": MESSAGES, "responses": RESPONSES}
+BESIDE = {"messages": MESSAGES, "responses": RESPONSES, "ollama": OLLAMA_CHAT}
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
@@ -175,6 +179,8 @@ class Target:
             return messages_body(self.models["stream"])
         if kind == "responses":
             return responses_body(self.models["stream"])
+        if kind == "ollama":
+            return ollama_body(self.models["stream"])
         return request_body(self.models[kind], kind == "stream")
 
     def path(self, kind: str) -> str:
@@ -187,6 +193,7 @@ class Target:
 SVIR_CONFIG = """\
 [server]
 max_body_bytes = {max_body}
+max_connections = {max_connections}
 
 [store]
 url = "sqlite:///{tmp}/svir-store.db"
@@ -266,11 +273,20 @@ def start_svir(  # noqa: PLR0917
     src: Path | None = None,
     server: str = "uvicorn",
     python: str | None = None,
+    max_connections: int = 1000,
 ) -> Target:
+    """`svir serve` as configured by SVIR_CONFIG; `max_connections` above the open streams the
+    run holds (the default cap, 1,000, would refuse the rest)."""
     port = free_port()
     config = tmp / "svir.toml"
     config.write_text(
-        SVIR_CONFIG.format(upstream=up_port, slow=slow_port, max_body=max_body, tmp=tmp)
+        SVIR_CONFIG.format(
+            upstream=up_port,
+            slow=slow_port,
+            max_body=max_body,
+            tmp=tmp,
+            max_connections=max_connections,
+        )
     )
     py = python or sys.executable
     argv = [py, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
@@ -381,6 +397,8 @@ def check_target(t: Target) -> list[str]:
             problem = check_messages_stream(data, STREAM_CHUNKS)
         elif kind == "responses":
             problem = check_responses_stream(data, STREAM_CHUNKS)
+        elif kind == "ollama":
+            problem = check_ollama_stream(data, STREAM_CHUNKS)
         elif kind == "stream":
             problem = check_stream(data, STREAM_CHUNKS)
         else:
@@ -729,6 +747,11 @@ def main(argv: list[str] | None = None) -> int:
         help="svir targets: also the streamed /v1/messages beside the chat stream",
     )
     parser.add_argument(
+        "--ollama",
+        action="store_true",
+        help="svir targets: also the streamed /api/chat (NDJSON) beside the chat stream",
+    )
+    parser.add_argument(
         "--responses",
         action="store_true",
         help="svir targets: also the streamed /v1/responses beside the chat stream",
@@ -762,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     what = describe()
     tmp = Path(tempfile.mkdtemp(prefix="svir-suite-"))
     image_bytes = int(args.image_mib * 2**20)
+    max_connections = max(1000, args.streams + 1000)
     max_body = max(64 << 20, 2 * image_bytes)
     children: list[Child] = []
     out: list[str] = []
@@ -777,8 +801,11 @@ def main(argv: list[str] | None = None) -> int:
 
         targets: list[Target] = []
         starters: list[Callable[[], Target]] = [
-            lambda: start_svir(tmp, "svir", up_port, slow_port, max_body, 1, args.svir_src)
-        ]
+            lambda: start_svir(
+                tmp, "svir", up_port, slow_port, max_body, 1, args.svir_src,
+                max_connections=max_connections,
+            )
+        ]  # fmt: skip
         if args.compare_src:
             starters.append(
                 lambda: start_svir(
