@@ -509,26 +509,29 @@ class ChatCall:
                 if not isinstance(ev, _SILENT):
                     return
 
-    async def _pairs(self) -> AsyncIterator[Batch]:
+    def _start_output(self) -> None:
         assert self.state is _PRIMED, f"the output of a call {self.state.value}"
         assert self._source is not None
         self.state = _STREAMING
-        try:
-            while self._primed:
-                batch = self._primed.pop(0)
-                if self._guard is not None or _ends_in_error(batch):
-                    batch = await self._vetted(batch)
-                yield batch
-                if self.state is _CUT:
-                    return
-            async for read in self._source:
-                if self._guard is not None or _ends_in_error(read):
-                    read = await self._vetted(read)  # noqa: PLW2901
-                yield read
-                if self.state is _CUT:
-                    return
-        finally:
-            self.close()
+
+    async def _next_batch(self) -> Batch | None:
+        """The next batch of the one output method: what opening read, then the rest as it
+        arrives; None at the end (at once after a guard's cut). A coroutine, not a generator
+        over the batches: each async generator costs a stream its registration with the loop
+        and its closing."""
+        if self.state is not _STREAMING:
+            return None
+        if self._primed:
+            batch = self._primed.pop(0)
+        else:
+            assert self._source is not None
+            try:
+                batch = await self._source.__anext__()
+            except StopAsyncIteration:
+                return None
+        if self._guard is not None or _ends_in_error(batch):
+            batch = await self._vetted(batch)
+        return batch
 
     async def _vetted(self, batch: Batch) -> Batch:
         """The batch with its error scrubbed, or the guard's error in its place."""
@@ -553,8 +556,12 @@ class ChatCall:
     async def events(self) -> AsyncIterator[list[Event]]:
         """The events in batches as bytes arrive; the last batch ends the stream (with `Done`
         or a `StreamError`). For front ends that speak another protocol."""
-        async for _, events in self._pairs():
-            yield events
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                yield batch[1]
+        finally:
+            self.close()
 
     async def _batches(self) -> AsyncIterator[Batch]:
         """(raw frames, events) as bytes arrive; raw frames are kept in relay mode only."""
@@ -627,8 +634,16 @@ class ChatCall:
     async def stream(self) -> AsyncIterator[bytes]:
         """Canonical chunks, or in relay mode the upstream's own data lines."""
         if self.relay_mode:
-            async for data in self._relay():
-                yield data
+            self._start_output()
+            try:
+                while (batch := await self._next_batch()) is not None:
+                    frames, events = batch
+                    if events and isinstance(events[-1], StreamError):
+                        frames.append(_error_frame(events[-1].error))
+                    if frames:
+                        yield b"".join(frames)
+            finally:
+                self.close()
             return
         # A text completion's chunks are `text_completion`s; the stream rules are the same.
         make = TextCompletionEncoder if self.completion else ChunkEncoder
@@ -639,27 +654,28 @@ class ChatCall:
             include_usage=self.include_usage,
         )
         encode = encoder.encode
-        async for _, events in self._pairs():  # not through events(): one generator fewer
-            out = b"".join([encode(ev) for ev in events])
-            if out:
-                yield out
-
-    async def _relay(self) -> AsyncIterator[bytes]:
-        async for frames, events in self._pairs():
-            if events and isinstance(events[-1], StreamError):
-                frames.append(_error_frame(events[-1].error))
-            if frames:
-                yield b"".join(frames)
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                out = b"".join([encode(ev) for ev in batch[1]])
+                if out:
+                    yield out
+        finally:
+            self.close()
 
     async def complete(self) -> dict[str, Any]:
         """The aggregated `chat.completion` (a `text_completion` for a text completion); a
         failure after priming is a GatewayError too."""
         agg = CompletionAggregator()
-        async for _, events in self._pairs():
-            for ev in events:
-                if isinstance(ev, StreamError):
-                    raise GatewayError(to_client_error(ev.error), ev.error)
-                agg.add(ev)
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                for ev in batch[1]:
+                    if isinstance(ev, StreamError):
+                        raise GatewayError(to_client_error(ev.error), ev.error)
+                    agg.add(ev)
+        finally:
+            self.close()
         answer_id, created = self._answer_id(), int(time.time())
         if self.completion:
             return completion_object(agg, id=answer_id, model=self.model_label, created=created)
