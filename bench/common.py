@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
+OLLAMA_CHAT = "/api/chat"
 STREAM_CHUNKS = 20
 JSON_HEADERS = {"Content-Type": "application/json"}
 INSTALL_WRK = (
@@ -76,6 +77,29 @@ def check_messages_stream(data: bytes, chunks: int) -> str | None:
         return f"not a whole Messages stream: {data[-200:]!r}"
     if names.count(b"content_block_delta") != chunks:
         return f"{names.count(b'content_block_delta')} text deltas, expected {chunks}"
+    return None
+
+
+def ollama_body(model: str) -> bytes:
+    """A streamed Ollama `/api/chat` request, the same question as `request_body`'s."""
+    req = {
+        "model": model,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Say hello in a few words."}],
+    }
+    return json.dumps(req, separators=(",", ":")).encode()
+
+
+def check_ollama_stream(data: bytes, chunks: int) -> str | None:
+    """None if `data` is a whole Ollama NDJSON stream of `chunks` tokens (svir's Ollama front end
+    writes the pieces of one read as one line, so lines are not chunks)."""
+    lines = [json.loads(line) for line in data.split(b"\n") if line.strip()]
+    if not lines or lines[-1].get("done") is not True:
+        return f"not a whole Ollama stream: {data[-200:]!r}"
+    if not any(x.get("message", {}).get("content") for x in lines[:-1]):
+        return "no content"
+    if lines[-1].get("eval_count") != chunks:
+        return f"eval_count {lines[-1].get('eval_count')}, expected {chunks}"
     return None
 
 

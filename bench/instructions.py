@@ -17,6 +17,10 @@ such as the socket writes), so this complements CPU time and req/s, it does not 
 `--responses` through OpenAI's `/v1/responses` (`store: false`; every tree compared must serve
 them).
 
+`--features` measures this tree once per configuration of `FEATURES` instead (each feature off
+against the default `svir serve` runs, and the key check with a key issued and used), for the
+table of what each feature costs a request.
+
 Needs valgrind (`apt-get install -y valgrind`).
 """
 
@@ -24,12 +28,15 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import (
@@ -39,11 +46,13 @@ from bench.common import (
     Child,
     check_completion,
     check_messages_stream,
+    check_ollama_stream,
     check_responses_stream,
     check_stream,
     describe,
     free_port,
     messages_body,
+    ollama_body,
     post,
     request_body,
     responses_body,
@@ -81,34 +90,95 @@ def check(kind: str, data: bytes) -> str | None:
         return check_messages_stream(data, STREAM_CHUNKS)
     if kind == "responses":
         return check_responses_stream(data, STREAM_CHUNKS)
+    if kind == "ollama":
+        return check_ollama_stream(data, STREAM_CHUNKS)
     return check_stream(data, STREAM_CHUNKS)
 
 
+@dataclass(frozen=True)
+class Feature:
+    """One configuration of svir measured by `--features`: TOML appended to the bench's config,
+    arguments of `svir serve`, and a key to issue and send (with `svir keys create` arguments)."""
+
+    toml: str = ""
+    serve_args: tuple[str, ...] = ()
+    key_args: tuple[str, ...] | None = None
+
+
+# What `svir serve` runs by default (keys service with no key issued, ledger, metrics, access
+# log), then each feature changed alone, then all of them off.
+FEATURES: dict[str, Feature] = {
+    "default (as `svir serve` starts)": Feature(),
+    "metrics off": Feature("[telemetry]\nmetrics = false\n"),
+    "ledger off": Feature("[ledger]\nenabled = false\n"),
+    "access log off (--log-level warning)": Feature(serve_args=("--log-level", "warning")),
+    "metrics, ledger and access log off": Feature(
+        "[telemetry]\nmetrics = false\n[ledger]\nenabled = false\n",
+        ("--log-level", "warning"),
+    ),
+    "a key issued and used (no limits)": Feature(key_args=()),
+    "a key with an rpm limit (memory backend)": Feature(key_args=("--rpm", "1000000")),
+    "tracing on (OpenTelemetry, 100% sampled)": Feature(
+        '[telemetry]\notel = true\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\n'
+    ),
+}
+
+
+def issue_key(src: Path, config: Path, args: tuple[str, ...]) -> str:
+    """A new key (`svir keys create`) in `config`'s store."""
+    argv = [sys.executable, "-m", "svir", "keys", "create", "--config", str(config)]
+    argv += ["--name", "bench", "--json", *args]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, check=True, cwd=src, env={**os.environ,
+        "PYTHONPATH": str(src)},
+    )  # fmt: skip
+    return str(json.loads(done.stdout)["key"])
+
+
 def measure(
-    src: Path, name: str, up_port: int, tmp: Path, requests: int, *, beside: tuple[str, ...] = ()
+    src: Path,
+    name: str,
+    up_port: int,
+    tmp: Path,
+    requests: int,
+    *,
+    beside: tuple[str, ...] = (),
+    feature: Feature | None = None,
 ) -> dict[str, float]:
     """Instructions per request of each kind: json, stream, and the `beside` ones ("messages",
     "responses": the same stream through those front ends)."""
+    feature = feature or Feature()
     port = free_port()
     config = tmp / f"{name}.toml"
-    config.write_text(SVIR_CONFIG.format(upstream=up_port, slow=up_port, max_body=1 << 20, tmp=tmp))
+    store = tmp / name
+    store.mkdir()
+    config.write_text(
+        SVIR_CONFIG.format(
+            upstream=up_port, slow=up_port, max_body=1 << 20, tmp=store, max_connections=1000
+        )
+        + feature.toml
+    )
+    headers: dict[str, str] = {}
+    if feature.key_args is not None:
+        headers["Authorization"] = f"Bearer {issue_key(src, config, feature.key_args)}"
     out_dir = tmp / f"cg-{name}"
     out_dir.mkdir()
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
     argv += [f"--callgrind-out-file={out_dir}/callgrind.out.%p"]
     argv += [sys.executable, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
+    argv += feature.serve_args
     child = Child(name, argv, tmp / f"{name}.log", env={"PYTHONPATH": str(src)}, cwd=src)
     try:
         wait_healthy(child, port, "/healthz", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
-        builders = {"messages": messages_body, "responses": responses_body}
+        builders = {"messages": messages_body, "responses": responses_body, "ollama": ollama_body}
         for kind in beside:
             bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
         paths = {kind: BESIDE.get(kind, CHAT) for kind in bodies}
         for _ in range(20):  # warm-up, and a check that the answers are right
             for kind, body in bodies.items():
-                status, data = post(conn, body, path=paths[kind])
+                status, data = post(conn, body, headers, path=paths[kind])
                 problem = check(kind, data)
                 if status != 200 or problem:
                     raise RuntimeError(f"{name} {kind}: {status} {problem}")
@@ -120,7 +190,7 @@ def measure(
             control("-z", pid)
             control("-i", "on", pid)
             for _ in range(requests):
-                status, _ = post(conn, body, path=paths[kind])
+                status, _ = post(conn, body, headers, path=paths[kind])
                 if status != 200:
                     raise RuntimeError(f"{name} {kind}: {status}")
             control("-d", pid)
@@ -138,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-src", type=Path, action="append", default=[])
     parser.add_argument("--messages", action="store_true", help="also /v1/messages, streamed")
     parser.add_argument("--responses", action="store_true", help="also /v1/responses, streamed")
+    parser.add_argument("--ollama", action="store_true", help="also /api/chat, streamed")
+    parser.add_argument(
+        "--features", action="store_true", help="this tree once per configuration of FEATURES"
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
@@ -147,7 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, dict[str, float]]] = []
     beside = tuple(kind for kind in BESIDE if getattr(args, kind))
     try:
-        trees = [("svir", ROOT)] + [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
+        if args.features:
+            for i, (label, feature) in enumerate(FEATURES.items()):
+                print(f"{label} under callgrind ...", flush=True)
+                measured = measure(
+                    ROOT, f"f{i}", up_port, tmp, args.requests, beside=beside, feature=feature
+                )
+                rows.append((label, measured))
+        trees = [] if args.features else [("svir", ROOT)]
+        trees += [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
         for name, src in trees:
             print(f"{name} ({src}) under callgrind ...", flush=True)
             measured = measure(src.resolve(), name, up_port, tmp, args.requests, beside=beside)
@@ -156,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         upstream.stop()
     print(f"\n{describe()}\n")
     print(f"Instructions per request (callgrind, {args.requests} sequential requests each):\n")
-    print("| svir tree | non-stream | stream (20 chunks) | vs the first, non-stream / stream |")
+    what = "svir configuration" if args.features else "svir tree"
+    print(f"| {what} | non-stream | stream (20 chunks) | vs the first, non-stream / stream |")
     print("|---|---|---|---|")
     base = rows[0][1]
     for name, r in rows:

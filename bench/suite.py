@@ -5,6 +5,10 @@ Targets (each started on a free loopback port, all pointing at the same scripted
 
 - `direct`: the fake upstream itself (the floor of every figure);
 - `svir`: `svir serve`, one worker (and `svir x2` with `--svir-workers 2`);
+- the reference relays (unless `--no-relays`): `relay asgi` (`bench.relay_asgi`: svir's server
+  stack, uvicorn + httptools + uvloop and a pooled keep-alive upstream client, with no svir
+  logic and no JSON) and `relay raw` (`bench.relay_raw`: asyncio protocols and httptools, no
+  ASGI, no tasks), so that every run shows how far svir's CPU per request is from both floors;
 - with `--peers` (installed on first use into bench/.peers/, never into .venv):
   `nginx` (`apt-get install -y nginx`; one worker process, `proxy_buffering off`, upstream
   keep-alive), `portkey` (`npm install @portkey-ai/gateway`, headers `x-portkey-provider: openai`
@@ -26,7 +30,8 @@ Figures, per target:
    `/v1/messages` (checked whole: message_start ... message_stop, 20 text deltas), alternating with
    the chat stream inside each round; req/s and CPU µs per request of both, and their ratio; with
    `--responses`, the same through OpenAI's `/v1/responses` (`store: false`; checked whole:
-   response.created ... response.completed, 20 text deltas);
+   response.created ... response.completed, 20 text deltas); with `--ollama`, through Ollama's
+   `/api/chat` (NDJSON, checked whole);
 5. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
    stream = (RSS with the streams open - idle) / N; every stream must end whole), and the peak RSS
    of one request carrying a 50 MiB image.
@@ -63,6 +68,7 @@ from bench.common import (
     CHAT,
     INSTALL_WRK,
     MESSAGES,
+    OLLAMA_CHAT,
     RESPONSES,
     ROOT,
     STREAM_CHUNKS,
@@ -71,12 +77,14 @@ from bench.common import (
     WrkRun,
     check_completion,
     check_messages_stream,
+    check_ollama_stream,
     check_responses_stream,
     check_stream,
     describe,
     free_port,
     messages_body,
     mib,
+    ollama_body,
     percentile,
     post,
     profile,
@@ -94,7 +102,7 @@ PEERS_DIR = ROOT / "bench" / ".peers"
 PEERS = ("nginx", "portkey", "litellm")
 STREAM_MODEL = f"stream-{STREAM_CHUNKS}"
 # The other front ends' streams measured beside the chat stream: kind -> path.
-BESIDE = {"messages": MESSAGES, "responses": RESPONSES}
+BESIDE = {"messages": MESSAGES, "responses": RESPONSES, "ollama": OLLAMA_CHAT}
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
@@ -171,6 +179,8 @@ class Target:
             return messages_body(self.models["stream"])
         if kind == "responses":
             return responses_body(self.models["stream"])
+        if kind == "ollama":
+            return ollama_body(self.models["stream"])
         return request_body(self.models[kind], kind == "stream")
 
     def path(self, kind: str) -> str:
@@ -183,6 +193,7 @@ class Target:
 SVIR_CONFIG = """\
 [server]
 max_body_bytes = {max_body}
+max_connections = {max_connections}
 
 [store]
 url = "sqlite:///{tmp}/svir-store.db"
@@ -262,11 +273,20 @@ def start_svir(  # noqa: PLR0917
     src: Path | None = None,
     server: str = "uvicorn",
     python: str | None = None,
+    max_connections: int = 1000,
 ) -> Target:
+    """`svir serve` as configured by SVIR_CONFIG; `max_connections` above the open streams the
+    run holds (the default cap, 1,000, would refuse the rest)."""
     port = free_port()
     config = tmp / "svir.toml"
     config.write_text(
-        SVIR_CONFIG.format(upstream=up_port, slow=slow_port, max_body=max_body, tmp=tmp)
+        SVIR_CONFIG.format(
+            upstream=up_port,
+            slow=slow_port,
+            max_body=max_body,
+            tmp=tmp,
+            max_connections=max_connections,
+        )
     )
     py = python or sys.executable
     argv = [py, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
@@ -299,6 +319,19 @@ def svir_python(version: str) -> str:
         subprocess.run([found, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)], check=True)
     return str(py)
+
+
+RELAYS = {"relay asgi": "bench.relay_asgi", "relay raw": "bench.relay_raw"}
+
+
+def start_relay(tmp: Path, name: str, up_port: int) -> Target:
+    """One of the reference relays (`RELAYS`) in front of the fake upstream."""
+    port = free_port()
+    argv = [sys.executable, "-m", RELAYS[name], "--upstream", f"127.0.0.1:{up_port}"]
+    argv += ["--port", str(port)]
+    child = Child(name, argv, tmp / f"{name.replace(' ', '-')}.log")
+    wait_healthy(child, port, "/healthz")
+    return Target(name, child, port, {"json": "json", "stream": STREAM_MODEL})
 
 
 def start_peer(tmp: Path, name: str, up_port: int, workers: int = 1) -> Target:
@@ -364,6 +397,8 @@ def check_target(t: Target) -> list[str]:
             problem = check_messages_stream(data, STREAM_CHUNKS)
         elif kind == "responses":
             problem = check_responses_stream(data, STREAM_CHUNKS)
+        elif kind == "ollama":
+            problem = check_ollama_stream(data, STREAM_CHUNKS)
         elif kind == "stream":
             problem = check_stream(data, STREAM_CHUNKS)
         else:
@@ -604,6 +639,35 @@ def report(  # noqa: PLR0917
     return out
 
 
+def relay_lines(targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]]) -> list[str]:
+    """Each svir target's CPU per request against the reference relays' (issue 20's distance)."""
+    relays = [t for t in targets if t.name in RELAYS]
+    svirs = [t for t in targets if t.name.startswith("svir")]
+    if not relays or not svirs:
+        return []
+
+    def us(t: Target, kind: str) -> float:
+        return cpu_us_per_request(wrk32[(t.name, kind)], "target")
+
+    heads = " | ".join(f"/ {r.name} json / stream" for r in relays)
+    out = [
+        "",
+        "Distance to the reference relays (target CPU µs per request at c=32, medians over runs;"
+        " `relay asgi` is svir's server stack with no svir logic, `relay raw` asyncio protocols):",
+        "",
+        f"| target | CPU µs json / stream | {heads} |",
+        "|---|---|" + "---|" * len(relays),
+    ]
+    for t in [*relays, *svirs]:
+        cells = [f"{us(t, 'json'):,.0f} / {us(t, 'stream'):,.0f}"]
+        for r in relays:
+            cells.append(
+                f"{us(t, 'json') / us(r, 'json'):.2f}x / {us(t, 'stream') / us(r, 'stream'):.2f}x"
+            )
+        out.append(f"| {t.name} | {' | '.join(cells)} |")
+    return out
+
+
 def beside_lines(
     targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]], kind: str
 ) -> list[str]:
@@ -683,6 +747,11 @@ def main(argv: list[str] | None = None) -> int:
         help="svir targets: also the streamed /v1/messages beside the chat stream",
     )
     parser.add_argument(
+        "--ollama",
+        action="store_true",
+        help="svir targets: also the streamed /api/chat (NDJSON) beside the chat stream",
+    )
+    parser.add_argument(
         "--responses",
         action="store_true",
         help="svir targets: also the streamed /v1/responses beside the chat stream",
@@ -693,6 +762,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated Python versions (e.g. 3.12,3.13): also svir on each interpreter",
     )
     parser.add_argument("--native", action="store_true", help="py-spy --native")
+    parser.add_argument(
+        "--no-relays", action="store_true", help="leave out the reference relays (bench.relay_*)"
+    )
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
@@ -713,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     what = describe()
     tmp = Path(tempfile.mkdtemp(prefix="svir-suite-"))
     image_bytes = int(args.image_mib * 2**20)
+    max_connections = max(1000, args.streams + 1000)
     max_body = max(64 << 20, 2 * image_bytes)
     children: list[Child] = []
     out: list[str] = []
@@ -728,8 +801,11 @@ def main(argv: list[str] | None = None) -> int:
 
         targets: list[Target] = []
         starters: list[Callable[[], Target]] = [
-            lambda: start_svir(tmp, "svir", up_port, slow_port, max_body, 1, args.svir_src)
-        ]
+            lambda: start_svir(
+                tmp, "svir", up_port, slow_port, max_body, 1, args.svir_src,
+                max_connections=max_connections,
+            )
+        ]  # fmt: skip
         if args.compare_src:
             starters.append(
                 lambda: start_svir(
@@ -756,6 +832,9 @@ def main(argv: list[str] | None = None) -> int:
                     tmp, f"svir py{v}", up_port, slow_port, max_body, 1, args.svir_src, python=py
                 )
             )
+        if not args.no_relays:
+            for relay in RELAYS:
+                starters.append(lambda relay=relay: start_relay(tmp, relay, up_port))
         for p in peers:
             if p == "litellm":
                 for w in (int(x) for x in args.litellm_workers.split(",")):
@@ -822,6 +901,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
         out += report(targets, direct, wrk32, wrk16, lat, args)
+        out += relay_lines(targets, wrk32)
         for kind in BESIDE:
             if getattr(args, kind):
                 out += beside_lines(targets, wrk32, kind)

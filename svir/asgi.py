@@ -10,7 +10,18 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from svir.call import CallContext
 
-__all__ = ["CALL_CONTEXT", "Message", "Receive", "Scope", "Send", "call_context", "header"]
+__all__ = [
+    "CALL_CONTEXT",
+    "DISCONNECT_WATCH",
+    "DisconnectWatch",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "call_context",
+    "disconnect_watch",
+    "header",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,3 +46,33 @@ def header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+class DisconnectWatch:
+    """A connection's word that its client went away, for a server that notices it itself
+    (svir's, svir.edges.coalesce): the request being served sets `callback`, which the server
+    calls once when the connection is lost, so that no task needs to wait on `receive` for it."""
+
+    __slots__ = ("callback", "gone")
+
+    def __init__(self) -> None:
+        self.callback: Callable[[], None] | None = None
+        self.gone = False
+
+    def fire(self) -> None:
+        """The connection is lost (the server calls this once)."""
+        self.gone = True
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+
+# The attribute by which such a server gives a request's `receive` (a bound method) its
+# connection's DisconnectWatch: on the object `receive` is bound to.
+DISCONNECT_WATCH: Final = "svir_disconnect_watch"
+
+
+def disconnect_watch(receive: Receive) -> DisconnectWatch | None:
+    """The DisconnectWatch of the connection `receive` reads, if its server keeps one."""
+    watch = getattr(getattr(receive, "__self__", None), DISCONNECT_WATCH, None)
+    return watch if isinstance(watch, DisconnectWatch) else None

@@ -42,7 +42,7 @@ from svir.wire.completions import (
 )
 from svir.wire.decoder import ChatDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
-from svir.wire.errors import BodyError, ErrorKind, SSEError, UpstreamError
+from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
     ContentFilter,
     Event,
@@ -57,7 +57,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
-from svir.wire.sse import SSEEvent, SSEParser, encode_data
+from svir.wire.sse import encode_data
 
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
@@ -526,26 +526,29 @@ class ChatCall:
                 if not isinstance(ev, _SILENT):
                     return
 
-    async def _pairs(self) -> AsyncIterator[Batch]:
+    def _start_output(self) -> None:
         assert self.state is _PRIMED, f"the output of a call {self.state.value}"
         assert self._source is not None
         self.state = _STREAMING
-        try:
-            while self._primed:
-                batch = self._primed.pop(0)
-                if self._guard is not None or _ends_in_error(batch):
-                    batch = await self._vetted(batch)
-                yield batch
-                if self.state is _CUT:
-                    return
-            async for read in self._source:
-                if self._guard is not None or _ends_in_error(read):
-                    read = await self._vetted(read)  # noqa: PLW2901
-                yield read
-                if self.state is _CUT:
-                    return
-        finally:
-            self.close()
+
+    async def _next_batch(self) -> Batch | None:
+        """The next batch of the one output method: what opening read, then the rest as it
+        arrives; None at the end (at once after a guard's cut). A coroutine, not a generator
+        over the batches: each async generator costs a stream its registration with the loop
+        and its closing."""
+        if self.state is not _STREAMING:
+            return None
+        if self._primed:
+            batch = self._primed.pop(0)
+        else:
+            assert self._source is not None
+            try:
+                batch = await self._source.__anext__()
+            except StopAsyncIteration:
+                return None
+        if self._guard is not None or _ends_in_error(batch):
+            batch = await self._vetted(batch)
+        return batch
 
     async def _vetted(self, batch: Batch) -> Batch:
         """The batch with its error scrubbed, or the guard's error in its place."""
@@ -570,26 +573,31 @@ class ChatCall:
     async def events(self) -> AsyncIterator[list[Event]]:
         """The events in batches as bytes arrive; the last batch ends the stream (with `Done`
         or a `StreamError`). For front ends that speak another protocol."""
-        async for _, events in self._pairs():
-            yield events
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                yield batch[1]
+        finally:
+            self.close()
 
     async def _batches(self) -> AsyncIterator[Batch]:
         """(raw frames, events) as bytes arrive; raw frames are kept in relay mode only."""
         assert self._resp is not None
         decoder = self._decoder
         transform = self._transform
-        parser = SSEParser() if self.relay_mode else None
+        relay = self.relay_mode
+        include_usage = self.include_usage
         # Closed here when the answer ends before the body does: an async generator left to the
         # garbage collector is closed by a task the event loop schedules through a self-pipe
         # write (a system call, a loop turn and a task per request).
         body = self._resp.iter_bytes()
         try:
             async for data in body:
-                if parser is None:
-                    events = decoder.feed(data)
-                    frames: list[bytes] = []
+                if relay:
+                    frames, events = decoder.feed_frames(data, include_usage)
                 else:
-                    frames, events = self._relay_feed(parser, data)
+                    events = decoder.feed(data)
+                    frames = []
                 if transform is not None:
                     events = transform(events)
                 if events or frames:
@@ -602,30 +610,6 @@ class ChatCall:
             yield [], decoder.fail(exc)
         finally:
             await body.aclose()
-
-    def _relay_feed(self, parser: SSEParser, data: bytes) -> Batch:
-        decoder = self._decoder
-        try:
-            items = parser.feed(data)
-        except SSEError as exc:
-            return [], decoder.fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True))
-        frames: list[bytes] = []
-        events: list[Event] = []
-        for item in items:
-            usage, finish = decoder.usage, decoder.finish_reason
-            got = decoder.feed_item(item)
-            events.extend(got)
-            if type(item) is not SSEEvent or (got and isinstance(got[-1], StreamError)):
-                continue  # comments stay here; an error is replaced by svir's own frame
-            # The client did not ask for usage: drop the chunk that only carries it.
-            usage_only = (
-                decoder.usage is not usage
-                and decoder.finish_reason == finish
-                and all(isinstance(e, _SILENT) for e in got)
-            )
-            if self.include_usage or not usage_only:
-                frames.append(encode_data(item.data))
-        return frames, events
 
     def close(self) -> None:
         """Let go of the upstream response (its connection kept for the next request when the
@@ -669,8 +653,16 @@ class ChatCall:
     async def stream(self) -> AsyncIterator[bytes]:
         """Canonical chunks, or in relay mode the upstream's own data lines."""
         if self.relay_mode:
-            async for data in self._relay():
-                yield data
+            self._start_output()
+            try:
+                while (batch := await self._next_batch()) is not None:
+                    frames, events = batch
+                    if events and isinstance(events[-1], StreamError):
+                        frames.append(_error_frame(events[-1].error))
+                    if frames:
+                        yield b"".join(frames)
+            finally:
+                self.close()
             return
         # A text completion's chunks are `text_completion`s; the stream rules are the same.
         make = TextCompletionEncoder if self.completion else ChunkEncoder
@@ -681,27 +673,28 @@ class ChatCall:
             include_usage=self.include_usage,
         )
         encode = encoder.encode
-        async for _, events in self._pairs():  # not through events(): one generator fewer
-            out = b"".join([encode(ev) for ev in events])
-            if out:
-                yield out
-
-    async def _relay(self) -> AsyncIterator[bytes]:
-        async for frames, events in self._pairs():
-            if events and isinstance(events[-1], StreamError):
-                frames.append(_error_frame(events[-1].error))
-            if frames:
-                yield b"".join(frames)
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                out = b"".join([encode(ev) for ev in batch[1]])
+                if out:
+                    yield out
+        finally:
+            self.close()
 
     async def complete(self) -> dict[str, Any]:
         """The aggregated `chat.completion` (a `text_completion` for a text completion); a
         failure after priming is a GatewayError too."""
         agg = CompletionAggregator()
-        async for _, events in self._pairs():
-            for ev in events:
-                if isinstance(ev, StreamError):
-                    raise GatewayError(to_client_error(ev.error), ev.error)
-                agg.add(ev)
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                for ev in batch[1]:
+                    if isinstance(ev, StreamError):
+                        raise GatewayError(to_client_error(ev.error), ev.error)
+                    agg.add(ev)
+        finally:
+            self.close()
         answer_id, created = self._answer_id(), int(time.time())
         if self.completion:
             return completion_object(agg, id=answer_id, model=self.model_label, created=created)

@@ -131,3 +131,46 @@ async def test_coalescing_transport_edges() -> None:
 @pytest.fixture(autouse=True)
 def _clean() -> None:
     app_state.clear()
+
+
+async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() -> None:
+    """svir's protocol tells `until_disconnect` itself that the client went away: the request's
+    work is cancelled and answered 499, and no task was made to wait on `receive` for it."""
+    from svir.frontends.http import until_disconnect
+
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()  # the body
+        tasks_before = len(asyncio.all_tasks())
+
+        async def work() -> int:
+            # Whatever until_disconnect made is running by now.
+            app_state["tasks_made"] = len(asyncio.all_tasks()) - tasks_before
+            started.set()
+            try:
+                await asyncio.sleep(3600)  # an upstream that never answers
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return 200
+
+        app_state["status"] = await until_disconnect(receive, work())
+
+    config = Config(app=app, http=CoalescingHttpToolsProtocol, lifespan="off", log_level="error")
+    state = ServerState()
+    protocol = CoalescingHttpToolsProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(REQUEST)
+    await asyncio.wait_for(started.wait(), 30)
+    protocol.connection_lost(None)  # the client went away
+    await asyncio.wait_for(cancelled.wait(), 30)
+    for _ in range(2000):
+        if "status" in app_state:
+            break
+        await asyncio.sleep(0.005)
+    assert app_state["status"] == 499
+    assert app_state["tasks_made"] == 0
+    assert transport.writes == []  # nothing was answered to a client that is gone

@@ -32,7 +32,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from svir.asgi import Receive, Scope, Send
+from svir.asgi import DISCONNECT_WATCH, DisconnectWatch, Receive, Scope, Send
 from svir.chat import unique_id
 from svir.config import ServerConfig
 from svir.frontends.http import JSON_HEADERS, headers_with, send_json
@@ -127,6 +127,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # answer may be whole before its request is (a 413 for a body over the limit), and the
         # rest of that body is not a new head.
         self._in_message = False
+        # Tells the request being served that its client went away (svir.asgi), which spares
+        # every request a task waiting on `receive` for it.
+        self._disconnect = DisconnectWatch()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self._limits.max_connections:
@@ -145,6 +148,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().connection_lost(exc)
+        self._disconnect.fire()
 
     def data_received(self, data: bytes) -> None:
         if self.timeout_keep_alive_task is not None and not self._in_message:
@@ -187,6 +191,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 self.app = app
             return
         super().on_headers_complete()
+        # The request's `receive` is its cycle's: the cycle carries the connection's watch.
+        setattr(self.cycle, DISCONNECT_WATCH, self._disconnect)
 
     def on_response_complete(self) -> None:
         # The response is whole: it goes out now, not after the app's bookkeeping that follows

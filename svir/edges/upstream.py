@@ -72,6 +72,32 @@ class _IdleTimer:
         self._handle.cancel()
 
 
+class _Deadline:
+    """Cancels the current task `seconds` from now, unless cancelled first; `expired_here` says,
+    in the task's CancelledError handler, whether the cancellation was this deadline's (and
+    takes it back), as `asyncio.timeout` does."""
+
+    __slots__ = ("_cancelling", "_handle", "expired", "task")
+
+    def __init__(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.expired = False
+        self._cancelling = task.cancelling()  # requests already made are not this deadline's
+        self._handle = task.get_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.task.cancel()
+
+    def expired_here(self) -> bool:
+        return self.expired and self.task.uncancel() <= self._cancelling
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class UpstreamResponse:
     """An open, successful streamed response."""
 
@@ -158,13 +184,17 @@ class UpstreamClient:
         A body in pieces is sent as they are, with its exact length up front: not every server
         takes a chunked body (§2.3).
         """
+        # The first-byte deadline as one timer that cancels this task, not an asyncio.timeout
+        # (its context manager and rescheduling cost more than the request's own timer).
+        deadline = _Deadline(timeouts.first_byte)
         try:
-            async with asyncio.timeout(timeouts.first_byte):
-                resp = await self.pool.request(
-                    "POST", url, headers=headers, body=body, connect_timeout=timeouts.connect
-                )
-        except TimeoutError:
-            raise first_byte_timeout(timeouts.first_byte) from None
+            resp = await self.pool.request(
+                "POST", url, headers=headers, body=body, connect_timeout=timeouts.connect
+            )
+        except asyncio.CancelledError:
+            if deadline.expired_here():
+                raise first_byte_timeout(timeouts.first_byte) from None
+            raise
         except H1Error as exc:
             if exc.connect:
                 raise UpstreamError(
@@ -175,6 +205,8 @@ class UpstreamClient:
             raise UpstreamError(
                 ErrorKind.TRANSIENT, f"upstream request failed: {type(exc).__name__}"
             ) from None
+        finally:
+            deadline.cancel()
         if resp.status >= 300:
             raise await self._error(resp)
         problem = check_stream_response(resp.status, resp.headers.get("Content-Type"))

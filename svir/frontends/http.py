@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.asgi import CALL_CONTEXT, Receive, Scope, Send, header
+from svir.asgi import CALL_CONTEXT, Receive, Scope, Send, disconnect_watch, header
 from svir.call import CHAT, CLIENT_USER_CHARS, CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import BodyTooLarge, ClientGone, GatewayError
@@ -203,23 +203,39 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
     """Run `work`, cancelling it the moment the client disconnects.
 
-    `work` runs in the calling task (no second task per request): the watcher cancels this task
-    when the client goes, and the cancellation is answered here as a 499.
+    `work` runs in the calling task (no second task per request): when the client goes, this
+    task is cancelled, and the cancellation is answered here as a 499. svir's own server says
+    so itself (a `DisconnectWatch` on the connection); under any other, a watcher task waits on
+    `receive` for the disconnect.
     """
     task = asyncio.current_task()
     assert task is not None
     gone = False
 
-    async def watch() -> None:
+    def on_gone() -> None:
         nonlocal gone
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone = True
-                task.cancel()
-                return
+        gone = True
+        task.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    watch = disconnect_watch(receive)
+    watcher: asyncio.Future[None] | None = None
+    if watch is None:
+
+        async def watch_receive() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    on_gone()
+                    return
+
+        watcher = asyncio.ensure_future(watch_receive())
+    elif watch.gone:
+        close = getattr(work, "close", None)
+        if close is not None:
+            close()  # never started: the client left before it could
+        return 499
+    else:
+        watch.callback = on_gone
     try:
         return await work
     except asyncio.CancelledError:
@@ -227,7 +243,10 @@ async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
             return 499  # the client went away: nothing is left to answer
         raise
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        elif watch is not None and watch.callback is on_gone:
+            watch.callback = None
 
 
 async def folded(call: ChatCall, fold: Fold) -> Fold:

@@ -33,6 +33,8 @@ log = logging.getLogger("svir.routing")
 
 DISCOVERY_TIMEOUT = 5.0
 FAILED_RETRY = 5.0
+# Resolved routes kept (per model name asked for) before the memo starts over.
+ROUTES_KEPT = 4096
 
 V = TypeVar("V")
 
@@ -129,6 +131,9 @@ class Router:
         self._infos: dict[str, dict[str, ModelInfo]] = {}
         # Per provider, the clean ids of models its server lists by file path -> that path.
         self._aliases: dict[str, dict[str, str]] = {}
+        # The routes resolved so far (a Route is immutable and the same for every request to its
+        # model): forgotten whenever what makes one changes (a provider's hooks, its aliases).
+        self._routes: dict[str, Route] = {}
 
     @property
     def providers(self) -> Mapping[str, Provider]:
@@ -142,6 +147,7 @@ class Router:
         """Serve `table` from now on (one swap: a call that resolved with the old table keeps
         it), and forget what the servers of the providers in `forget` listed (they changed)."""
         self.table = table
+        self._routes.clear()
         for name in forget:
             self._cache.pop(name, None)
             self._listed.pop(name, None)
@@ -174,16 +180,29 @@ class Router:
         table = self.table
         provider = replace(table.providers[name], ensure=ensure, release=release, unload=unload)
         self.table = replace(table, providers={**table.providers, name: provider})
+        self._routes.clear()
 
     def resolve(self, model: str, table: RoutingTable | None = None) -> Route:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
         a model a provider of closed models does not have); by `table` when given (the one a
-        call started with), else the current one."""
+        call started with), else the current one. The current table's routes are kept once
+        resolved (a Route is immutable), an older table's are resolved anew."""
+        if table is not None and table is not self.table:
+            return self._resolve(model, table)
+        route = self._routes.get(model)
+        if route is None:
+            route = self._resolve(model, self.table)
+            if len(self._routes) >= ROUTES_KEPT:
+                self._routes.clear()  # invented model ids cannot make it grow
+            self._routes[model] = route
+        return route
+
+    def _resolve(self, model: str, table: RoutingTable) -> Route:
         try:
             prefix, model_id = split_model(model)
         except RequestError:
             prefix, model_id = "", ""
-        providers = (table or self.table).providers
+        providers = table.providers
         provider = providers.get(prefix)
         if provider is None or not model_id:
             known = ", ".join(sorted(providers)) or "none configured"
@@ -252,6 +271,8 @@ class Router:
                         ids.append(listed)
                         if listed != info.id:
                             aliases[listed] = info.id
+                if aliases != self._aliases.get(name):
+                    self._routes.clear()
                 self._aliases[name] = aliases
                 self._infos[name] = {info.id: info for info in infos}
             except (UpstreamError, ProtocolError) as exc:

@@ -38,11 +38,20 @@ from svir.wire.events import (
     Usage,
 )
 from svir.wire.speed import TokenRate
-from svir.wire.sse import DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, SSEComment, SSEEvent, SSEParser
+from svir.wire.sse import (
+    DEFAULT_MAX_EVENT,
+    DEFAULT_MAX_LINE,
+    SSEComment,
+    SSEEvent,
+    SSEParser,
+    encode_data,
+)
 from svir.wire.think import ThinkSplitter
 from svir.wire.toolcalls import ToolCall, ToolCallAssembler, ToolCallPiece
 
 DONE_MARKER = b"[DONE]"
+# Events that put nothing visible on the wire (a relayed chunk of only these and usage is usage).
+_SILENT = frozenset({Role, Keepalive, ContentFilter})
 C = TypeVar("C")  # a decoder's chunk type
 
 
@@ -196,6 +205,46 @@ class ChatDecoder:
         if self._visible:
             self._tick()
         return out
+
+    def feed_frames(self, data: bytes, usage_frames: bool) -> tuple[list[bytes], list[Event]]:
+        """Decode more response bytes as `feed` does, and give each event's own data frame too
+        (relay mode: the upstream's `data:` lines, re-framed as they came). Not framed: comments,
+        an event that ended the stream with an error (the caller sends its own frame for it),
+        and, unless `usage_frames`, a chunk that only carried usage."""
+        if self._ended:
+            return [], []
+        out: list[Event] = []
+        try:
+            items = self._sse.feed(data)
+        except SSEError as exc:
+            self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
+            return [], out
+        frames: list[bytes] = []
+        for item in items:
+            if self._ended:
+                break
+            if type(item) is not SSEEvent:
+                out.append(Keepalive(item.text))  # type: ignore[union-attr]
+                continue
+            before = len(out)
+            usage, finish = self.usage, self.finish_reason
+            self._event(item, out)
+            if self.error is not None:
+                continue  # an error is replaced by the caller's own frame
+            if (
+                not usage_frames
+                and self.usage is not usage
+                and self.finish_reason == finish
+                and all(type(ev) in _SILENT for ev in out[before:])
+            ):
+                continue  # only usage, which the client did not ask for
+            payload = item.data
+            frames.append(
+                b"data: " + payload + b"\n\n" if b"\n" not in payload else encode_data(payload)
+            )
+        if self._visible:
+            self._tick()
+        return frames, out
 
     def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:
         """Decode one already-framed SSE item (for callers that also need the raw frames)."""

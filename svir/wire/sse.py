@@ -90,16 +90,40 @@ class SSEParser:
             if buf[-1] == 0x0D:
                 self._skip_lf = True
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buf.split(b"\n")
-        rest = lines.pop()
-        if rest:
-            if len(rest) > self._max_line:
-                raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
-            self._buf += rest
+        # Events end at a blank line: split there first, so that an event of one `data:` line,
+        # almost every event of every stream, is one slice and no per-line work. What follows the
+        # last blank line is an event still arriving (its whole lines, then an unfinished one).
+        parts = buf.split(b"\n\n")
+        tail = parts.pop().split(b"\n")
+        rest = tail.pop()
+        if len(rest) > self._max_line:
+            raise LineTooLong(f"SSE line longer than {self._max_line} bytes")
         out: list[SSEEvent | SSEComment] = []
-        # The two lines of almost every event (`data: ...` and the blank line) are handled
-        # here without a call each: this loop runs for every chunk of every stream.
+        # Lines of an event begun in an earlier feed continue it in the first part.
+        pending = bool(self._data) or self._event is not None
         inline_max = min(self._max_line, self._max_event)  # no limit can be reached below it
+        for part in parts:
+            if (
+                not pending
+                and part.startswith(b"data: ")
+                and len(part) <= inline_max
+                and b"\n" not in part
+            ):
+                out.append(SSEEvent(part[6:], None, self._id, self._retry))
+            else:
+                lines = part.split(b"\n")
+                lines.append(b"")  # the blank line the split took
+                self._lines(lines, out)
+                pending = False
+        if tail:
+            self._lines(tail, out)
+        if rest:
+            self._buf += rest
+        return out
+
+    def _lines(self, lines: list[bytes], out: list[SSEEvent | SSEComment]) -> None:
+        """Handle whole lines, in order (a blank one dispatches the event they made)."""
+        inline_max = min(self._max_line, self._max_event)
         for line in lines:
             if line.startswith(b"data: "):
                 if self._data or len(line) > inline_max:
@@ -119,7 +143,6 @@ class SSEParser:
                     self._event = None
             else:
                 self._field(line, out)
-        return out
 
     def close(self) -> list[SSEEvent | SSEComment]:
         """End of input. An event with no blank line after it is incomplete and is dropped."""
