@@ -39,9 +39,9 @@ export async function render(main, ctx) {
   main.append(
     h("div", { class: "page-head" }, h("h1", null, "Request ", h("code", null, id)),
       h("a", { href: "#/requests", class: "quiet" }, "All requests")),
-    scopeNote("The ledger rows come from the shared store; the timings, attempts and capture are " +
-      "kept in memory by the worker that served the request, for a while: another worker, or a " +
-      "restarted svir, has only the ledger."),
+    scopeNote("The ledger rows and the capture come from the shared store; the timings and " +
+      "attempts are kept in memory by the worker that served the request, for a while: another " +
+      "worker, or a restarted svir, has only the ledger and the capture."),
   );
 
   const timings = live?.timings || {};
