@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_CONTEXT",
     "DISCONNECT_WATCH",
+    "SERVER_STOPPING",
     "DisconnectWatch",
     "Message",
     "Receive",
@@ -32,6 +33,13 @@ Send = Callable[[Message], Awaitable[None]]
 # Where a request's scope keeps the context of the chat call its front end made for it
 # (svir.frontends.http.new_call_context); the app writes the request's log fields from it.
 CALL_CONTEXT: Final = "svir.call"
+
+
+# Where the app leaves, in the lifespan's state, what a server calls when it starts to stop, before
+# it waits for the open responses to end (svir's server, svir.edges.coalesce): responses that
+# last as long as the page that reads them (the console's live feed) end then, not at the
+# server's graceful timeout.
+SERVER_STOPPING: Final = "svir.server_stopping"
 
 
 def call_context(scope: Scope) -> CallContext | None:

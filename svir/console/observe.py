@@ -453,11 +453,15 @@ class Observer:
                 last_second = second
                 self.publish("stats", self.point(second - 1, len(self.open_calls)))
 
-    async def close(self) -> None:
-        """At shut-down: every feed ends."""
+    def end_feeds(self) -> None:
+        """Every feed ends (the server stops: svir.edges.app.App.on_stopping)."""
         self.closing = True
         for sub in self.subscribers:
             sub.wake.set()
+
+    async def close(self) -> None:
+        """At shut-down: every feed ends."""
+        self.end_feeds()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -377,6 +377,7 @@ def install(app: App, service: KeysService) -> Console:
     app.routes.add("GET", "/admin/requests", console.requests)
     app.routes.add("GET", "/admin/requests/{request_id}", console.request)
     app.routes.add("GET", "/admin/requests/{request_id}/conformance", console.conformance)
+    app.on_stopping(observer.end_feeds)
     app.on_shutdown(console.shutdown)
     _consoles[app] = console
     return console

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
+from svir.asgi import CALL_CONTEXT, SERVER_STOPPING, Message, Receive, Scope, Send
 from svir.call import CallContext
 from svir.config import Config
 from svir.edges.upstream import UpstreamClient
@@ -88,6 +88,7 @@ class App:
         self.routes = Routes()
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = [self.gateway.close]
+        self._stopping: list[Callable[[], None]] = []
         self._guards: list[Guard] = []
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
@@ -123,14 +124,31 @@ class App:
     def on_shutdown(self, hook: Hook) -> None:
         self._shutdown.insert(0, hook)
 
+    def on_stopping(self, hook: Callable[[], None]) -> None:
+        """Call `hook` when the server starts to stop, before it waits for the open responses
+        (a response that lasts as long as its reader should end then); at most once."""
+        self._stopping.append(hook)
+
+    def stopping(self) -> None:
+        """The server stops: run the `on_stopping` hooks (once, however often it is said)."""
+        hooks, self._stopping = self._stopping, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:
+                failures.exception("a stopping hook failed")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self.http(scope, receive, send)
         elif kind == "lifespan":
-            await self.lifespan(receive, send)
+            await self.lifespan(scope, receive, send)
 
-    async def lifespan(self, receive: Receive, send: Send) -> None:
+    async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = scope.get("state")
+        if state is not None:  # the server's connections see it (svir.asgi.SERVER_STOPPING)
+            state[SERVER_STOPPING] = self.stopping
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":

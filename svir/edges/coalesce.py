@@ -32,7 +32,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from svir.asgi import DISCONNECT_WATCH, DisconnectWatch, Receive, Scope, Send
+from svir.asgi import DISCONNECT_WATCH, SERVER_STOPPING, DisconnectWatch, Receive, Scope, Send
 from svir.chat import unique_id
 from svir.config import ServerConfig
 from svir.frontends.http import JSON_HEADERS, headers_with, send_json
@@ -142,6 +142,13 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
         )
+
+    def shutdown(self) -> None:
+        # The server stops: the app ends what would otherwise last until the graceful timeout.
+        stopping = self.app_state.get(SERVER_STOPPING)
+        if stopping is not None:
+            stopping()
+        super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
