@@ -19,7 +19,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 from rich.console import Console
@@ -37,7 +36,7 @@ from svir.errors import GatewayError, request_error
 from svir.frontends.http import query_params, read_json, send_json
 from svir.frontends.routes import Handler
 from svir.keys.service import KeysService, admin_access
-from svir.wire.classify import redact, to_client_error
+from svir.wire.classify import redact, redact_url, to_client_error
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.model_meta import ModelFacts
 
@@ -618,20 +617,4 @@ def _scrub(value: Any, secrets: list[str], name: str = "") -> Any:
     lowered = name.lower()
     if value and _SECRET_NAME.search(lowered) and not lowered.endswith("_env"):
         return REDACTED
-    return redact(_url_password(value), secrets)
-
-
-def _url_password(text: str) -> str:
-    """A URL with its password replaced (the store's, Redis's); other text as it is."""
-    if "://" not in text or "@" not in text:
-        return text
-    try:
-        parts = urlsplit(text)
-        password = parts.password
-    except ValueError:
-        return REDACTED
-    if password is None:
-        return text
-    user, _, host = parts.netloc.rpartition("@")
-    name = user.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{name}:{REDACTED}@{host}"))
+    return redact(redact_url(value, REDACTED), secrets)

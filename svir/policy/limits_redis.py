@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 from svir.errors import LimitsUnavailable
 from svir.policy.limits import (
@@ -28,8 +27,9 @@ from svir.policy.limits import (
     window_denial,
     windows_at,
 )
+from svir.wire.classify import redact_url
 
-__all__ = ["RedisBackend", "redact_url"]
+__all__ = ["RedisBackend"]
 
 _NUM: Final = """
 local function num(k)
@@ -169,15 +169,6 @@ if ARGV[8] == '1' then adjust(KEYS[5], tonumber(ARGV[3])) end
 if ARGV[9] == '1' then redis.call('ZREM', KEYS[6], ARGV[10]) end
 return 1
 """
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _opt(value: int | None) -> int:

@@ -22,6 +22,7 @@ import asyncpg  # type: ignore[import-untyped]
 from svir.errors import Conflict, StoreError, Unavailable
 from svir.store.base import Row, SqlStore, Tx
 from svir.store.migrations import apply_migrations
+from svir.wire.classify import redact_url
 
 __all__ = ["PostgresStore", "split_schema"]
 
@@ -63,15 +64,6 @@ def split_schema(url: str) -> tuple[str, str | None]:
     if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
         raise StoreError(f"schema {schema!r} is not a plain identifier (letters, digits, _)")
     return urlunsplit(parts._replace(query=urlencode(kept))), schema
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class _PgTx(Tx):
@@ -117,7 +109,7 @@ class PostgresStore(SqlStore):
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(
-                f"cannot connect to the PostgreSQL store at {redact(self.dsn)}: {exc}"
+                f"cannot connect to the PostgreSQL store at {redact_url(self.dsn)}: {exc}"
             ) from None
         self._pool = pool
         try:

@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
@@ -648,6 +649,23 @@ def redact(text: str, secrets: Sequence[str] = ()) -> str:
         if secret and secret in text:
             text = text.replace(secret, _REDACTED)
     return _BEARER.sub(_bearer_token, _SK_KEY.sub(_REDACTED, text))
+
+
+def redact_url(url: str, mask: str = "***") -> str:
+    """`url` with its password (a store's, Redis's) replaced by `mask`; a text that does not
+    parse as a URL is `mask` whole; other text as it is."""
+    if "://" not in url or "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return mask
+    if password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{name}:{mask}@{host}"))
 
 
 def _bearer_token(match: re.Match[str]) -> str:

@@ -22,6 +22,7 @@ from svir.wire.classify import (
     error_body,
     error_message,
     parse_retry_after,
+    redact_url,
     to_client_error,
 )
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -1116,3 +1117,17 @@ def test_anthropic_error_event_kinds(type_: str, kind: ErrorKind) -> None:
     payload = {"type": "error", "error": {"type": type_, "message": "m"}}
     err = classify_stream_error(payload, event="error")
     assert (err.kind, err.type, err.message, err.in_stream) == (kind, type_, "m", True)
+
+
+def test_a_url_password_is_masked_and_nothing_else() -> None:
+    assert (
+        redact_url("redis://user:hunter2@127.0.0.1:6379/0") == "redis://user:***@127.0.0.1:6379/0"
+    )
+    assert (
+        redact_url("postgresql://u:p%40ss@db/test?sslmode=require", "[redacted]")
+        == "postgresql://u:[redacted]@db/test?sslmode=require"
+    )
+    assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert redact_url("user@example.com has no scheme") == "user@example.com has no scheme"
+    # Not a URL that parses (an unclosed IPv6 bracket): nothing of it is shown.
+    assert redact_url("redis://u:secret@[::1/0") == "***"
