@@ -337,7 +337,7 @@ class ChatCall:
             else answer_transform(route.kind, route.provider.response_format, request)
         )
         self._resp: StreamResponse | None = None
-        self._source: AsyncIterator[Batch] | None = None
+        self._body_read = False  # the upstream's answer has given its last batch
         self._primed: list[Batch] = []
         # Set by the policy for a streamed request with a commit deadline: takes the upstream's
         # keep-alives read before the first output (a prompt's progress), instead of holding them.
@@ -509,9 +509,9 @@ class ChatCall:
         await self._prime()
 
     async def _prime(self) -> None:
-        self._source = self._batches()
         tell = self.keepalive_to
-        async for frames, events in self._source:
+        while (batch := await self._read_batch()) is not None:
+            frames, events = batch
             if tell is not None and any(type(ev) is Keepalive for ev in events):
                 for ev in events:
                     if type(ev) is Keepalive:
@@ -528,7 +528,6 @@ class ChatCall:
 
     def _start_output(self) -> None:
         assert self.state is _PRIMED, f"the output of a call {self.state.value}"
-        assert self._source is not None
         self.state = _STREAMING
 
     async def _next_batch(self) -> Batch | None:
@@ -541,11 +540,10 @@ class ChatCall:
         if self._primed:
             batch = self._primed.pop(0)
         else:
-            assert self._source is not None
-            try:
-                batch = await self._source.__anext__()
-            except StopAsyncIteration:
+            read = await self._read_batch()
+            if read is None:
                 return None
+            batch = read
         if self._guard is not None or _ends_in_error(batch):
             batch = await self._vetted(batch)
         return batch
@@ -580,36 +578,39 @@ class ChatCall:
         finally:
             self.close()
 
-    async def _batches(self) -> AsyncIterator[Batch]:
-        """(raw frames, events) as bytes arrive; raw frames are kept in relay mode only."""
-        assert self._resp is not None
+    async def _read_batch(self) -> Batch | None:
+        """The next (raw frames, events) as bytes arrive (raw frames in relay mode only); None
+        after the last. A coroutine over the response's `read`, not a generator: each async
+        generator costs a request its registration with the loop and its closing."""
+        if self._body_read:
+            return None
+        resp = self._resp
+        assert resp is not None
         decoder = self._decoder
         transform = self._transform
-        relay = self.relay_mode
-        include_usage = self.include_usage
-        # Closed here when the answer ends before the body does: an async generator left to the
-        # garbage collector is closed by a task the event loop schedules through a self-pipe
-        # write (a system call, a loop turn and a task per request).
-        body = self._resp.iter_bytes()
+        frames: list[bytes] = []
         try:
-            async for data in body:
-                if relay:
-                    frames, events = decoder.feed_frames(data, include_usage)
+            while True:
+                data = await resp.read()
+                if not data:
+                    self._body_read = True
+                    events = decoder.close()
+                    return [], transform(events) if transform is not None else events
+                if self.relay_mode:
+                    frames, events = decoder.feed_frames(data, self.include_usage)
                 else:
                     events = decoder.feed(data)
-                    frames = []
                 if transform is not None:
                     events = transform(events)
-                if events or frames:
-                    yield frames, events
                 if decoder.error is not None or decoder.complete:
-                    return
-            events = decoder.close()
-            yield [], transform(events) if transform is not None else events
+                    # The answer ended before the body did: what is left of it is not read.
+                    self._body_read = True
+                    return (frames, events) if events or frames else None
+                if events or frames:
+                    return frames, events
         except UpstreamError as exc:
-            yield [], decoder.fail(exc)
-        finally:
-            await body.aclose()
+            self._body_read = True
+            return [], decoder.fail(exc)
 
     def close(self) -> None:
         """Let go of the upstream response (its connection kept for the next request when the
