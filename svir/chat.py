@@ -516,7 +516,7 @@ class ChatCall:
                 for ev in events:
                     if type(ev) is Keepalive:
                         tell(ev.comment)
-                events = [ev for ev in events if type(ev) is not Keepalive]  # noqa: PLW2901
+                events = [ev for ev in events if type(ev) is not Keepalive]
                 if not events and not frames:
                     continue
             self._primed.append((frames, events))
