@@ -61,7 +61,9 @@ from svir.wire.sse import encode_data
 
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
-_SILENT = (Role, Keepalive, ContentFilter)
+# Sets of exact types (the event types are final): a failing isinstance against a msgspec Struct
+# class costs several times a set lookup, and these run for every event.
+_SILENT: Final = frozenset({Role, Keepalive, ContentFilter})
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +177,12 @@ class StreamGuard(Protocol):
     def check(self, events: list[Event]) -> Awaitable[Cut | None] | None: ...
 
 
-_VISIBLE = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta)
+_VISIBLE: Final = frozenset({TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta})
 
 
 def visible_count(events: list[Event]) -> int:
     """How many pieces of the answer a batch shows the client (each one chunk on the wire)."""
-    return sum(1 for ev in events if isinstance(ev, _VISIBLE))
+    return sum(1 for ev in events if type(ev) in _VISIBLE)
 
 
 def _first_visible(events: list[Event], keep: int) -> list[Event]:
@@ -188,7 +190,7 @@ def _first_visible(events: list[Event], keep: int) -> list[Event]:
     out: list[Event] = []
     seen = 0
     for ev in events:
-        if isinstance(ev, _VISIBLE):
+        if type(ev) in _VISIBLE:
             if seen >= keep:
                 break
             seen += 1
@@ -521,9 +523,9 @@ class ChatCall:
                     continue
             self._primed.append((frames, events))
             for ev in events:
-                if isinstance(ev, StreamError):
+                if type(ev) is StreamError:
                     self._raise(ev.error)
-                if not isinstance(ev, _SILENT):
+                if type(ev) not in _SILENT:
                     return
 
     def _start_output(self) -> None:
@@ -658,7 +660,7 @@ class ChatCall:
             try:
                 while (batch := await self._next_batch()) is not None:
                     frames, events = batch
-                    if events and isinstance(events[-1], StreamError):
+                    if events and type(events[-1]) is StreamError:
                         frames.append(_error_frame(events[-1].error))
                     if frames:
                         yield b"".join(frames)
@@ -691,7 +693,7 @@ class ChatCall:
         try:
             while (batch := await self._next_batch()) is not None:
                 for ev in batch[1]:
-                    if isinstance(ev, StreamError):
+                    if type(ev) is StreamError:
                         raise GatewayError(to_client_error(ev.error), ev.error)
                     agg.add(ev)
         finally:
