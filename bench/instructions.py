@@ -11,11 +11,13 @@ and the ledger's work is part of a request's cost); not counted: time in the ker
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
-        [--responses]
+        [--responses] [--ollama] [--completions]
 
-`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`, and
-`--responses` through OpenAI's `/v1/responses` (`store: false`; every tree compared must serve
-them).
+`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`,
+`--responses` through OpenAI's `/v1/responses` (`store: false`), `--ollama` through Ollama's
+`/api/chat`, and `--completions` as a text completion through OpenAI's `/v1/completions` (the
+fake upstream answers it on its own `/v1/completions` with `text_completion` chunks); every tree
+compared must serve them.
 
 `--features` measures this tree once per configuration of `FEATURES` instead (each feature off
 against the default `svir serve` runs, and the key check with a key issued and used), for the
@@ -45,10 +47,12 @@ from bench.common import (
     STREAM_CHUNKS,
     Child,
     check_completion,
+    check_completions_stream,
     check_messages_stream,
     check_ollama_stream,
     check_responses_stream,
     check_stream,
+    completions_body,
     describe,
     free_port,
     messages_body,
@@ -92,6 +96,8 @@ def check(kind: str, data: bytes) -> str | None:
         return check_responses_stream(data, STREAM_CHUNKS)
     if kind == "ollama":
         return check_ollama_stream(data, STREAM_CHUNKS)
+    if kind == "completions":
+        return check_completions_stream(data, STREAM_CHUNKS)
     return check_stream(data, STREAM_CHUNKS)
 
 
@@ -172,7 +178,12 @@ def measure(
         wait_healthy(child, port, "/healthz", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
-        builders = {"messages": messages_body, "responses": responses_body, "ollama": ollama_body}
+        builders = {
+            "messages": messages_body,
+            "responses": responses_body,
+            "ollama": ollama_body,
+            "completions": completions_body,
+        }
         for kind in beside:
             bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
         paths = {kind: BESIDE.get(kind, CHAT) for kind in bodies}
@@ -209,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", action="store_true", help="also /v1/messages, streamed")
     parser.add_argument("--responses", action="store_true", help="also /v1/responses, streamed")
     parser.add_argument("--ollama", action="store_true", help="also /api/chat, streamed")
+    parser.add_argument("--completions", action="store_true", help="also /v1/completions, streamed")
     parser.add_argument(
         "--features", action="store_true", help="this tree once per configuration of FEATURES"
     )
