@@ -11,7 +11,7 @@ and the ledger's work is part of a request's cost); not counted: time in the ker
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
-        [--responses] [--ollama] [--completions]
+        [--responses] [--ollama] [--completions] [--relays] [--features]
 
 `--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`,
 `--responses` through OpenAI's `/v1/responses` (`store: false`), `--ollama` through Ollama's
