@@ -242,7 +242,11 @@ def measure_relay(
     same non-streamed and streamed chat requests, forwarded to the same fake upstream."""
     port = free_port()
     argv = [sys.executable, "-m", module, "--upstream", f"127.0.0.1:{up_port}", "--port", str(port)]
-    bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
+    # The fake upstream's own model names: a relay passes the body on as it is.
+    bodies = {
+        kind: request_body(model.removeprefix("fake/"), stream)
+        for kind, (model, stream) in KINDS.items()
+    }
     return count_requests(
         name, argv, port, src=ROOT, tmp=tmp, bodies=bodies, headers={}, requests=requests
     )
