@@ -154,6 +154,10 @@ class ChatDecoder:
     Anthropic's Messages events. A chat call holds either; the kind says which (`new_decoder`).
     """
 
+    # Whether `feed` takes `SSEParser.feed_plain`'s fast path: for decoders whose `_data` is
+    # cheaper than `_event` (a protocol of named events would never take it).
+    _plain_ok = False
+
     def __init__(
         self,
         *,
@@ -190,18 +194,25 @@ class ChatDecoder:
         if self._ended:
             return []
         out: list[Event] = []
-        try:
-            items = self._sse.feed(data)
-        except SSEError as exc:
-            self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
-            return out
-        for item in items:
-            if self._ended:
-                break
-            if isinstance(item, SSEEvent):
-                self._event(item, out)
-            else:
-                out.append(Keepalive(item.text))
+        plain = self._sse.feed_plain(data) if self._plain_ok else None
+        if plain is not None:
+            for payload in plain:
+                self._data(payload, out)
+                if self._ended:
+                    break
+        else:
+            try:
+                items = self._sse.feed(data)
+            except SSEError as exc:
+                self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
+                return out
+            for item in items:
+                if self._ended:
+                    break
+                if isinstance(item, SSEEvent):
+                    self._event(item, out)
+                else:
+                    out.append(Keepalive(item.text))
         if self._visible:
             self._tick()
         return out
@@ -214,29 +225,36 @@ class ChatDecoder:
         if self._ended:
             return [], []
         out: list[Event] = []
+        frames: list[bytes] = []
+        plain = self._sse.feed_plain(data) if self._plain_ok else None
+        if plain is not None:
+            for payload in plain:
+                usage, finish, before = self.usage, self.finish_reason, len(out)
+                self._data(payload, out)
+                if self.usage is usage or self._frame_usage(usage_frames, finish, out, before):
+                    if self.error is None:
+                        frames.append(b"data: " + payload + b"\n\n")
+                if self._ended:
+                    break
+            if self._visible:
+                self._tick()
+            return frames, out
         try:
             items = self._sse.feed(data)
         except SSEError as exc:
             self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
             return [], out
-        frames: list[bytes] = []
         for item in items:
             if self._ended:
                 break
             if type(item) is not SSEEvent:
                 out.append(Keepalive(item.text))  # type: ignore[union-attr]
                 continue
-            before = len(out)
-            usage, finish = self.usage, self.finish_reason
+            usage, finish, before = self.usage, self.finish_reason, len(out)
             self._event(item, out)
             if self.error is not None:
                 continue  # an error is replaced by the caller's own frame
-            if (
-                not usage_frames
-                and self.usage is not usage
-                and self.finish_reason == finish
-                and all(type(ev) in _SILENT for ev in out[before:])
-            ):
+            if self.usage is not usage and not self._frame_usage(usage_frames, finish, out, before):
                 continue  # only usage, which the client did not ask for
             payload = item.data
             frames.append(
@@ -245,6 +263,17 @@ class ChatDecoder:
         if self._visible:
             self._tick()
         return frames, out
+
+    def _frame_usage(
+        self, usage_frames: bool, finish: str | None, out: list[Event], before: int
+    ) -> bool:
+        """Whether an event that brought usage is relayed: always when the client asked for
+        usage, else only when it brought something else too (a finish, something visible)."""
+        return (
+            usage_frames
+            or self.finish_reason != finish
+            or not all(type(ev) in _SILENT for ev in out[before:])
+        )
 
     def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:
         """Decode one already-framed SSE item (for callers that also need the raw frames)."""
@@ -331,6 +360,11 @@ class ChatDecoder:
     def _event(self, ev: SSEEvent, out: list[Event]) -> None:
         raise NotImplementedError
 
+    def _data(self, data: bytes, out: list[Event]) -> None:
+        """Decode one event of no name and one data line (`feed_plain`'s); a subclass that sets
+        `_plain_ok` decodes it as `_event` would."""
+        self._event(SSEEvent(data), out)
+
     def _cut(self, out: list[Event]) -> None:
         raise NotImplementedError
 
@@ -368,15 +402,20 @@ class StreamDecoder(ChatDecoder):
             out,
         )
 
+    _plain_ok = True
+
     def _event(self, ev: SSEEvent, out: list[Event]) -> None:
-        data = ev.data
         if ev.event == "error":
+            data = ev.data
             try:
                 payload = _any_decoder.decode(data)
             except msgspec.DecodeError:
                 payload = data.decode("utf-8", "replace")
             self._fail(classify_stream_error(payload, event="error"), out)
             return
+        self._data(ev.data, out)
+
+    def _data(self, data: bytes, out: list[Event]) -> None:
         if data == DONE_MARKER:
             self._done(out)
             return
