@@ -416,12 +416,50 @@ class StreamDecoder(ChatDecoder):
         self._data(ev.data, out)
 
     def _data(self, data: bytes, out: list[Event]) -> None:
-        if data == DONE_MARKER:
-            self._done(out)
-            return
-        chunk = self._chunk(_chunk_decoder, data, out)
-        if chunk is None:
-            return
+        try:
+            chunk = _chunk_decoder.decode(data)
+        except msgspec.DecodeError:
+            chunk = None  # `[DONE]`, or what `_chunk` reports
+        if chunk is None or chunk.error is not None:
+            if data == DONE_MARKER:
+                self._done(out)
+                return
+            chunk = self._chunk(_chunk_decoder, data, out)
+            if chunk is None:
+                return
+        choices = chunk.choices
+        if (
+            choices is not None
+            and len(choices) == 1
+            and chunk.usage is None
+            and self._role_sent
+            and self._think is None
+            and self.id
+            and not chunk.prompt_filter_results
+            and not chunk.prompt_annotations
+        ):
+            # The chunk almost every stream is made of: one choice of content, nothing else.
+            choice = choices[0]
+            delta = choice.delta
+            if (
+                delta is not None
+                and delta.content
+                and not choice.index
+                and delta.reasoning_content is None
+                and delta.reasoning is None
+                and delta.refusal is None
+                and delta.tool_calls is None
+                and not choice.content_filter_results
+            ):
+                out.append(TextDelta(delta.content))
+                self._visible += 1
+                if choice.finish_reason and self.finish_reason != "content_filter":
+                    self.finish_reason = choice.finish_reason
+                return
+        self._take(chunk, out)
+
+    def _take(self, chunk: _Chunk, out: list[Event]) -> None:
+        """One chunk's events and state, whatever it carries."""
         if chunk.prompt_filter_results or chunk.prompt_annotations:
             for entry in chunk.prompt_filter_results or chunk.prompt_annotations or ():
                 v = verdict(entry.get("content_filter_results"), "prompt")

@@ -11,20 +11,31 @@ import itertools
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svir.wire.decoder import StreamDecoder
+from svir.wire.decoder import DONE_MARKER, StreamDecoder, _chunk_decoder
 from svir.wire.errors import SSEError
+from svir.wire.events import Event
 from svir.wire.sse import SSEEvent, SSEParser
 
 enc = msgspec.json.encode
 
 
 class GeneralDecoder(StreamDecoder):
-    """The decoder with its fast path off: every read through `SSEParser.feed` and `_event`."""
+    """The decoder with its fast paths off: every read through `SSEParser.feed` and `_event`,
+    every chunk through `_take`."""
 
     _plain_ok = False
+
+    def _data(self, data: bytes, out: list[Event]) -> None:
+        if data == DONE_MARKER:
+            self._done(out)
+            return
+        chunk = self._chunk(_chunk_decoder, data, out)
+        if chunk is not None:
+            self._take(chunk, out)
 
 
 def _chunk(choice: dict[str, Any] | None = None, **extra: Any) -> bytes:
@@ -40,40 +51,67 @@ def _delta(**delta: Any) -> bytes:
 
 
 # The data of events a stream may carry: the common ones many times over, and the rest.
-payloads = st.sampled_from(
-    [
-        _delta(role="assistant", content=""),
-        _delta(content="hi"),
-        _delta(content=" there\u00e9"),
-        _delta(content="<think>a</think>b"),
-        _delta(content=""),
-        _delta(reasoning_content="r"),
-        _delta(reasoning="r", reasoning_content="r"),
-        _delta(refusal="no"),
-        _delta(tool_calls=[{"index": 0, "id": "t1", "function": {"name": "f", "arguments": ""}}]),
-        _delta(tool_calls=[{"index": 0, "function": {"arguments": '{"a":1}'}}]),
-        _delta(content="x", role="assistant"),
-        _chunk({"index": 1, "delta": {"content": "other choice"}}),
-        _chunk({"index": 0, "delta": {}, "finish_reason": "stop"}),
-        _chunk({"index": 0, "delta": {}, "finish_reason": "length"}),
-        _chunk(usage={"prompt_tokens": 3, "completion_tokens": 4}),
-        _chunk(
-            {"index": 0, "delta": {"content": "u"}, "finish_reason": "stop"},
-            usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
-        ),
-        _chunk({"index": 0, "content_filter_results": {"hate": {"filtered": True}}}),
-        _chunk(prompt_filter_results=[{"content_filter_results": {"sex": {"detected": True}}}]),
-        _chunk(error={"message": "boom", "code": 500}),
-        enc({"error": {"message": "overloaded", "type": "overloaded_error"}}),
-        b'{"choices": 3}',
-        b'{"error": "plain"}',
-        b"not json",
-        b"{}",
-        b"[1,2]",
-        b"",
-        b"[DONE]",
-    ]
-)
+# A chunk with no id (the first chunk may be one: the id comes later, or never).
+NO_ID = enc({"choices": [{"delta": {"content": "no id"}}]})
+PAYLOADS = [
+    _delta(role="assistant", content=""),
+    _delta(content="hi"),
+    _delta(content=" there\u00e9"),
+    _delta(content="<think>a</think>b"),
+    _delta(content=""),
+    _delta(reasoning_content="r"),
+    _delta(reasoning="r", reasoning_content="r"),
+    _delta(refusal="no"),
+    _delta(tool_calls=[{"index": 0, "id": "t1", "function": {"name": "f", "arguments": ""}}]),
+    _delta(tool_calls=[{"index": 0, "function": {"arguments": '{"a":1}'}}]),
+    _delta(content="x", role="assistant"),
+    # Content with something else: what the content-only fast path must leave to `_take`.
+    _delta(content="c", refusal="r"),
+    _delta(content="c", reasoning_content="r"),
+    _delta(content="c", reasoning="r"),
+    _delta(content="c", tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]),
+    _chunk({"index": 0, "delta": {"content": "c"}, "finish_reason": "stop"}),
+    _chunk({"index": 2, "delta": {"content": "c"}}),
+    _chunk(
+        {
+            "index": 0,
+            "delta": {"content": "c"},
+            "content_filter_results": {"x": {"detected": True}},
+        }
+    ),
+    _chunk({"index": 0, "delta": {"content": "c"}}, usage={"prompt_tokens": 5}),
+    _chunk(
+        {"index": 0, "delta": {"content": "c"}},
+        prompt_annotations=[{"content_filter_results": {"x": {"filtered": True}}}],
+    ),
+    _chunk({"index": 0, "delta": {"content": "c"}}, id="c2", model="m2"),
+    _chunk(
+        {"index": 0, "delta": {"content": "c"}},
+        prompt_filter_results=[{"content_filter_results": {"sex": {"filtered": True}}}],
+    ),
+    NO_ID,
+    enc({"choices": [{"delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]}),
+    _chunk({"index": 1, "delta": {"content": "other choice"}}),
+    _chunk({"index": 0, "delta": {}, "finish_reason": "stop"}),
+    _chunk({"index": 0, "delta": {}, "finish_reason": "length"}),
+    _chunk(usage={"prompt_tokens": 3, "completion_tokens": 4}),
+    _chunk(
+        {"index": 0, "delta": {"content": "u"}, "finish_reason": "stop"},
+        usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    ),
+    _chunk({"index": 0, "content_filter_results": {"hate": {"filtered": True}}}),
+    _chunk(prompt_filter_results=[{"content_filter_results": {"sex": {"detected": True}}}]),
+    _chunk(error={"message": "boom", "code": 500}),
+    enc({"error": {"message": "overloaded", "type": "overloaded_error"}}),
+    b'{"choices": 3}',
+    b'{"error": "plain"}',
+    b"not json",
+    b"{}",
+    b"[1,2]",
+    b"",
+    b"[DONE]",
+]
+payloads = st.sampled_from(PAYLOADS)
 # Events framed as they come: mostly one data line, sometimes what only `feed` takes.
 frames = st.one_of(
     payloads.map(lambda p: b"data: " + p + b"\n\n"),
@@ -220,3 +258,18 @@ class _Spy(SSEParser):
     def feed(self, chunk: bytes) -> list[Any]:
         self.general += 1
         return super().feed(chunk)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("first", [_delta(role="assistant"), _delta(content="a"), NO_ID])
+def test_each_chunk_mid_stream_decodes_as_the_general_path(payload: bytes, first: bytes) -> None:
+    # Every payload after a stream's start (the state the fast paths need), read by read.
+    reads = [b"data: " + p + b"\n\n" for p in (first, _delta(content="b"), payload)]
+    reads += [b"data: " + _delta(content="c") + b"\n\ndata: [DONE]\n\n"]
+    for usage_frames in (True, False):
+        fast, general = StreamDecoder(clock=_clock()), GeneralDecoder(clock=_clock())
+        for read in reads:
+            f_frames, f_events = fast.feed_frames(read, usage_frames)
+            g_frames, g_events = general.feed_frames(read, usage_frames)
+            assert (f_frames, _events(f_events)) == (g_frames, _events(g_events))
+            assert _state(fast) == _state(general)
