@@ -86,10 +86,11 @@ class _Usage(msgspec.Struct, gc=False):
     prompt_tokens_details: _TokenDetails | None = None
 
 
-class _Chunk(msgspec.Struct, gc=False):
-    id: str | None = None
-    model: str | None = None
-    created: int | float | None = None
+class _ChunkBody(msgspec.Struct, gc=False):
+    """A chunk without the stream's id, model and creation time, which the decoder takes from
+    the first chunk that has them: the chunks after it are decoded as this, and the three
+    skipped instead of made into objects every time."""
+
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
@@ -97,11 +98,18 @@ class _Chunk(msgspec.Struct, gc=False):
     prompt_annotations: list[dict[str, Any]] | None = None
 
 
+class _Chunk(_ChunkBody, gc=False):
+    id: str | None = None
+    model: str | None = None
+    created: int | float | None = None
+
+
 # A chunk as OpenAI's APIs stream it, for the other decoder of them: a text completion's
 # (svir.wire.completions), whose choices carry `text` where a chat's carry a `delta`.
 ChunkObject = _Chunk
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
+_body_decoder = msgspec.json.Decoder(_ChunkBody)
 _any_decoder = msgspec.json.Decoder()
 
 
@@ -416,8 +424,9 @@ class StreamDecoder(ChatDecoder):
         self._data(ev.data, out)
 
     def _data(self, data: bytes, out: list[Event]) -> None:
+        chunk: _ChunkBody | None
         try:
-            chunk = _chunk_decoder.decode(data)
+            chunk = (_body_decoder if self.id else _chunk_decoder).decode(data)
         except msgspec.DecodeError:
             chunk = None  # `[DONE]`, or what `_chunk` reports
         if chunk is None or chunk.error is not None:
@@ -458,7 +467,7 @@ class StreamDecoder(ChatDecoder):
                 return
         self._take(chunk, out)
 
-    def _take(self, chunk: _Chunk, out: list[Event]) -> None:
+    def _take(self, chunk: _ChunkBody, out: list[Event]) -> None:
         """One chunk's events and state, whatever it carries."""
         if chunk.prompt_filter_results or chunk.prompt_annotations:
             for entry in chunk.prompt_filter_results or chunk.prompt_annotations or ():
@@ -466,7 +475,7 @@ class StreamDecoder(ChatDecoder):
                 if v is not None:
                     self._blocked = self._blocked or v.filtered
                     out.append(v)
-        if chunk.id and not self.id:
+        if not self.id and type(chunk) is _Chunk and chunk.id:
             self.id = chunk.id
             self.model = chunk.model or ""
             self.created = int(chunk.created or 0)
