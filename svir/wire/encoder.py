@@ -39,6 +39,7 @@ _DONE = b"data: [DONE]\n\n"
 _KEEPALIVE = b": keepalive\n\n"
 _MID = b'},"finish_reason":null}]}\n\n'
 _DELTA_END = _MID[1:]
+_TEXT_END = b"}" + _DELTA_END
 
 
 def usage_dict(u: Usage) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def error_frame(message: str, type: str, code: str | None) -> bytes:
 class ChunkEncoder:
     """Encodes one response's events. Stateful: it tracks the role chunk and the stream's end."""
 
-    __slots__ = ("_delta_prefix", "_ended", "_head", "_role_sent", "include_usage")
+    __slots__ = ("_delta_prefix", "_ended", "_head", "_role_sent", "_text_prefix", "include_usage")
     # Each chunk's `object` (svir.wire.completions' encoder writes `text_completion`s).
     OBJECT: ClassVar[bytes] = b"chat.completion.chunk"
 
@@ -87,6 +88,8 @@ class ChunkEncoder:
             + b',"choices":'
         )
         self._delta_prefix = self._head + b'[{"index":0,"delta":'
+        # A piece of the answer, once per chunk of it: its frame is this, the text, _TEXT_END.
+        self._text_prefix = self._delta_prefix + b'{"content":'
         self._role_sent = False
         self._ended = False
 
@@ -101,7 +104,7 @@ class ChunkEncoder:
             return b""
         if isinstance(event, TextDelta):
             if self._role_sent:  # the common case, once per chunk of answer: no extra call
-                return self._delta_prefix + b'{"content":' + _enc(event.text) + b"}" + _DELTA_END
+                return self._text_prefix + _enc(event.text) + _TEXT_END
             return self._delta(b'{"content":' + _enc(event.text) + b"}")
         if isinstance(event, ReasoningDelta):
             return self._delta(b'{"reasoning_content":' + _enc(event.text) + b"}")
