@@ -359,6 +359,9 @@ _LLAMA_FINISH: Final[Mapping[str, str]] = {"limit": "length", "eos": "stop", "wo
 class _CompletionDecoder(ChatDecoder):
     """What both completion decoders share: the role before the first text, the end, the cut."""
 
+    # Plain `data:` events split in one pass (SSEParser.feed_plain), each decoded as `_event`.
+    _plain_ok = True
+
     def __init__(
         self,
         *,
