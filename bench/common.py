@@ -34,6 +34,7 @@ CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 OLLAMA_CHAT = "/api/chat"
+COMPLETIONS = "/v1/completions"
 STREAM_CHUNKS = 20
 JSON_HEADERS = {"Content-Type": "application/json"}
 INSTALL_WRK = (
@@ -122,6 +123,40 @@ def check_responses_stream(data: bytes, chunks: int) -> str | None:
         return f"not a whole Responses stream: {data[-200:]!r}"
     if names.count(b"response.output_text.delta") != chunks:
         return f"{names.count(b'response.output_text.delta')} text deltas, expected {chunks}"
+    return None
+
+
+def completions_body(model: str) -> bytes:
+    """A streamed OpenAI `/v1/completions` request with usage, the chat stream's prompt as text."""
+    req = {
+        "model": model,
+        "prompt": "Say hello in a few words.",
+        "max_tokens": 256,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return json.dumps(req, separators=(",", ":")).encode()
+
+
+def check_completions_stream(data: bytes, chunks: int) -> str | None:
+    """None if `data` is a whole `text_completion` stream: `chunks` pieces of text, one finish
+    (`stop`), one usage chunk counting `chunks` completion tokens, and `[DONE]` last."""
+    events = [line[6:] for line in data.split(b"\n") if line.startswith(b"data: ")]
+    if not events or events[-1] != b"[DONE]":
+        return f"stream does not end with [DONE]: {data[-200:]!r}"
+    docs = [json.loads(e) for e in events[:-1]]
+    if any(d.get("object") != "text_completion" for d in docs):
+        return f"not text_completion chunks: {data[:200]!r}"
+    choices = [c for d in docs for c in d.get("choices", [])]
+    texts = [c["text"] for c in choices if c.get("text")]
+    finish = [c["finish_reason"] for c in choices if c.get("finish_reason")]
+    usage = [d["usage"] for d in docs if d.get("usage")]
+    if len(texts) != chunks:
+        return f"{len(texts)} text chunks, expected {chunks}"
+    if finish != ["stop"] or len(usage) != 1:
+        return f"finish {finish}, {len(usage)} usage chunks"
+    if usage[0].get("completion_tokens") != chunks:
+        return f"usage {usage[0]}, expected {chunks} completion tokens"
     return None
 
 

@@ -11,11 +11,17 @@ and the ledger's work is part of a request's cost); not counted: time in the ker
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
-        [--responses]
+        [--responses] [--ollama] [--completions] [--relays] [--features]
 
-`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`, and
-`--responses` through OpenAI's `/v1/responses` (`store: false`; every tree compared must serve
-them).
+`--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`,
+`--responses` through OpenAI's `/v1/responses` (`store: false`), `--ollama` through Ollama's
+`/api/chat`, and `--completions` as a text completion through OpenAI's `/v1/completions` (the
+fake upstream answers it on its own `/v1/completions` with `text_completion` chunks); every tree
+compared must serve them.
+
+`--relays` also counts the reference relays of `bench.suite` (`bench.relay_asgi`: svir's server
+stack with no svir logic; `bench.relay_raw`: asyncio protocols only) on the same two requests, and
+prints each svir tree's distance to them in instructions (kernel time is in neither).
 
 `--features` measures this tree once per configuration of `FEATURES` instead (each feature off
 against the default `svir serve` runs, and the key check with a key issued and used), for the
@@ -45,10 +51,12 @@ from bench.common import (
     STREAM_CHUNKS,
     Child,
     check_completion,
+    check_completions_stream,
     check_messages_stream,
     check_ollama_stream,
     check_responses_stream,
     check_stream,
+    completions_body,
     describe,
     free_port,
     messages_body,
@@ -59,7 +67,7 @@ from bench.common import (
     start_fake_upstream,
     wait_healthy,
 )
-from bench.suite import BESIDE, SVIR_CONFIG
+from bench.suite import BESIDE, RELAYS, SVIR_CONFIG
 
 KINDS = {"json": ("fake/json", False), "stream": (f"fake/stream-{STREAM_CHUNKS}", True)}
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
@@ -92,6 +100,8 @@ def check(kind: str, data: bytes) -> str | None:
         return check_responses_stream(data, STREAM_CHUNKS)
     if kind == "ollama":
         return check_ollama_stream(data, STREAM_CHUNKS)
+    if kind == "completions":
+        return check_completions_stream(data, STREAM_CHUNKS)
     return check_stream(data, STREAM_CHUNKS)
 
 
@@ -161,20 +171,43 @@ def measure(
     headers: dict[str, str] = {}
     if feature.key_args is not None:
         headers["Authorization"] = f"Bearer {issue_key(src, config, feature.key_args)}"
+    argv = [sys.executable, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
+    argv += feature.serve_args
+    bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
+    builders = {
+        "messages": messages_body,
+        "responses": responses_body,
+        "ollama": ollama_body,
+        "completions": completions_body,
+    }
+    for kind in beside:
+        bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
+    return count_requests(
+        name, argv, port, src=src, tmp=tmp, bodies=bodies, headers=headers, requests=requests
+    )
+
+
+def count_requests(
+    name: str,
+    argv: list[str],
+    port: int,
+    *,
+    src: Path,
+    tmp: Path,
+    bodies: dict[str, bytes],
+    headers: dict[str, str],
+    requests: int,
+) -> dict[str, float]:
+    """Instructions per request of each kind of `bodies` (checked first), the server `argv`
+    listening on `port` run under callgrind."""
     out_dir = tmp / f"cg-{name}"
     out_dir.mkdir()
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
-    argv += [f"--callgrind-out-file={out_dir}/callgrind.out.%p"]
-    argv += [sys.executable, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
-    argv += feature.serve_args
-    child = Child(name, argv, tmp / f"{name}.log", env={"PYTHONPATH": str(src)}, cwd=src)
+    grind = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+    grind += [f"--callgrind-out-file={out_dir}/callgrind.out.%p"]
+    child = Child(name, grind + argv, tmp / f"{name}.log", env={"PYTHONPATH": str(src)}, cwd=src)
     try:
         wait_healthy(child, port, "/healthz", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        bodies = {kind: request_body(model, stream) for kind, (model, stream) in KINDS.items()}
-        builders = {"messages": messages_body, "responses": responses_body, "ollama": ollama_body}
-        for kind in beside:
-            bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
         paths = {kind: BESIDE.get(kind, CHAT) for kind in bodies}
         for _ in range(20):  # warm-up, and a check that the answers are right
             for kind, body in bodies.items():
@@ -202,6 +235,23 @@ def measure(
         child.stop()
 
 
+def measure_relay(
+    name: str, module: str, up_port: int, tmp: Path, requests: int
+) -> dict[str, float]:
+    """Instructions per request of a reference relay (bench.relay_asgi, bench.relay_raw): the
+    same non-streamed and streamed chat requests, forwarded to the same fake upstream."""
+    port = free_port()
+    argv = [sys.executable, "-m", module, "--upstream", f"127.0.0.1:{up_port}", "--port", str(port)]
+    # The fake upstream's own model names: a relay passes the body on as it is.
+    bodies = {
+        kind: request_body(model.removeprefix("fake/"), stream)
+        for kind, (model, stream) in KINDS.items()
+    }
+    return count_requests(
+        name, argv, port, src=ROOT, tmp=tmp, bodies=bodies, headers={}, requests=requests
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200)
@@ -209,8 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", action="store_true", help="also /v1/messages, streamed")
     parser.add_argument("--responses", action="store_true", help="also /v1/responses, streamed")
     parser.add_argument("--ollama", action="store_true", help="also /api/chat, streamed")
+    parser.add_argument("--completions", action="store_true", help="also /v1/completions, streamed")
     parser.add_argument(
         "--features", action="store_true", help="this tree once per configuration of FEATURES"
+    )
+    parser.add_argument(
+        "--relays", action="store_true", help="also the reference relays (bench.relay_asgi, raw)"
     )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -219,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="svir-instructions-"))
     upstream, up_port = start_fake_upstream(tmp / "upstream.log")
     rows: list[tuple[str, dict[str, float]]] = []
+    relays: list[tuple[str, dict[str, float]]] = []
     beside = tuple(kind for kind in BESIDE if getattr(args, kind))
     try:
         if args.features:
@@ -234,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} ({src}) under callgrind ...", flush=True)
             measured = measure(src.resolve(), name, up_port, tmp, args.requests, beside=beside)
             rows.append((name, measured))
+        if args.relays:
+            for name, module in RELAYS.items():
+                print(f"{name} ({module}) under callgrind ...", flush=True)
+                relay = measure_relay(name.replace(" ", "-"), module, up_port, tmp, args.requests)
+                relays.append((name, relay))
     finally:
         upstream.stop()
     print(f"\n{describe()}\n")
@@ -245,6 +305,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in rows:
         ratio = f"{r['json'] / base['json']:.3f}x / {r['stream'] / base['stream']:.3f}x"
         print(f"| {name} | {r['json']:,.0f} | {r['stream']:,.0f} | {ratio} |")
+    if relays:
+        print(
+            "\n| svir tree | "
+            + " | ".join(f"/ {name}, non-stream / stream" for name, _ in relays)
+            + " |"
+        )
+        print("|---|" + "---|" * len(relays))
+        for name, r in rows:
+            ratios = [
+                f"{r['json'] / x['json']:.2f}x / {r['stream'] / x['stream']:.2f}x"
+                for _, x in relays
+            ]
+            print(f"| {name} | " + " | ".join(ratios) + " |")
+        for name, x in relays:
+            print(
+                f"| ({name} itself: {x['json']:,.0f} / {x['stream']:,.0f}) |" + " |" * len(relays)
+            )
     for kind in beside:
         print(f"\n| svir tree | {BESIDE[kind]} stream (20 chunks) | vs its chat stream |")
         print("|---|---|---|")

@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream", required=True, help="HOST:PORT")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--keep-alive-timeout", type=float, default=5.0, help="uvicorn's timeout_keep_alive (s)"
+    )
     args = parser.parse_args(argv)
     up_host, _, up_port = args.upstream.rpartition(":")
     uvicorn.run(
@@ -184,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         access_log=False,
         log_level="warning",
         backlog=4096,
+        timeout_keep_alive=args.keep_alive_timeout,
     )
 
 

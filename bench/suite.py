@@ -31,7 +31,9 @@ Figures, per target:
    the chat stream inside each round; req/s and CPU µs per request of both, and their ratio; with
    `--responses`, the same through OpenAI's `/v1/responses` (`store: false`; checked whole:
    response.created ... response.completed, 20 text deltas); with `--ollama`, through Ollama's
-   `/api/chat` (NDJSON, checked whole);
+   `/api/chat` (NDJSON, checked whole); with `--completions`, as a text completion through
+   `/v1/completions` (the upstream's own `/v1/completions`, `text_completion` chunks; checked
+   whole: 20 pieces of text, the finish, usage, `[DONE]`);
 5. svir only: 5,000 concurrent open streams against a slow-drip upstream (asyncio client; RSS per
    stream = (RSS with the streams open - idle) / N; every stream must end whole), and the peak RSS
    of one request carrying a 50 MiB image.
@@ -66,6 +68,7 @@ from pathlib import Path
 
 from bench.common import (
     CHAT,
+    COMPLETIONS,
     INSTALL_WRK,
     MESSAGES,
     OLLAMA_CHAT,
@@ -76,10 +79,12 @@ from bench.common import (
     RssResult,
     WrkRun,
     check_completion,
+    check_completions_stream,
     check_messages_stream,
     check_ollama_stream,
     check_responses_stream,
     check_stream,
+    completions_body,
     describe,
     free_port,
     messages_body,
@@ -97,12 +102,18 @@ from bench.common import (
     wait_healthy,
     write_lua,
 )
+from svir.config import ServerConfig
 
 PEERS_DIR = ROOT / "bench" / ".peers"
 PEERS = ("nginx", "portkey", "litellm")
 STREAM_MODEL = f"stream-{STREAM_CHUNKS}"
 # The other front ends' streams measured beside the chat stream: kind -> path.
-BESIDE = {"messages": MESSAGES, "responses": RESPONSES, "ollama": OLLAMA_CHAT}
+BESIDE = {
+    "messages": MESSAGES,
+    "responses": RESPONSES,
+    "ollama": OLLAMA_CHAT,
+    "completions": COMPLETIONS,
+}
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
@@ -181,6 +192,8 @@ class Target:
             return responses_body(self.models["stream"])
         if kind == "ollama":
             return ollama_body(self.models["stream"])
+        if kind == "completions":
+            return completions_body(self.models["stream"])
         return request_body(self.models[kind], kind == "stream")
 
     def path(self, kind: str) -> str:
@@ -274,20 +287,23 @@ def start_svir(  # noqa: PLR0917
     server: str = "uvicorn",
     python: str | None = None,
     max_connections: int = 1000,
+    keep_alive_timeout: float | None = None,
 ) -> Target:
     """`svir serve` as configured by SVIR_CONFIG; `max_connections` above the open streams the
-    run holds (the default cap, 1,000, would refuse the rest)."""
+    run holds (the default cap, 1,000, would refuse the rest); `keep_alive_timeout` instead of
+    the default one (5 s), to hold idle connections longer."""
     port = free_port()
     config = tmp / "svir.toml"
-    config.write_text(
-        SVIR_CONFIG.format(
-            upstream=up_port,
-            slow=slow_port,
-            max_body=max_body,
-            tmp=tmp,
-            max_connections=max_connections,
-        )
+    text = SVIR_CONFIG.format(
+        upstream=up_port,
+        slow=slow_port,
+        max_body=max_body,
+        tmp=tmp,
+        max_connections=max_connections,
     )
+    if keep_alive_timeout is not None:
+        text = text.replace("[server]\n", f"[server]\nkeep_alive_timeout = {keep_alive_timeout}\n")
+    config.write_text(text)
     py = python or sys.executable
     argv = [py, "-m", "svir", "serve", "--config", str(config), "--port", str(port)]
     if workers > 1:
@@ -324,11 +340,16 @@ def svir_python(version: str) -> str:
 RELAYS = {"relay asgi": "bench.relay_asgi", "relay raw": "bench.relay_raw"}
 
 
-def start_relay(tmp: Path, name: str, up_port: int) -> Target:
-    """One of the reference relays (`RELAYS`) in front of the fake upstream."""
+def start_relay(
+    tmp: Path, name: str, up_port: int, keep_alive_timeout: float | None = None
+) -> Target:
+    """One of the reference relays (`RELAYS`) in front of the fake upstream (the ASGI one with
+    uvicorn's `timeout_keep_alive` of `keep_alive_timeout` if given)."""
     port = free_port()
     argv = [sys.executable, "-m", RELAYS[name], "--upstream", f"127.0.0.1:{up_port}"]
     argv += ["--port", str(port)]
+    if keep_alive_timeout is not None:
+        argv += ["--keep-alive-timeout", f"{keep_alive_timeout:g}"]
     child = Child(name, argv, tmp / f"{name.replace(' ', '-')}.log")
     wait_healthy(child, port, "/healthz")
     return Target(name, child, port, {"json": "json", "stream": STREAM_MODEL})
@@ -399,6 +420,8 @@ def check_target(t: Target) -> list[str]:
             problem = check_responses_stream(data, STREAM_CHUNKS)
         elif kind == "ollama":
             problem = check_ollama_stream(data, STREAM_CHUNKS)
+        elif kind == "completions":
+            problem = check_completions_stream(data, STREAM_CHUNKS)
         elif kind == "stream":
             problem = check_stream(data, STREAM_CHUNKS)
         else:
@@ -524,6 +547,179 @@ async def open_streams(svir: Child, port: int, n: int, chunks: int, batch: int) 
     results = await asyncio.gather(*tasks)
     errors = collections.Counter(r for r in results if r is not None)
     return StreamsResult(n, opened_s, idle, held, errors, sum(r is None for r in results))
+
+
+# ---------------------------------------------------------------------------------------------
+# Many idle keep-alive connections
+
+
+@dataclass
+class IdleResult:
+    """N keep-alive connections, each having had one answer, held idle; RSS of the server."""
+
+    n: int
+    held: int  # connections that got their answer whole and were held
+    opened_s: float
+    idle: int  # RSS before they were opened
+    with_held: int  # RSS while they are held
+    after: int  # RSS once the client closed them
+    errors: collections.Counter[str]
+    closed_by_server: int  # of the held ones, closed by the server when measured
+    probe_ms: float
+    probe_problem: str | None
+
+    @property
+    def per_connection(self) -> float:
+        return (self.with_held - self.idle) / max(1, self.held)
+
+
+IdleConn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 response: its status and body (by Content-Length, or chunked)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if b"content-length" in fields:
+        return status, await reader.readexactly(int(fields[b"content-length"]))
+    if fields.get(b"transfer-encoding", b"").lower() != b"chunked":
+        raise ValueError(f"neither Content-Length nor chunked: {head!r}")
+    parts = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        data = await reader.readexactly(size + 2)  # and the CRLF that ends it
+        if size == 0:
+            return status, b"".join(parts)
+        parts.append(data[:-2])
+
+
+async def _idle_one(port: int, request: bytes, gate: asyncio.Semaphore) -> IdleConn | str:
+    """A connection to `port` with `request` answered on it (checked), left open; or what went
+    wrong."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        return f"connect: {type(exc).__name__}"
+    try:
+        async with gate:
+            writer.write(request)
+            status, body = await _read_response(reader)
+    except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
+        writer.close()
+        return type(exc).__name__
+    problem = check_completion(body) if status == 200 else f"status {status}"
+    if problem:
+        writer.close()
+        return problem
+    return reader, writer
+
+
+def idle_request(model: str) -> bytes:
+    """A keep-alive POST of a non-streamed chat request for `model`."""
+    body = request_body(model, False)
+    head = (
+        f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _open_idle(
+    port: int, request: bytes, n: int, batch: int, errors: collections.Counter[str]
+) -> list[IdleConn]:
+    """`n` connections opened `batch` at a time, each with one answer (64 requests at a time)."""
+    gate = asyncio.Semaphore(64)
+    held: list[IdleConn] = []
+    for i in range(0, n, batch):
+        got = await asyncio.gather(
+            *(_idle_one(port, request, gate) for _ in range(min(batch, n - i)))
+        )
+        for r in got:
+            if isinstance(r, str):
+                errors[r] += 1
+            else:
+                held.append(r)
+    return held
+
+
+async def _close_all(conns: list[IdleConn]) -> None:
+    for _, writer in conns:
+        writer.close()
+    await asyncio.sleep(0.5)
+
+
+def _closed_by_server(conns: list[IdleConn]) -> int:
+    """How many of `conns` the server has closed (their reader saw the end)."""
+    return sum(reader.at_eof() or writer.is_closing() for reader, writer in conns)
+
+
+async def hold_idle(child: Child, port: int, model: str, n: int, batch: int = 250) -> IdleResult:
+    """`n` keep-alive connections to the server on `port`, one non-streamed chat request answered
+    on each, then held idle: the server's RSS before, while they are held and once they are
+    closed, and one new request answered (and timed) while they are held. A first batch, closed
+    again before the idle RSS is read, grows the server's upstream pool to what the run needs."""
+    request = idle_request(model)
+    warm: collections.Counter[str] = collections.Counter()
+    await _close_all(await _open_idle(port, request, batch, batch, warm))
+    idle = settle_rss(child, 1.0)
+    errors: collections.Counter[str] = collections.Counter()
+    t0 = time.perf_counter()
+    conns = await _open_idle(port, request, n, batch, errors)
+    opened_s = time.perf_counter() - t0
+    await asyncio.sleep(1.0)
+    with_held = settle_rss(child, 1.0)
+    # A new client while they are held: served, and how soon.
+    gate = asyncio.Semaphore(1)
+    t0 = time.perf_counter()
+    probe = await _idle_one(port, request, gate)
+    probe_ms = (time.perf_counter() - t0) * 1000
+    probe_problem = probe if isinstance(probe, str) else None
+    if not isinstance(probe, str):
+        conns.append(probe)
+    await asyncio.sleep(0.2)
+    closed = _closed_by_server(conns)
+    await _close_all(conns)
+    after = settle_rss(child, 1.0)
+    held = len(conns) - (0 if probe_problem else 1)
+    return IdleResult(
+        n, held, opened_s, idle, with_held, after, errors, closed, probe_ms, probe_problem
+    )
+
+
+@dataclass
+class ExpiryResult:
+    """Rounds of N keep-alive connections left idle past the server's keep-alive timeout."""
+
+    n: int
+    timeout: float
+    idle: int
+    held: list[int] = field(default_factory=list)  # answered, per round
+    closed_by_server: list[int] = field(default_factory=list)  # per round
+    after: list[int] = field(default_factory=list)  # RSS after each round
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+async def expire_idle(  # noqa: PLR0917
+    child: Child, port: int, model: str, n: int, timeout: float, rounds: int = 2, batch: int = 250
+) -> ExpiryResult:
+    """`rounds` times: `n` connections as `hold_idle` opens them, left alone until `timeout`
+    (+ 2 s) after the last was answered; how many the server closed itself, and its RSS then (a
+    second round that ends where the first did: the memory is reused, not grown)."""
+    request = idle_request(model)
+    result = ExpiryResult(n, timeout, settle_rss(child, 1.0))
+    for _ in range(rounds):
+        conns = await _open_idle(port, request, n, batch, result.errors)
+        await asyncio.sleep(timeout + 2.0)
+        result.held.append(len(conns))
+        result.closed_by_server.append(_closed_by_server(conns))
+        result.after.append(settle_rss(child, 1.0))
+        await _close_all(conns)
+    return result
 
 
 def raise_nofile(want: int) -> int:
@@ -707,6 +903,35 @@ def streams_lines(r: StreamsResult) -> list[str]:
     ]
 
 
+def idle_lines(name: str, r: IdleResult, timeout: float) -> list[str]:
+    errs = ", ".join(f"{k}: {v}" for k, v in r.errors.most_common(5)) or "none"
+    probe = r.probe_problem or f"answered in {r.probe_ms:.1f} ms"
+    return [
+        f"- {name} (keep_alive_timeout {timeout:g} s): {r.held:,} of {r.n:,} connections held"
+        f" after one answer each, opened in {r.opened_s:.1f} s (errors: {errs});"
+        f" {r.closed_by_server:,} closed by the server while held",
+        f"- RSS idle {mib(r.idle)}, with them held {mib(r.with_held)}:"
+        f" **{r.per_connection / 1024:.1f} KiB per idle connection**; once closed by the client"
+        f" {mib(r.after)}",
+        f"- a new request while they were held: {probe}",
+    ]
+
+
+def expiry_lines(name: str, r: ExpiryResult) -> list[str]:
+    errs = ", ".join(f"{k}: {v}" for k, v in r.errors.most_common(5)) or "none"
+    rounds = "; ".join(
+        f"round {i + 1}: **{closed:,} of {held:,} closed by {name}**, RSS {mib(rss)}"
+        for i, (held, closed, rss) in enumerate(
+            zip(r.held, r.closed_by_server, r.after, strict=True)
+        )
+    )
+    return [
+        f"- {name} as configured (keep_alive_timeout {r.timeout:g} s), {len(r.held)} rounds of"
+        f" {r.n:,} connections answered once each (errors: {errs}) then left idle, counted"
+        f" {r.timeout + 2:g} s after the last answer: RSS {mib(r.idle)} before; {rounds}",
+    ]
+
+
 def rss_lines(r: RssResult) -> list[str]:
     peak = max(r.peak_sampled, r.peak_hwm or 0)
     return [
@@ -731,6 +956,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--litellm-workers", default="1,2")
     parser.add_argument("--streams", type=int, default=5000, help="0: skip the open streams")
     parser.add_argument("--image-mib", type=float, default=50.0, help="0: skip the large image")
+    parser.add_argument(
+        "--idle-connections",
+        type=int,
+        default=0,
+        help="N keep-alive connections held idle after one answer each (svir, relay asgi)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="keep_alive_timeout (s) of the svir and relay holding the idle connections",
+    )
     parser.add_argument("--profile", type=Path, help="py-spy raw stacks of svir, streamed load")
     parser.add_argument(
         "--svir-src", type=Path, help="run svir from this source tree (default: this one)"
@@ -750,6 +987,11 @@ def main(argv: list[str] | None = None) -> int:
         "--ollama",
         action="store_true",
         help="svir targets: also the streamed /api/chat (NDJSON) beside the chat stream",
+    )
+    parser.add_argument(
+        "--completions",
+        action="store_true",
+        help="svir targets: also the streamed /v1/completions beside the chat stream",
     )
     parser.add_argument(
         "--responses",
@@ -775,17 +1017,20 @@ def main(argv: list[str] | None = None) -> int:
     for p in peers:
         if p not in PEERS:
             parser.error(f"unknown peer {p!r} (known: {', '.join(PEERS)}; Bifrost cannot run here)")
-    if shutil.which("wrk") is None:
+    if args.runs and shutil.which("wrk") is None:
         print(INSTALL_WRK, file=sys.stderr)
         return 2
+    if args.profile and not args.runs:
+        parser.error("--profile needs --runs of 1 or more")
     for p in peers:
         install_peer(p)
-    nofile = raise_nofile(4 * args.streams + 4096)  # inherited by every child started below
+    # Inherited by every child started below; the idle connections' ends are in two processes.
+    nofile = raise_nofile(max(4 * args.streams, args.idle_connections) + 4096)
 
     what = describe()
     tmp = Path(tempfile.mkdtemp(prefix="svir-suite-"))
     image_bytes = int(args.image_mib * 2**20)
-    max_connections = max(1000, args.streams + 1000)
+    max_connections = max(1000, args.streams, args.idle_connections) + 1000
     max_body = max(64 << 20, 2 * image_bytes)
     children: list[Child] = []
     out: list[str] = []
@@ -858,53 +1103,60 @@ def main(argv: list[str] | None = None) -> int:
             t.idle_rss = settle_rss(t.child)
 
         luas: dict[tuple[str, str], Path] = {}
-        for t in [direct, *targets]:
-            for kind in t.kinds:
-                lua = tmp / f"{t.name.replace(' ', '-')}-{kind}.lua"
-                write_lua(lua, t.body(kind), t.headers_for(kind))
-                luas[(t.name, kind)] = lua
-        print("warm-up ...", flush=True)
-        for t in [direct, *targets]:
-            for kind in t.kinds:
-                run_wrk(
-                    t.port, luas[(t.name, kind)], 2, connections=32, threads=1, path=t.path(kind)
-                )
-        wrk32: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
-        wrk16: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
-        for i in range(args.runs):
+        if args.runs:  # 0: the memory figures alone
             for t in [direct, *targets]:
-                watched = {"upstream": upstream} if t is direct else {"target": t.child}
-                if t is not direct:
-                    watched["upstream"] = upstream
                 for kind in t.kinds:
-                    # The other front ends' streams are compared at c=32 only (their c=16 p99 is
-                    # not reported).
-                    levels = ((32, wrk32),) if kind in BESIDE else ((32, wrk32), (16, wrk16))
-                    for conns, store in levels:
-                        dur = args.duration if conns == 32 else max(3.0, args.duration / 2)
-                        run = run_wrk(
-                            t.port, luas[(t.name, kind)], dur, connections=conns,
-                            threads=1, watched=watched, path=t.path(kind),
-                        )  # fmt: skip
-                        store[(t.name, kind)].append(run)
-                        bad = f"  {run.non2xx} non-2xx, {run.errors} socket errors"
-                        print(
-                            f"  run {i + 1}/{args.runs} c={conns} {t.name:12} {kind:8}"
-                            f" {run.rps:10,.1f} req/s p99 {run.p99_ms:8.2f} ms"
-                            + (bad if run.non2xx or run.errors else ""),
-                            flush=True,
-                        )
-                        if run.non2xx:
-                            failed = True
-        print(
-            f"added latency: up to {args.probe_requests} sequential requests each ...", flush=True
-        )
-        lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
-        out += report(targets, direct, wrk32, wrk16, lat, args)
-        out += relay_lines(targets, wrk32)
-        for kind in BESIDE:
-            if getattr(args, kind):
-                out += beside_lines(targets, wrk32, kind)
+                    lua = tmp / f"{t.name.replace(' ', '-')}-{kind}.lua"
+                    write_lua(lua, t.body(kind), t.headers_for(kind))
+                    luas[(t.name, kind)] = lua
+            print("warm-up ...", flush=True)
+            for t in [direct, *targets]:
+                for kind in t.kinds:
+                    run_wrk(
+                        t.port,
+                        luas[(t.name, kind)],
+                        2,
+                        connections=32,
+                        threads=1,
+                        path=t.path(kind),
+                    )
+            wrk32: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
+            wrk16: dict[tuple[str, str], list[WrkRun]] = collections.defaultdict(list)
+            for i in range(args.runs):
+                for t in [direct, *targets]:
+                    watched = {"upstream": upstream} if t is direct else {"target": t.child}
+                    if t is not direct:
+                        watched["upstream"] = upstream
+                    for kind in t.kinds:
+                        # The other front ends' streams are compared at c=32 only (their c=16 p99 is
+                        # not reported).
+                        levels = ((32, wrk32),) if kind in BESIDE else ((32, wrk32), (16, wrk16))
+                        for conns, store in levels:
+                            dur = args.duration if conns == 32 else max(3.0, args.duration / 2)
+                            run = run_wrk(
+                                t.port, luas[(t.name, kind)], dur, connections=conns,
+                                threads=1, watched=watched, path=t.path(kind),
+                            )  # fmt: skip
+                            store[(t.name, kind)].append(run)
+                            bad = f"  {run.non2xx} non-2xx, {run.errors} socket errors"
+                            print(
+                                f"  run {i + 1}/{args.runs} c={conns} {t.name:12} {kind:8}"
+                                f" {run.rps:10,.1f} req/s p99 {run.p99_ms:8.2f} ms"
+                                + (bad if run.non2xx or run.errors else ""),
+                                flush=True,
+                            )
+                            if run.non2xx:
+                                failed = True
+            print(
+                f"added latency: up to {args.probe_requests} sequential requests each ...",
+                flush=True,
+            )
+            lat = latency_probe(targets, direct, args.probe_requests, args.probe_budget)
+            out += report(targets, direct, wrk32, wrk16, lat, args)
+            out += relay_lines(targets, wrk32)
+            for kind in BESIDE:
+                if getattr(args, kind):
+                    out += beside_lines(targets, wrk32, kind)
 
         svir = targets[0]
         if args.streams:
@@ -924,6 +1176,50 @@ def main(argv: list[str] | None = None) -> int:
             rss = rss_probe(svir.child, svir.port, image_bytes)
             out += ["", f"Peak RSS of svir, one request with a {args.image_mib:g} MiB image:", ""]
             out += rss_lines(rss)
+        if args.idle_connections:
+            n = args.idle_connections
+            out += [
+                "",
+                f"{n:,} idle keep-alive connections (each after one non-streamed chat answer):",
+                "",
+            ]
+            held_for = args.idle_timeout
+            print(
+                f"{n} idle connections, svir with keep_alive_timeout {held_for:g} s"
+                f" (RLIMIT_NOFILE {nofile}) ...",
+                flush=True,
+            )
+            tmp_idle = tmp / "idle"
+            tmp_idle.mkdir()
+            held = start_svir(
+                tmp_idle, "svir idle", up_port, slow_port, max_body, 1, args.svir_src,
+                max_connections=max_connections, keep_alive_timeout=held_for,
+            )  # fmt: skip
+            children.append(held.child)
+            ir = uvloop_run(hold_idle(held.child, held.port, held.models["json"], n))
+            held.child.stop()
+            out += idle_lines("svir", ir, held_for)
+            failed = failed or bool(ir.errors) or ir.probe_problem is not None
+            failed = failed or ir.closed_by_server > 0
+            if not args.no_relays:
+                print(f"{n} idle connections, relay asgi ...", flush=True)
+                relay = start_relay(tmp_idle, "relay asgi", up_port, held_for)
+                children.append(relay.child)
+                rr = uvloop_run(hold_idle(relay.child, relay.port, relay.models["json"], n))
+                relay.child.stop()
+                out += idle_lines("relay asgi", rr, held_for)
+                if rr.per_connection:
+                    out.append(
+                        f"- svir / relay asgi, memory per idle connection:"
+                        f" {ir.per_connection / rr.per_connection:.2f}x"
+                    )
+            timeout = ServerConfig().keep_alive_timeout
+            print(f"{n} idle connections left to svir's keep-alive timeout ...", flush=True)
+            er = uvloop_run(
+                expire_idle(svir.child, svir.port, svir.models["json"], n, timeout=timeout)
+            )
+            out += expiry_lines("svir", er)
+            failed = failed or er.closed_by_server != er.held or bool(er.errors)
         if args.profile:
             print("py-spy: svir under the streamed load ...", flush=True)
             profile(

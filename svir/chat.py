@@ -61,7 +61,9 @@ from svir.wire.sse import encode_data
 
 _encode = msgspec.json.encode
 # Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
-_SILENT = (Role, Keepalive, ContentFilter)
+# Sets of exact types (the event types are final): a failing isinstance against a msgspec Struct
+# class costs several times a set lookup, and these run for every event.
+_SILENT: Final = frozenset({Role, Keepalive, ContentFilter})
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +177,12 @@ class StreamGuard(Protocol):
     def check(self, events: list[Event]) -> Awaitable[Cut | None] | None: ...
 
 
-_VISIBLE = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta)
+_VISIBLE: Final = frozenset({TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta})
 
 
 def visible_count(events: list[Event]) -> int:
     """How many pieces of the answer a batch shows the client (each one chunk on the wire)."""
-    return sum(1 for ev in events if isinstance(ev, _VISIBLE))
+    return sum(1 for ev in events if type(ev) in _VISIBLE)
 
 
 def _first_visible(events: list[Event], keep: int) -> list[Event]:
@@ -188,7 +190,7 @@ def _first_visible(events: list[Event], keep: int) -> list[Event]:
     out: list[Event] = []
     seen = 0
     for ev in events:
-        if isinstance(ev, _VISIBLE):
+        if type(ev) in _VISIBLE:
             if seen >= keep:
                 break
             seen += 1
@@ -337,7 +339,7 @@ class ChatCall:
             else answer_transform(route.kind, route.provider.response_format, request)
         )
         self._resp: StreamResponse | None = None
-        self._source: AsyncIterator[Batch] | None = None
+        self._body_read = False  # the upstream's answer has given its last batch
         self._primed: list[Batch] = []
         # Set by the policy for a streamed request with a commit deadline: takes the upstream's
         # keep-alives read before the first output (a prompt's progress), instead of holding them.
@@ -509,26 +511,25 @@ class ChatCall:
         await self._prime()
 
     async def _prime(self) -> None:
-        self._source = self._batches()
         tell = self.keepalive_to
-        async for frames, events in self._source:
+        while (batch := await self._read_batch()) is not None:
+            frames, events = batch
             if tell is not None and any(type(ev) is Keepalive for ev in events):
                 for ev in events:
                     if type(ev) is Keepalive:
                         tell(ev.comment)
-                events = [ev for ev in events if type(ev) is not Keepalive]  # noqa: PLW2901
+                events = [ev for ev in events if type(ev) is not Keepalive]
                 if not events and not frames:
                     continue
             self._primed.append((frames, events))
             for ev in events:
-                if isinstance(ev, StreamError):
+                if type(ev) is StreamError:
                     self._raise(ev.error)
-                if not isinstance(ev, _SILENT):
+                if type(ev) not in _SILENT:
                     return
 
     def _start_output(self) -> None:
         assert self.state is _PRIMED, f"the output of a call {self.state.value}"
-        assert self._source is not None
         self.state = _STREAMING
 
     async def _next_batch(self) -> Batch | None:
@@ -541,11 +542,10 @@ class ChatCall:
         if self._primed:
             batch = self._primed.pop(0)
         else:
-            assert self._source is not None
-            try:
-                batch = await self._source.__anext__()
-            except StopAsyncIteration:
+            read = await self._read_batch()
+            if read is None:
                 return None
+            batch = read
         if self._guard is not None or _ends_in_error(batch):
             batch = await self._vetted(batch)
         return batch
@@ -570,46 +570,44 @@ class ChatCall:
                     return kept, [*_first_visible(events, cut.keep), StreamError(cut.error)]
         return frames, events
 
-    async def events(self) -> AsyncIterator[list[Event]]:
+    def events(self) -> EventBatches:
         """The events in batches as bytes arrive; the last batch ends the stream (with `Done`
         or a `StreamError`). For front ends that speak another protocol."""
-        self._start_output()
-        try:
-            while (batch := await self._next_batch()) is not None:
-                yield batch[1]
-        finally:
-            self.close()
+        return EventBatches(self)
 
-    async def _batches(self) -> AsyncIterator[Batch]:
-        """(raw frames, events) as bytes arrive; raw frames are kept in relay mode only."""
-        assert self._resp is not None
+    async def _read_batch(self) -> Batch | None:
+        """The next (raw frames, events) as bytes arrive (raw frames in relay mode only); None
+        after the last. A coroutine over the response's `read`, not a generator: each async
+        generator costs a request its registration with the loop and its closing."""
+        if self._body_read:
+            return None
+        resp = self._resp
+        assert resp is not None
         decoder = self._decoder
         transform = self._transform
-        relay = self.relay_mode
-        include_usage = self.include_usage
-        # Closed here when the answer ends before the body does: an async generator left to the
-        # garbage collector is closed by a task the event loop schedules through a self-pipe
-        # write (a system call, a loop turn and a task per request).
-        body = self._resp.iter_bytes()
+        frames: list[bytes] = []
         try:
-            async for data in body:
-                if relay:
-                    frames, events = decoder.feed_frames(data, include_usage)
+            while True:
+                data = await resp.read()
+                if not data:
+                    self._body_read = True
+                    events = decoder.close()
+                    return [], transform(events) if transform is not None else events
+                if self.relay_mode:
+                    frames, events = decoder.feed_frames(data, self.include_usage)
                 else:
                     events = decoder.feed(data)
-                    frames = []
                 if transform is not None:
                     events = transform(events)
-                if events or frames:
-                    yield frames, events
                 if decoder.error is not None or decoder.complete:
-                    return
-            events = decoder.close()
-            yield [], transform(events) if transform is not None else events
+                    # The answer ended before the body did: what is left of it is not read.
+                    self._body_read = True
+                    return (frames, events) if events or frames else None
+                if events or frames:
+                    return frames, events
         except UpstreamError as exc:
-            yield [], decoder.fail(exc)
-        finally:
-            await body.aclose()
+            self._body_read = True
+            return [], decoder.fail(exc)
 
     def close(self) -> None:
         """Let go of the upstream response (its connection kept for the next request when the
@@ -657,7 +655,7 @@ class ChatCall:
             try:
                 while (batch := await self._next_batch()) is not None:
                     frames, events = batch
-                    if events and isinstance(events[-1], StreamError):
+                    if events and type(events[-1]) is StreamError:
                         frames.append(_error_frame(events[-1].error))
                     if frames:
                         yield b"".join(frames)
@@ -690,7 +688,7 @@ class ChatCall:
         try:
             while (batch := await self._next_batch()) is not None:
                 for ev in batch[1]:
-                    if isinstance(ev, StreamError):
+                    if type(ev) is StreamError:
                         raise GatewayError(to_client_error(ev.error), ev.error)
                     agg.add(ev)
         finally:
@@ -702,6 +700,42 @@ class ChatCall:
 
     def _answer_id(self) -> str:
         return ("cmpl-" + unique_id()) if self.completion else completion_id()
+
+
+class EventBatches:
+    """A chat call's output as batches of events (`ChatCall.events`): the output starts at the
+    first `__anext__`, and the call is closed when the batches end, fail, or `aclose` is called
+    after they started, as an async generator's `finally` would. An async iterator, not an
+    async generator: each of those costs a stream its registration with the event loop and
+    its closing."""
+
+    __slots__ = ("_call", "_started")
+
+    def __init__(self, call: ChatCall) -> None:
+        self._call = call
+        self._started = False
+
+    def __aiter__(self) -> EventBatches:
+        return self
+
+    async def __anext__(self) -> list[Event]:
+        call = self._call
+        if not self._started:
+            self._started = True
+            call._start_output()
+        try:
+            batch = await call._next_batch()
+        except BaseException:
+            call.close()
+            raise
+        if batch is None:
+            call.close()
+            raise StopAsyncIteration
+        return batch[1]
+
+    async def aclose(self) -> None:
+        if self._started:
+            self._call.close()
 
 
 # The failures whose own words do not say where they happened: the connection's, the time's and

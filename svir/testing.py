@@ -201,16 +201,17 @@ class MockStream:
         self.closed = False
         self.finished = False
 
-    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
-        while True:
+    async def read(self) -> bytes:
+        data = b""
+        while not data:  # a scripted empty chunk is not the body's end
             try:
                 async with asyncio.timeout(self._idle):
                     data = await anext(self._chunks)
             except StopAsyncIteration:
-                return
+                return b""
             except TimeoutError:
                 raise idle_timeout(self._idle) from None
-            yield data
+        return data
 
     def close(self) -> None:
         self.closed = True

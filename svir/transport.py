@@ -11,7 +11,7 @@ client does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from svir.config import Timeouts
@@ -108,8 +108,10 @@ class StreamResponse(Protocol):
     status: int
     headers: Mapping[str, str]
 
-    def iter_bytes(self) -> AsyncGenerator[bytes, None]:
-        """The body's bytes as they come; a classified UpstreamError on a timeout or a break."""
+    async def read(self) -> bytes:
+        """The body's next bytes as they come, b"" at its end; a classified UpstreamError on a
+        timeout or a break. A method, not an async generator: each generator costs a request
+        its registration with the event loop and its closing."""
         ...
 
     def close(self) -> None:

@@ -738,7 +738,7 @@ async def play(
     )
     data = b""
     try:
-        async for piece in stream.iter_bytes():
+        while piece := await stream.read():
             data += piece
     finally:
         stream.close()

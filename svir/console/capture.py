@@ -18,7 +18,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
@@ -146,15 +146,10 @@ class _TeeResponse:
         self.status = resp.status
         self.headers: Mapping[str, str] = resp.headers
 
-    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
-        body = self._resp.iter_bytes()
-        add = self._pane.add
-        try:
-            async for data in body:
-                add(data)
-                yield data
-        finally:
-            await body.aclose()
+    async def read(self) -> bytes:
+        data = await self._resp.read()
+        self._pane.add(data)
+        return data
 
     def close(self) -> None:
         self._resp.close()

@@ -223,6 +223,9 @@ class App:
                     log.exception("request guard failed after the request")
             log_request(fields, rid)
             request_id_var.reset(token)
+            # uvicorn keeps a connection's last scope until its next request: not the call's
+            # context and what it reaches (1 KB an idle connection).
+            scope.pop(CALL_CONTEXT, None)
 
     async def healthz(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from svir.config import Timeouts
@@ -101,51 +101,62 @@ class _Deadline:
 class UpstreamResponse:
     """An open, successful streamed response."""
 
-    __slots__ = ("_idle", "_resp", "headers", "status")
+    __slots__ = ("_idle", "_read", "_resp", "_timer", "headers", "status")
 
     def __init__(self, resp: H1Response, idle: float) -> None:
         self._resp = resp
+        self._read = resp.read
         self._idle = idle
+        self._timer: _IdleTimer | None = None
         self.status = resp.status
         self.headers: Mapping[str, str] = resp.headers
 
-    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
-        """The body as it arrives; raises UpstreamError on an idle timeout or a broken read.
+    async def read(self) -> bytes:
+        """The body's next bytes as they arrive, b"" at its end; raises UpstreamError on an idle
+        timeout or a broken read.
 
-        The idle clock runs only while waiting on the upstream, never while the consumer is busy
-        (a slow client is not the upstream's silence).
+        The idle clock runs only while waiting on the upstream, never while the reader is busy
+        (a slow client is not the upstream's silence). One timer serves the whole body, armed at
+        the first read for the task that reads.
         """
-        read = self._resp.read
-        task = asyncio.current_task()
-        assert task is not None
-        timer = _IdleTimer(task, self._idle)
+        timer = self._timer
+        if timer is None:
+            task = asyncio.current_task()
+            assert task is not None
+            timer = self._timer = _IdleTimer(task, self._idle)
+        timer.waiting_since = timer.loop.time()
         try:
-            while True:
-                timer.waiting_since = timer.loop.time()
-                data = await read()
-                timer.waiting_since = None
-                if not data:
-                    return
-                yield data
+            data = await self._read()
         except asyncio.CancelledError:
             if timer.expired:
-                task.uncancel()  # this cancellation was ours, and is answered here
+                timer.task.uncancel()  # this cancellation was ours, and is answered here
+                self._stop_timer()
                 raise idle_timeout(self._idle) from None
             raise
         except H1Error as exc:
+            self._stop_timer()
             raise UpstreamError(
                 ErrorKind.INCOMPLETE, f"upstream connection broke: {exc}", in_stream=True
             ) from None
-        finally:
-            timer.cancel()
+        timer.waiting_since = None
+        if not data:
+            self._stop_timer()
+        return data
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def close(self) -> None:
         """Drop the connection (not back to the pool): the server sees the request cancelled."""
+        self._stop_timer()
         self._resp.close()
 
     def finish(self) -> None:
         """Done with a response whose answer is whole: the connection is kept for the next
         request, once what is left of the body (its framing's end) has arrived."""
+        self._stop_timer()
         self._resp.finish()
 
 

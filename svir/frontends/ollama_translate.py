@@ -579,19 +579,21 @@ class NDJSONEncoder:
                 lines.append(self._line(now, {run_key: "".join(run)}))
                 run.clear()
 
+        # On exact types (the event types are final): a failing isinstance against a msgspec
+        # Struct class costs several times an identity test.
         for ev in events:
-            if isinstance(ev, TextDelta | RefusalDelta | ReasoningDelta):
+            if type(ev) is TextDelta or type(ev) is RefusalDelta or type(ev) is ReasoningDelta:
                 key: Literal["content", "thinking"] = (
-                    "thinking" if isinstance(ev, ReasoningDelta) else "content"
+                    "thinking" if type(ev) is ReasoningDelta else "content"
                 )
                 if key != run_key:
                     flush()
                     run_key = key
                 if ev.text:
                     run.append(ev.text)
-            elif isinstance(ev, ToolCallStart | ToolCallDelta | Usage):
+            elif type(ev) is ToolCallStart or type(ev) is ToolCallDelta or type(ev) is Usage:
                 self._answer.add(ev)
-            elif isinstance(ev, Finish):
+            elif type(ev) is Finish:
                 flush()
                 self._answer.add(ev)
                 if self._answer.has_tool_calls:
@@ -601,12 +603,12 @@ class NDJSONEncoder:
                         self._fail(_tool_error(exc), lines)
                         break
                     lines.append(self._line(now, {"tool_calls": calls}))
-            elif isinstance(ev, Done):
+            elif type(ev) is Done:
                 flush()
                 lines.append(self._final(now))
                 self.ended = True
                 break
-            elif isinstance(ev, StreamError):
+            elif type(ev) is StreamError:
                 flush()
                 self._fail(ev.error, lines)
                 break

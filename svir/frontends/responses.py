@@ -36,7 +36,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -191,6 +191,8 @@ class ResponsesAPI:
         # The store while it is open (None: a 503).
         self.store: ResponseStore | None = None
         self._seal_key: bytes | None = None
+        # `unseal_reasoning` bound to that key, made once with it.
+        self._unseal: Callable[[str], str | None] | None = None
 
     async def startup(self) -> None:
         await self._store.open()
@@ -227,20 +229,16 @@ class ResponsesAPI:
             for earlier in chain:
                 history += earlier.input_items
                 history += earlier.output_items
-        key = self._seal_key
-        if key is None:
+        key, unseal = self._seal_key, self._unseal
+        if key is None or unseal is None:
             try:
                 # The store's, the same for every replica and for ever: read once.
                 key = self._seal_key = await store.secret(SEAL_SECRET)
             except StoreError as exc:
                 raise _store_failed(exc) from None
+            unseal = self._unseal = functools.partial(unseal_reasoning, key)
         try:
-            translated = translate_request(
-                body,
-                history=history,
-                unseal=functools.partial(unseal_reasoning, key),
-                new_id=_new_id,
-            )
+            translated = translate_request(body, history=history, unseal=unseal, new_id=_new_id)
         except ResponsesRequestError as exc:
             raise request_error(exc.message, param=exc.param) from None
         request = validate_chat_request(translated.chat)
@@ -253,12 +251,15 @@ class ResponsesAPI:
             headers[WARNING_HEADER] = warning_header(translated.warnings)
         user = request.get("user")
         response_id = "resp_" + unique_id()
+        # The chain it continues is state, the front end's: the response names it (the echo is
+        # this request's own, set in place; the encoder writes it in the response's order).
+        echo = translated.echo
+        echo["previous_response_id"] = translated.previous_response_id
         encoder = ResponseStreamEncoder(
             id=response_id,
             model=str(body["model"]),
             created_at=int(time.time()),
-            # The chain it continues is state, the front end's: the response names it.
-            echo={**translated.echo, "previous_response_id": translated.previous_response_id},
+            echo=echo,
             summary=translated.summary,
             names=translated.names,
             seal=_sealer(key) if translated.include_encrypted else None,
@@ -327,7 +328,7 @@ class ResponsesAPI:
                 # The piece that ends the response is the last: it goes with the body's end.
                 return encoder.ended
 
-            await early.stream(_frames(call, encoder, keep, start=not early.started), last=ends)
+            await early.stream(_Frames(call, encoder, keep, start=not early.started), last=ends)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -417,26 +418,46 @@ async def _keep(store: ResponseStore, record: Callable[[], StoredResponse]) -> N
         )
 
 
-async def _frames(
-    call: ChatCall,
-    encoder: ResponseStreamEncoder,
-    keep: Callable[[], Awaitable[None]] | None,
-    *,
-    start: bool,
-) -> AsyncIterator[bytes]:
+class _Frames:
     """The stream's SSE bytes, batch by batch. The response is kept (`keep`) before the batch
-    that ends it is sent; a call that ends without its end gets `response.failed`."""
-    head = encoder.start() if start else b""
-    encode = encoder.encode
-    pending = keep
-    async for events in call.events():
-        data = b"".join([encode(event) for event in events])
-        if pending is not None and encoder.ended:
-            await pending()
-            pending = None
-        if head:
-            data, head = head + data, b""
-        if data:
-            yield data
-    if not encoder.ended:
-        yield head + encoder.close()
+    that ends it is sent; a call that ends without its end gets `response.failed`. An async
+    iterator, not an async generator: each of those costs a stream its registration with the
+    event loop and its closing."""
+
+    __slots__ = ("_batches", "_encoder", "_head", "_keep", "_over")
+
+    def __init__(
+        self,
+        call: ChatCall,
+        encoder: ResponseStreamEncoder,
+        keep: Callable[[], Awaitable[None]] | None,
+        *,
+        start: bool,
+    ) -> None:
+        self._batches = call.events()
+        self._encoder = encoder
+        self._keep = keep
+        self._head = encoder.start() if start else b""
+        self._over = False  # the events ran out
+
+    def __aiter__(self) -> _Frames:
+        return self
+
+    async def __anext__(self) -> bytes:
+        encoder = self._encoder
+        encode = encoder.encode
+        async for events in self._batches:
+            data = b"".join([encode(event) for event in events])
+            keep = self._keep
+            if keep is not None and encoder.ended:
+                self._keep = None
+                await keep()
+            if self._head:
+                data, self._head = self._head + data, b""
+            if data:
+                return data
+        if self._over or encoder.ended:
+            self._over = True
+            raise StopAsyncIteration
+        self._over = True
+        return self._head + encoder.close()

@@ -75,19 +75,19 @@ class ReasoningAsAnswer:
     def __call__(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
         for ev in events:
-            if isinstance(ev, ReasoningDelta) and not self.saw_content:
+            if type(ev) is ReasoningDelta and not self.saw_content:
                 self.held.append(ev)
                 continue
-            if isinstance(ev, TextDelta) and not self.saw_content:
+            if type(ev) is TextDelta and not self.saw_content:
                 # Real content: what was held was reasoning after all.
                 self.saw_content = True
                 out.extend(self.held)
                 self.held = []
-            elif isinstance(ev, (Finish, StreamError)) and self.held:
+            elif (type(ev) is Finish or type(ev) is StreamError) and self.held:
                 as_text = "".join(h.text for h in self.held)
                 out.append(
                     TextDelta(as_text)
-                    if isinstance(ev, Finish)
+                    if type(ev) is Finish
                     else ReasoningDelta(as_text, self.held[0].carrier)
                 )
                 self.held = []
@@ -110,9 +110,9 @@ class AnswerValidator:
             return []
         out: list[Event] = []
         for ev in events:
-            if isinstance(ev, TextDelta):
+            if type(ev) is TextDelta:
                 self.text.append(ev.text)
-            elif isinstance(ev, Finish):
+            elif type(ev) is Finish:
                 problem = self.problem(ev.reason)
                 if problem is not None:
                     self.failed = True
@@ -120,7 +120,7 @@ class AnswerValidator:
                         ErrorKind.PROTOCOL, problem, code="response_format_mismatch", in_stream=True
                     )))  # fmt: skip
                     return out
-            elif isinstance(ev, (Usage, Done)) and self.failed:
+            elif (type(ev) is Usage or type(ev) is Done) and self.failed:
                 continue
             out.append(ev)
         return out

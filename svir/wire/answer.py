@@ -10,6 +10,7 @@ threads API keeps the reasoning of one carrier).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from svir.wire.errors import UpstreamError
@@ -75,36 +76,53 @@ class AnswerFold:
 
     def add(self, event: Event) -> None:
         """Take one event (Role and Keepalive carry nothing for the answer)."""
-        if isinstance(event, TextDelta):
-            self.text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            self.reasoning.append(event.text)
-            self._by_carrier.setdefault(event.carrier, []).append(event.text)
-        elif isinstance(event, ToolCallDelta):
-            self._args.setdefault(event.index, []).append(event.arguments)
-        elif isinstance(event, ToolCallStart):
-            self._starts[event.index] = event
-            self._args.setdefault(event.index, [])
-        elif isinstance(event, RefusalDelta):
-            self.refusal.append(event.text)
-        elif isinstance(event, ReasoningSignature):
-            text = "".join(self.reasoning[self.sealed :])
-            self.sealed = len(self.reasoning)
-            self.thinking_blocks.append(
-                {"type": "thinking", "thinking": text, "signature": event.signature}
-            )
-        elif isinstance(event, RedactedReasoning):
-            self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
-        elif isinstance(event, Finish):
-            self.finish_reason = event.reason
-        elif isinstance(event, Usage):
-            self.usage = event
-        elif isinstance(event, StreamError):
-            self.error = event.error
-        elif isinstance(event, Done):
-            self.done = True
-        elif isinstance(event, ContentFilter):
-            self.filters.append(event)
+        # Dispatched on the event's exact type (the event types are final): a failing
+        # isinstance against a msgspec Struct class costs several times a dict lookup.
+        take = _TAKE.get(type(event))
+        if take is not None:
+            take(self, event)
+
+    def _text(self, event: TextDelta) -> None:
+        self.text.append(event.text)
+
+    def _reasoning(self, event: ReasoningDelta) -> None:
+        self.reasoning.append(event.text)
+        self._by_carrier.setdefault(event.carrier, []).append(event.text)
+
+    def _tool_delta(self, event: ToolCallDelta) -> None:
+        self._args.setdefault(event.index, []).append(event.arguments)
+
+    def _tool_start(self, event: ToolCallStart) -> None:
+        self._starts[event.index] = event
+        self._args.setdefault(event.index, [])
+
+    def _refusal(self, event: RefusalDelta) -> None:
+        self.refusal.append(event.text)
+
+    def _signature(self, event: ReasoningSignature) -> None:
+        text = "".join(self.reasoning[self.sealed :])
+        self.sealed = len(self.reasoning)
+        self.thinking_blocks.append(
+            {"type": "thinking", "thinking": text, "signature": event.signature}
+        )
+
+    def _redacted(self, event: RedactedReasoning) -> None:
+        self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
+
+    def _finish(self, event: Finish) -> None:
+        self.finish_reason = event.reason
+
+    def _usage(self, event: Usage) -> None:
+        self.usage = event
+
+    def _error(self, event: StreamError) -> None:
+        self.error = event.error
+
+    def _done(self, event: Done) -> None:
+        self.done = True
+
+    def _filter(self, event: ContentFilter) -> None:
+        self.filters.append(event)
 
     @property
     def carriers(self) -> tuple[ReasoningCarrier, ...]:
@@ -125,6 +143,22 @@ class AnswerFold:
             ToolCall(i, s.id, s.name, "".join(self._args[i]))
             for i, s in sorted(self._starts.items())
         ]
+
+
+_TAKE: dict[type, Callable[[AnswerFold, Any], None]] = {
+    TextDelta: AnswerFold._text,
+    ReasoningDelta: AnswerFold._reasoning,
+    ToolCallDelta: AnswerFold._tool_delta,
+    ToolCallStart: AnswerFold._tool_start,
+    RefusalDelta: AnswerFold._refusal,
+    ReasoningSignature: AnswerFold._signature,
+    RedactedReasoning: AnswerFold._redacted,
+    Finish: AnswerFold._finish,
+    Usage: AnswerFold._usage,
+    StreamError: AnswerFold._error,
+    Done: AnswerFold._done,
+    ContentFilter: AnswerFold._filter,
+}
 
 
 def openai_tool_call(call: ToolCall) -> dict[str, Any]:

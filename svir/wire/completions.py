@@ -359,6 +359,9 @@ _LLAMA_FINISH: Final[Mapping[str, str]] = {"limit": "length", "eos": "stop", "wo
 class _CompletionDecoder(ChatDecoder):
     """What both completion decoders share: the role before the first text, the end, the cut."""
 
+    # Plain `data:` events split in one pass (SSEParser.feed_plain), each decoded as `_event`.
+    _plain_ok = True
+
     def __init__(
         self,
         *,
@@ -489,13 +492,18 @@ class TextCompletionEncoder(ChunkEncoder):
         """The bytes for one event (possibly none)."""
         if self._ended:
             return b""
-        if isinstance(event, TextDelta):
+        # On the exact type (the event types are final): see ChunkEncoder.encode.
+        if type(event) is TextDelta:
             return self._choice(event.text, None)
-        if isinstance(event, Finish):
+        if type(event) is Finish:
             return self._choice("", event.reason)
-        if isinstance(event, Usage | Done | Keepalive | StreamError):
+        if type(event) in _CHAT_FRAMED:
             return super().encode(event)
         return b""  # Role and the chat-only events have no place in a text completion
+
+
+# The events a text completion stream frames as a chat stream does.
+_CHAT_FRAMED: Final = frozenset({Usage, Done, Keepalive, StreamError})
 
 
 def completion_object(answer: AnswerFold, *, id: str, model: str, created: int) -> dict[str, Any]:

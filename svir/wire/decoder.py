@@ -86,10 +86,11 @@ class _Usage(msgspec.Struct, gc=False):
     prompt_tokens_details: _TokenDetails | None = None
 
 
-class _Chunk(msgspec.Struct, gc=False):
-    id: str | None = None
-    model: str | None = None
-    created: int | float | None = None
+class _ChunkBody(msgspec.Struct, gc=False):
+    """A chunk without the stream's id, model and creation time, which the decoder takes from
+    the first chunk that has them: the chunks after it are decoded as this, and the three
+    skipped instead of made into objects every time."""
+
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
@@ -97,11 +98,18 @@ class _Chunk(msgspec.Struct, gc=False):
     prompt_annotations: list[dict[str, Any]] | None = None
 
 
+class _Chunk(_ChunkBody, gc=False):
+    id: str | None = None
+    model: str | None = None
+    created: int | float | None = None
+
+
 # A chunk as OpenAI's APIs stream it, for the other decoder of them: a text completion's
 # (svir.wire.completions), whose choices carry `text` where a chat's carry a `delta`.
 ChunkObject = _Chunk
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
+_body_decoder = msgspec.json.Decoder(_ChunkBody)
 _any_decoder = msgspec.json.Decoder()
 
 
@@ -154,6 +162,10 @@ class ChatDecoder:
     Anthropic's Messages events. A chat call holds either; the kind says which (`new_decoder`).
     """
 
+    # Whether `feed` takes `SSEParser.feed_plain`'s fast path: for decoders whose `_data` is
+    # cheaper than `_event` (a protocol of named events would never take it).
+    _plain_ok = False
+
     def __init__(
         self,
         *,
@@ -190,18 +202,25 @@ class ChatDecoder:
         if self._ended:
             return []
         out: list[Event] = []
-        try:
-            items = self._sse.feed(data)
-        except SSEError as exc:
-            self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
-            return out
-        for item in items:
-            if self._ended:
-                break
-            if isinstance(item, SSEEvent):
-                self._event(item, out)
-            else:
-                out.append(Keepalive(item.text))
+        plain = self._sse.feed_plain(data) if self._plain_ok else None
+        if plain is not None:
+            for payload in plain:
+                self._data(payload, out)
+                if self._ended:
+                    break
+        else:
+            try:
+                items = self._sse.feed(data)
+            except SSEError as exc:
+                self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
+                return out
+            for item in items:
+                if self._ended:
+                    break
+                if isinstance(item, SSEEvent):
+                    self._event(item, out)
+                else:
+                    out.append(Keepalive(item.text))
         if self._visible:
             self._tick()
         return out
@@ -214,29 +233,36 @@ class ChatDecoder:
         if self._ended:
             return [], []
         out: list[Event] = []
+        frames: list[bytes] = []
+        plain = self._sse.feed_plain(data) if self._plain_ok else None
+        if plain is not None:
+            for payload in plain:
+                usage, finish, before = self.usage, self.finish_reason, len(out)
+                self._data(payload, out)
+                if self.usage is usage or self._frame_usage(usage_frames, finish, out, before):
+                    if self.error is None:
+                        frames.append(b"data: " + payload + b"\n\n")
+                if self._ended:
+                    break
+            if self._visible:
+                self._tick()
+            return frames, out
         try:
             items = self._sse.feed(data)
         except SSEError as exc:
             self._fail(UpstreamError(ErrorKind.PROTOCOL, str(exc), in_stream=True), out)
             return [], out
-        frames: list[bytes] = []
         for item in items:
             if self._ended:
                 break
             if type(item) is not SSEEvent:
                 out.append(Keepalive(item.text))  # type: ignore[union-attr]
                 continue
-            before = len(out)
-            usage, finish = self.usage, self.finish_reason
+            usage, finish, before = self.usage, self.finish_reason, len(out)
             self._event(item, out)
             if self.error is not None:
                 continue  # an error is replaced by the caller's own frame
-            if (
-                not usage_frames
-                and self.usage is not usage
-                and self.finish_reason == finish
-                and all(type(ev) in _SILENT for ev in out[before:])
-            ):
+            if self.usage is not usage and not self._frame_usage(usage_frames, finish, out, before):
                 continue  # only usage, which the client did not ask for
             payload = item.data
             frames.append(
@@ -245,6 +271,17 @@ class ChatDecoder:
         if self._visible:
             self._tick()
         return frames, out
+
+    def _frame_usage(
+        self, usage_frames: bool, finish: str | None, out: list[Event], before: int
+    ) -> bool:
+        """Whether an event that brought usage is relayed: always when the client asked for
+        usage, else only when it brought something else too (a finish, something visible)."""
+        return (
+            usage_frames
+            or self.finish_reason != finish
+            or not all(type(ev) in _SILENT for ev in out[before:])
+        )
 
     def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:
         """Decode one already-framed SSE item (for callers that also need the raw frames)."""
@@ -331,6 +368,11 @@ class ChatDecoder:
     def _event(self, ev: SSEEvent, out: list[Event]) -> None:
         raise NotImplementedError
 
+    def _data(self, data: bytes, out: list[Event]) -> None:
+        """Decode one event of no name and one data line (`feed_plain`'s); a subclass that sets
+        `_plain_ok` decodes it as `_event` would."""
+        self._event(SSEEvent(data), out)
+
     def _cut(self, out: list[Event]) -> None:
         raise NotImplementedError
 
@@ -368,28 +410,72 @@ class StreamDecoder(ChatDecoder):
             out,
         )
 
+    _plain_ok = True
+
     def _event(self, ev: SSEEvent, out: list[Event]) -> None:
-        data = ev.data
         if ev.event == "error":
+            data = ev.data
             try:
                 payload = _any_decoder.decode(data)
             except msgspec.DecodeError:
                 payload = data.decode("utf-8", "replace")
             self._fail(classify_stream_error(payload, event="error"), out)
             return
-        if data == DONE_MARKER:
-            self._done(out)
-            return
-        chunk = self._chunk(_chunk_decoder, data, out)
-        if chunk is None:
-            return
+        self._data(ev.data, out)
+
+    def _data(self, data: bytes, out: list[Event]) -> None:
+        chunk: _ChunkBody | None
+        try:
+            chunk = (_body_decoder if self.id else _chunk_decoder).decode(data)
+        except msgspec.DecodeError:
+            chunk = None  # `[DONE]`, or what `_chunk` reports
+        if chunk is None or chunk.error is not None:
+            if data == DONE_MARKER:
+                self._done(out)
+                return
+            chunk = self._chunk(_chunk_decoder, data, out)
+            if chunk is None:
+                return
+        choices = chunk.choices
+        if (
+            choices is not None
+            and len(choices) == 1
+            and chunk.usage is None
+            and self._role_sent
+            and self._think is None
+            and self.id
+            and not chunk.prompt_filter_results
+            and not chunk.prompt_annotations
+        ):
+            # The chunk almost every stream is made of: one choice of content, nothing else.
+            choice = choices[0]
+            delta = choice.delta
+            if (
+                delta is not None
+                and delta.content
+                and not choice.index
+                and delta.reasoning_content is None
+                and delta.reasoning is None
+                and delta.refusal is None
+                and delta.tool_calls is None
+                and not choice.content_filter_results
+            ):
+                out.append(TextDelta(delta.content))
+                self._visible += 1
+                if choice.finish_reason and self.finish_reason != "content_filter":
+                    self.finish_reason = choice.finish_reason
+                return
+        self._take(chunk, out)
+
+    def _take(self, chunk: _ChunkBody, out: list[Event]) -> None:
+        """One chunk's events and state, whatever it carries."""
         if chunk.prompt_filter_results or chunk.prompt_annotations:
             for entry in chunk.prompt_filter_results or chunk.prompt_annotations or ():
                 v = verdict(entry.get("content_filter_results"), "prompt")
                 if v is not None:
                     self._blocked = self._blocked or v.filtered
                     out.append(v)
-        if chunk.id and not self.id:
+        if not self.id and type(chunk) is _Chunk and chunk.id:
             self.id = chunk.id
             self.model = chunk.model or ""
             self.created = int(chunk.created or 0)

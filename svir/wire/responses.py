@@ -72,6 +72,9 @@ _DEFAULTS: Final[Mapping[str, Any]] = {
     "truncation": "disabled",
     "user": None,
 }
+# The response object's fields before `echo`'s: its own first three (`id` and `created_at` set
+# per response), then the defaults.
+_BASE: Final[dict[str, Any]] = {"id": "", "object": "response", "created_at": 0, **_DEFAULTS}
 # The fields the encoder owns, whatever `echo` holds.
 _OWN: Final = frozenset(
     {"id", "object", "created_at", "status", "model", "output", "usage", "error",
@@ -83,8 +86,15 @@ _EVENT_TYPES: Final = frozenset(
     {ContentFilter, Done, Finish, Keepalive, ReasoningDelta, ReasoningSignature, RedactedReasoning,
      RefusalDelta, Role, StreamError, TextDelta, ToolCallDelta, ToolCallStart, Usage}
 )  # fmt: skip
-# What follows the delta of an `output_text.delta` event, up to its sequence number.
-_DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":'
+# What follows the delta of an `output_text.delta` event, its sequence number and end included:
+# made once for the first numbers (a 1,000-piece answer's), so that a piece is two joins, not a
+# `%`-format (a third of a piece's cost).
+_DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":%d}\n\n'
+_DELTA_TAILS: Final = tuple(_DELTA_TAIL % n for n in range(1024))
+_TAILS_MADE: Final = len(_DELTA_TAILS)
+# The encoder's own fields of the response as it starts, around its model (`_own_fields`' order).
+_STARTED_MODEL: Final = b'"status":"in_progress","model":'
+_STARTED_TAIL: Final = b',"output":[],"usage":null,"error":null,"incomplete_details":null}'
 
 
 @functools.cache
@@ -248,13 +258,15 @@ class ResponseStreamEncoder:
         self.names = names
         self.seal = seal
         self.ended = False
+        # A copy of the table made once, then `echo` over it (in place, so that the order stays
+        # the table's, then `echo`'s own): a third cheaper than `{…, **_DEFAULTS, **echo}`.
+        base = self._base = _BASE.copy()
+        base["id"] = id
+        base["created_at"] = int(created_at)
         if _OWN.isdisjoint(echo):  # the common case: the front end's echo
-            self._base = {"id": id, "object": "response", "created_at": int(created_at),
-                          **_DEFAULTS, **echo}  # fmt: skip
+            base.update(echo)
         else:
-            base: dict[str, Any] = dict(_DEFAULTS)
             base.update((k, v) for k, v in echo.items() if k not in _OWN)
-            self._base = {"id": id, "object": "response", "created_at": int(created_at), **base}
         self._skeleton_bytes: bytes | None = None
         self._started_bytes: bytes | None = None
         self._item_base = id[5:] if id.startswith("resp_") else id
@@ -349,7 +361,8 @@ class ResponseStreamEncoder:
             self._parts.append(text)
             seq = self._seq
             self._seq = seq + 1
-            return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
+            tail = _DELTA_TAILS[seq] if seq < _TAILS_MADE else _DELTA_TAIL % seq
+            return b"".join((self._prefix, _enc(text), tail))
         if kind not in _EVENT_TYPES:
             kind = next((k for k in kind.__mro__ if k in _EVENT_TYPES), kind)
         if kind is TextDelta:
@@ -426,10 +439,10 @@ class ResponseStreamEncoder:
         if response is None:
             response = self._started_bytes
             if response is None:
-                response = self._started_bytes = self._skeleton() + _enc(
-                    {"status": "in_progress", "model": self.model, "output": [], "usage": None,
-                     "error": None, "incomplete_details": None}
-                )[1:]  # fmt: skip
+                # `_own_fields` as the response starts, written from a template.
+                response = self._started_bytes = b"".join(
+                    (self._skeleton(), _STARTED_MODEL, _enc(self.model), _STARTED_TAIL)
+                )
         seq = self._seq
         self._seq = seq + 1
         return b'%b"response":%b,"sequence_number":%d}\n\n' % (_head(type), response, seq)
@@ -587,7 +600,8 @@ class ResponseStreamEncoder:
         self._parts.append(text)
         seq = self._seq
         self._seq = seq + 1
-        return b"%b%b%b%d}\n\n" % (self._prefix, _enc(text), _DELTA_TAIL, seq)
+        tail = _DELTA_TAILS[seq] if seq < _TAILS_MADE else _DELTA_TAIL % seq
+        return b"".join((self._prefix, _enc(text), tail))
 
     def _close_part(self) -> bytes:
         if self._part is None:

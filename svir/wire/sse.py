@@ -121,6 +121,35 @@ class SSEParser:
             self._buf += rest
         return out
 
+    def feed_plain(self, chunk: bytes) -> list[bytes] | None:
+        """`feed`'s fast path for the events almost every stream is made of: when no event is
+        pending and every event `chunk` completes is one `data: ` line and nothing else, take
+        the bytes and return those events' data, as `feed` would have returned them in
+        `SSEEvent`s (with no name; the id and retry are the parser's, unchanged). Otherwise
+        (a comment, another field, a CR, a line of an event still arriving, a limit near, no
+        event completed) take nothing and return None: the caller feeds the bytes to `feed`."""
+        if self._skip_lf or self._data or self._event is not None:
+            return None
+        if not (self._buf or chunk).startswith(b"data: "):
+            return None  # (or a first line begun with fewer bytes: `feed` is right anyway)
+        buf = bytes(self._buf) + chunk if self._buf else chunk
+        end = buf.rfind(b"\n\n")
+        # Below the limits as a whole, no line or event can reach them.
+        if end < 0 or len(buf) > self._max_line or len(buf) > self._max_event:
+            return None
+        if b"\r" in buf or b"\n" in buf[end + 2 :]:
+            return None
+        # Data lines hold no LF: when no piece between the separators holds one, each piece is
+        # one event's only line. (The LF test is on the pieces joined: one memchr, where
+        # `count(b"\n")` walks the bytes one by one.)
+        data = buf[6:end].split(b"\n\ndata: ")
+        if b"\n" in (b"".join(data) if len(data) > 1 else data[0]):
+            return None
+        self._buf.clear()
+        if end + 2 < len(buf):
+            self._buf += buf[end + 2 :]
+        return data
+
     def _lines(self, lines: list[bytes], out: list[SSEEvent | SSEComment]) -> None:
         """Handle whole lines, in order (a blank one dispatches the event they made)."""
         inline_max = min(self._max_line, self._max_event)

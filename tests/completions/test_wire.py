@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,3 +211,32 @@ def test_a_managed_models_fim_is_what_is_known_of_it() -> None:
     assert managed_route("plain", "fim = false").fim is False
     assert managed_route("gemma", "fim = true").fim is True  # the provider's word is taken
     assert managed_route("coder", "completions = false").fim is False
+
+
+class _GeneralLlama(LlamaCompletionDecoder):
+    _plain_ok = False  # every read through SSEParser.feed
+
+
+class _GeneralOpenAI(OpenAICompletionDecoder):
+    _plain_ok = False
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize(
+    ("fast", "general", "stream"),
+    [
+        (LlamaCompletionDecoder, _GeneralLlama, llama_stream),
+        (OpenAICompletionDecoder, _GeneralOpenAI, openai_stream),
+    ],
+)
+def test_the_plain_event_fast_path_decodes_as_the_general_path(
+    seed: int, fast: Any, general: Any, stream: Any
+) -> None:
+    rng = random.Random(seed)
+    data = b"".join(stream("Hel", "lo", " wor", "ld"))
+    fast_decoder, general_decoder = fast(), general()
+    for part in splits(data, rng):
+        assert fast_decoder.feed(part) == general_decoder.feed(part)
+    assert fast_decoder.close() == general_decoder.close()
+    assert fast_decoder.usage == general_decoder.usage
+    assert fast_decoder.complete and general_decoder.complete

@@ -342,6 +342,21 @@ def test_output_items_show_the_open_item_as_it_stands() -> None:
     assert enc.response["status"] == "in_progress"
 
 
+def test_a_long_answer_numbers_every_delta_past_the_made_tails() -> None:
+    # The delta's tail (its sequence number) is made once for the first numbers, and written
+    # per piece past them: both must number and end their events the same way.
+    texts = [f"w{i} " for i in range(1_100)]
+    body = encode([ROLE, *(TextDelta(t) for t in texts), Finish("stop"), Done()])
+    got = check_grammar(body)
+    deltas = [e for e in got if e["type"] == "response.output_text.delta"]
+    assert [e["delta"] for e in deltas] == texts
+    assert [e["sequence_number"] for e in deltas] == list(range(4, 4 + len(texts)))
+    assert deltas[-1] == {"type": "response.output_text.delta", "item_id": deltas[0]["item_id"],
+                          "output_index": 0, "content_index": 0, "delta": texts[-1],
+                          "logprobs": [], "sequence_number": 1_103}  # fmt: skip
+    assert got[-1]["response"]["output"][0]["content"][0]["text"] == "".join(texts)
+
+
 def test_nothing_empty_is_written() -> None:
     enc = encoder()
     enc.start()

@@ -40,6 +40,11 @@ A chat request's model (or Azure deployment) picks what is answered:
   svir always does); `stream-N`: N chunks of an answer's words, a finish and usage; `drip-N`:
   the same, `drip` seconds apart (N = 20 by default). These are the bench's.
 
+A text completion (a POST to a path ending in `/completions` other than `/chat/completions`, as
+OpenAI-compatible servers serve `/v1/completions`) knows one behaviour, the bench's: `stream-N`
+answers the same N words as `text_completion` chunks, a finish chunk, a usage chunk and `[DONE]`,
+as vLLM streams them; any other name is 404.
+
 A name it does not know gets `fallback`'s behaviour, or 404 `{"error":{"message":"model not
 found"}}`. `GET .../models` lists `models`; `GET /health` and `/healthz` are 200. Counts per
 model name are in `hits`; the requests themselves are in the transport's or server's records.
@@ -93,6 +98,7 @@ __all__ = [
     "split_lines",
     "split_pieces",
     "status_model",
+    "text_chunk",
     "token_stream",
 ]
 
@@ -100,6 +106,7 @@ CORPUS_DIR = Path(__file__).resolve().parents[1] / "conformance" / "decoder"
 BODIES_DIR = Path(__file__).resolve().parent / "bodies"
 
 CHUNK_ID = "chatcmpl-fake"
+TEXT_CHUNK_ID = "cmpl-fake"
 CREATED = 1700000000
 PROMPT_TOKENS = 7  # tok-N's
 BENCH_PROMPT_TOKENS = 12  # json's and stream-N's
@@ -434,6 +441,48 @@ def _bench_answer(name: str) -> MockResponse | None:
     return MockResponse(body=frames, headers=BENCH_SSE if match[1] == "stream" else SSE)
 
 
+def text_chunk(model: str, text: str, finish: str | None = None) -> bytes:
+    """A `text_completion` stream frame with one choice, as vLLM's `/v1/completions` sends it."""
+    return sse(
+        {
+            "id": TEXT_CHUNK_ID,
+            "object": "text_completion",
+            "created": CREATED,
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+        }
+    )[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _bench_text_answer(name: str) -> MockResponse | None:
+    """`stream-N` on a completions path: `stream-N`'s words as `text_completion` chunks, a finish
+    chunk, usage in a chunk of its own (no choices) and `[DONE]`; None for another name."""
+    match = _BENCH_RE.fullmatch(name)
+    if match is None or match[1] != "stream":
+        return None
+    count = int(match[2]) if match[2] is not None else DRIP_DEFAULT
+    frames = [text_chunk(name, _WORDS[i % len(_WORDS)]) for i in range(count)]
+    frames.append(text_chunk(name, "", "stop"))
+    usage = {
+        "prompt_tokens": BENCH_PROMPT_TOKENS,
+        "completion_tokens": count,
+        "total_tokens": BENCH_PROMPT_TOKENS + count,
+    }
+    frames += sse(
+        {
+            "id": TEXT_CHUNK_ID,
+            "object": "text_completion",
+            "created": CREATED,
+            "model": name,
+            "choices": [],
+            "usage": usage,
+        }
+    )
+    frames.append(DONE)
+    return MockResponse(body=tuple(frames), headers=BENCH_SSE)
+
+
 BENCH_COMPLETION = MockResponse(body=_bench_completion("json"), headers=BENCH_JSON)
 BENCH_JSON_STREAM = MockResponse(body=_bench_stream("json", None), headers=BENCH_SSE)
 NOT_FOUND = MockResponse(404, NOT_FOUND_BODY, JSON)
@@ -491,8 +540,10 @@ class ScriptedUpstream:
             if path == "/props" and self.model_list() is LLAMA_CPP_MODELS:
                 return MockResponse.json(LLAMA_CPP_PROPS)
             return NOT_FOUND
-        if request.method != "POST" or not path.endswith("/chat/completions"):
+        if request.method != "POST":
             return NOT_FOUND
+        if not path.endswith("/chat/completions"):
+            return self.text_completion(request) if path.endswith("/completions") else NOT_FOUND
         name = request.model
         if name is None:
             return NOT_FOUND
@@ -617,6 +668,14 @@ class ScriptedUpstream:
         if data is None:
             return None
         return MockResponse(body=self._play(data), headers=SSE)
+
+    def text_completion(self, request: MockRequest) -> MockResponse:
+        """The answer on a text-completion path: the bench's `stream-N` (see the module doc)."""
+        name = request.model
+        if name is None:
+            return NOT_FOUND
+        self.hits[name] += 1
+        return _bench_text_answer(name) or NOT_FOUND
 
     async def _silence(self, _stage: str) -> None:
         await asyncio.sleep(self.silence)
