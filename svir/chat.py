@@ -570,10 +570,15 @@ class ChatCall:
                     return kept, [*_first_visible(events, cut.keep), StreamError(cut.error)]
         return frames, events
 
-    def events(self) -> EventBatches:
+    async def events(self) -> AsyncIterator[list[Event]]:
         """The events in batches as bytes arrive; the last batch ends the stream (with `Done`
         or a `StreamError`). For front ends that speak another protocol."""
-        return EventBatches(self)
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                yield batch[1]
+        finally:
+            self.close()
 
     async def _read_batch(self) -> Batch | None:
         """The next (raw frames, events) as bytes arrive (raw frames in relay mode only); None
@@ -700,42 +705,6 @@ class ChatCall:
 
     def _answer_id(self) -> str:
         return ("cmpl-" + unique_id()) if self.completion else completion_id()
-
-
-class EventBatches:
-    """A chat call's output as batches of events (`ChatCall.events`): the output starts at the
-    first `__anext__`, and the call is closed when the batches end, fail, or `aclose` is called
-    after they started, as an async generator's `finally` would. An async iterator, not an
-    async generator: each of those costs a stream its registration with the event loop and
-    its closing."""
-
-    __slots__ = ("_call", "_started")
-
-    def __init__(self, call: ChatCall) -> None:
-        self._call = call
-        self._started = False
-
-    def __aiter__(self) -> EventBatches:
-        return self
-
-    async def __anext__(self) -> list[Event]:
-        call = self._call
-        if not self._started:
-            self._started = True
-            call._start_output()
-        try:
-            batch = await call._next_batch()
-        except BaseException:
-            call.close()
-            raise
-        if batch is None:
-            call.close()
-            raise StopAsyncIteration
-        return batch[1]
-
-    async def aclose(self) -> None:
-        if self._started:
-            self._call.close()
 
 
 # The failures whose own words do not say where they happened: the connection's, the time's and
