@@ -44,13 +44,12 @@ from svir.wire.decoder import ChatDecoder
 from svir.wire.encoder import ChunkEncoder, CompletionAggregator, stream_error_fields
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
 from svir.wire.events import (
-    ContentFilter,
+    SILENT,
     Event,
     Keepalive,
     ReasoningCarrier,
     ReasoningDelta,
     RefusalDelta,
-    Role,
     StreamError,
     TextDelta,
     ToolCallDelta,
@@ -60,10 +59,6 @@ from svir.wire.events import (
 from svir.wire.sse import encode_data
 
 _encode = msgspec.json.encode
-# Events that put nothing visible on the wire: until one that does arrives, nothing is sent.
-# Sets of exact types (the event types are final): a failing isinstance against a msgspec Struct
-# class costs several times a set lookup, and these run for every event.
-_SILENT: Final = frozenset({Role, Keepalive, ContentFilter})
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +172,7 @@ class StreamGuard(Protocol):
     def check(self, events: list[Event]) -> Awaitable[Cut | None] | None: ...
 
 
+# The events that show the client a piece of the answer (exact types: see svir.wire.events).
 _VISIBLE: Final = frozenset({TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart, ToolCallDelta})
 
 
@@ -525,7 +521,7 @@ class ChatCall:
             for ev in events:
                 if type(ev) is StreamError:
                     self._raise(ev.error)
-                if type(ev) not in _SILENT:
+                if type(ev) not in SILENT:
                     return
 
     def _start_output(self) -> None:

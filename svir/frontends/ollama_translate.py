@@ -579,8 +579,7 @@ class NDJSONEncoder:
                 lines.append(self._line(now, {run_key: "".join(run)}))
                 run.clear()
 
-        # On exact types (the event types are final): a failing isinstance against a msgspec
-        # Struct class costs several times an identity test.
+        # On the exact type: see svir.wire.events.
         for ev in events:
             if type(ev) is TextDelta or type(ev) is RefusalDelta or type(ev) is ReasoningDelta:
                 key: Literal["content", "thinking"] = (

@@ -492,7 +492,7 @@ class TextCompletionEncoder(ChunkEncoder):
         """The bytes for one event (possibly none)."""
         if self._ended:
             return b""
-        # On the exact type (the event types are final): see ChunkEncoder.encode.
+        # On the exact type: see svir.wire.events.
         if type(event) is TextDelta:
             return self._choice(event.text, None)
         if type(event) is Finish:

@@ -23,6 +23,7 @@ from svir.wire.errors import (
     UpstreamError,
 )
 from svir.wire.events import (
+    SILENT,
     ContentFilter,
     Done,
     Event,
@@ -51,7 +52,6 @@ from svir.wire.toolcalls import ToolCall, ToolCallAssembler, ToolCallPiece
 
 DONE_MARKER = b"[DONE]"
 # Events that put nothing visible on the wire (a relayed chunk of only these and usage is usage).
-_SILENT = frozenset({Role, Keepalive, ContentFilter})
 C = TypeVar("C")  # a decoder's chunk type
 
 
@@ -280,7 +280,7 @@ class ChatDecoder:
         return (
             usage_frames
             or self.finish_reason != finish
-            or not all(type(ev) in _SILENT for ev in out[before:])
+            or not all(type(ev) in SILENT for ev in out[before:])
         )
 
     def feed_item(self, item: SSEEvent | SSEComment) -> list[Event]:

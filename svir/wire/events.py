@@ -2,11 +2,15 @@
 
 The decoder emits these; the encoder and the aggregator consume them. They are plain immutable
 records so that tests can compare whole event lists.
+
+The types are final (tests/wire/test_event_types.py says so): the hot paths dispatch on an
+event's exact type (`type(ev) is TextDelta`, `type(ev) in SILENT`), because a failing isinstance
+against a msgspec Struct class costs several times an identity test, on every event.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -132,3 +136,6 @@ Event = (
     | Keepalive
     | Done
 )
+
+# Events that put nothing visible on the wire: until one that does arrives, a stream shows nothing.
+SILENT: Final = frozenset({Role, Keepalive, ContentFilter})
