@@ -10,7 +10,6 @@ threads API keeps the reasoning of one carrier).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from svir.wire.errors import UpstreamError
@@ -76,53 +75,37 @@ class AnswerFold:
 
     def add(self, event: Event) -> None:
         """Take one event (Role and Keepalive carry nothing for the answer)."""
-        # Dispatched on the event's exact type (the event types are final): a failing
-        # isinstance against a msgspec Struct class costs several times a dict lookup.
-        take = _TAKE.get(type(event))
-        if take is not None:
-            take(self, event)
-
-    def _text(self, event: TextDelta) -> None:
-        self.text.append(event.text)
-
-    def _reasoning(self, event: ReasoningDelta) -> None:
-        self.reasoning.append(event.text)
-        self._by_carrier.setdefault(event.carrier, []).append(event.text)
-
-    def _tool_delta(self, event: ToolCallDelta) -> None:
-        self._args.setdefault(event.index, []).append(event.arguments)
-
-    def _tool_start(self, event: ToolCallStart) -> None:
-        self._starts[event.index] = event
-        self._args.setdefault(event.index, [])
-
-    def _refusal(self, event: RefusalDelta) -> None:
-        self.refusal.append(event.text)
-
-    def _signature(self, event: ReasoningSignature) -> None:
-        text = "".join(self.reasoning[self.sealed :])
-        self.sealed = len(self.reasoning)
-        self.thinking_blocks.append(
-            {"type": "thinking", "thinking": text, "signature": event.signature}
-        )
-
-    def _redacted(self, event: RedactedReasoning) -> None:
-        self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
-
-    def _finish(self, event: Finish) -> None:
-        self.finish_reason = event.reason
-
-    def _usage(self, event: Usage) -> None:
-        self.usage = event
-
-    def _error(self, event: StreamError) -> None:
-        self.error = event.error
-
-    def _done(self, event: Done) -> None:
-        self.done = True
-
-    def _filter(self, event: ContentFilter) -> None:
-        self.filters.append(event)
+        # On the exact type: see svir.wire.events.
+        if type(event) is TextDelta:
+            self.text.append(event.text)
+        elif type(event) is ReasoningDelta:
+            self.reasoning.append(event.text)
+            self._by_carrier.setdefault(event.carrier, []).append(event.text)
+        elif type(event) is ToolCallDelta:
+            self._args.setdefault(event.index, []).append(event.arguments)
+        elif type(event) is ToolCallStart:
+            self._starts[event.index] = event
+            self._args.setdefault(event.index, [])
+        elif type(event) is RefusalDelta:
+            self.refusal.append(event.text)
+        elif type(event) is ReasoningSignature:
+            text = "".join(self.reasoning[self.sealed :])
+            self.sealed = len(self.reasoning)
+            self.thinking_blocks.append(
+                {"type": "thinking", "thinking": text, "signature": event.signature}
+            )
+        elif type(event) is RedactedReasoning:
+            self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
+        elif type(event) is Finish:
+            self.finish_reason = event.reason
+        elif type(event) is Usage:
+            self.usage = event
+        elif type(event) is StreamError:
+            self.error = event.error
+        elif type(event) is Done:
+            self.done = True
+        elif type(event) is ContentFilter:
+            self.filters.append(event)
 
     @property
     def carriers(self) -> tuple[ReasoningCarrier, ...]:
@@ -143,22 +126,6 @@ class AnswerFold:
             ToolCall(i, s.id, s.name, "".join(self._args[i]))
             for i, s in sorted(self._starts.items())
         ]
-
-
-_TAKE: dict[type, Callable[[AnswerFold, Any], None]] = {
-    TextDelta: AnswerFold._text,
-    ReasoningDelta: AnswerFold._reasoning,
-    ToolCallDelta: AnswerFold._tool_delta,
-    ToolCallStart: AnswerFold._tool_start,
-    RefusalDelta: AnswerFold._refusal,
-    ReasoningSignature: AnswerFold._signature,
-    RedactedReasoning: AnswerFold._redacted,
-    Finish: AnswerFold._finish,
-    Usage: AnswerFold._usage,
-    StreamError: AnswerFold._error,
-    Done: AnswerFold._done,
-    ContentFilter: AnswerFold._filter,
-}
 
 
 def openai_tool_call(call: ToolCall) -> dict[str, Any]:
