@@ -441,17 +441,22 @@ def _bench_answer(name: str) -> MockResponse | None:
     return MockResponse(body=frames, headers=BENCH_SSE if match[1] == "stream" else SSE)
 
 
-def text_chunk(model: str, text: str, finish: str | None = None) -> bytes:
-    """A `text_completion` stream frame with one choice, as vLLM's `/v1/completions` sends it."""
-    return sse(
-        {
-            "id": TEXT_CHUNK_ID,
-            "object": "text_completion",
-            "created": CREATED,
-            "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-        }
-    )[0]
+def text_chunk(
+    model: str, text: str, finish: str | None = None, usage: dict[str, int] | None = None
+) -> bytes:
+    """A `text_completion` stream frame as vLLM's `/v1/completions` sends it: one choice, or with
+    `usage` the usage chunk (no choices)."""
+    chunk: dict[str, Any] = {
+        "id": TEXT_CHUNK_ID,
+        "object": "text_completion",
+        "created": CREATED,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage is not None:
+        chunk["choices"] = []
+        chunk["usage"] = usage
+    return sse(chunk)[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -469,16 +474,7 @@ def _bench_text_answer(name: str) -> MockResponse | None:
         "completion_tokens": count,
         "total_tokens": BENCH_PROMPT_TOKENS + count,
     }
-    frames += sse(
-        {
-            "id": TEXT_CHUNK_ID,
-            "object": "text_completion",
-            "created": CREATED,
-            "model": name,
-            "choices": [],
-            "usage": usage,
-        }
-    )
+    frames.append(text_chunk(name, "", usage=usage))
     frames.append(DONE)
     return MockResponse(body=tuple(frames), headers=BENCH_SSE)
 
