@@ -554,7 +554,10 @@ BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
         "svir upstream client (edges/h1.py, upstream.py)",
         lambda f: "svir/edges/h1.py" in f or "svir/edges/upstream.py" in f,
     ),
-    ("uvicorn / httptools", lambda f: "uvicorn/" in f or "httptools" in f),
+    (
+        "HTTP server (edges/h1_server.py, uvicorn, httptools)",
+        lambda f: "svir/edges/h1_server.py" in f or "uvicorn/" in f or "httptools" in f,
+    ),
     ("svir chat core (chat.py)", lambda f: "svir/chat.py" in f),
     (
         "svir app and front ends (edges/app.py, frontends/)",

@@ -36,7 +36,7 @@ CALL_CONTEXT: Final = "svir.call"
 
 
 # Where the app leaves, in the lifespan's state, what a server calls when it starts to stop, before
-# it waits for the open responses to end (svir's server, svir.edges.coalesce): responses that
+# it waits for the open responses to end (svir's server, svir.edges.h1_server): responses that
 # last as long as the page that reads them (the console's live feed) end then, not at the
 # server's graceful timeout.
 SERVER_STOPPING: Final = "svir.server_stopping"
@@ -58,7 +58,7 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 class DisconnectWatch:
     """A connection's word that its client went away, for a server that notices it itself
-    (svir's, svir.edges.coalesce): the request being served sets `callback`, which the server
+    (svir's, svir.edges.h1_server): the request being served sets `callback`, which the server
     calls once when the connection is lost, so that no task needs to wait on `receive` for it."""
 
     __slots__ = ("callback", "gone")

@@ -31,7 +31,7 @@ import uvicorn
 
 from svir.config import parse_config
 from svir.edges.app import App
-from svir.edges.coalesce import CoalescingHttpToolsProtocol
+from svir.edges.h1_server import H1ServerProtocol
 from svir.edges.server import build_app, listen
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from tests.support.upstream import PREFILL, ScriptedUpstream
@@ -228,7 +228,7 @@ async def served(
         lifespan="on",
         log_level="warning",
         access_log=False,
-        http=functools.partial(CoalescingHttpToolsProtocol, limits=config.server),
+        http=functools.partial(H1ServerProtocol, limits=config.server),
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(settings)

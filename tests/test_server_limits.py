@@ -27,9 +27,9 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from svir.config import ConfigError, ServerConfig, parse_config
-from svir.edges.coalesce import CoalescingHttpToolsProtocol
+from svir.edges.h1_server import H1ServerProtocol
 from tests.support.svir_proc import SvirProcess
-from tests.test_coalesce import RecordingTransport
+from tests.test_h1_server import RecordingTransport
 
 # How long a server's close is waited for: far past every limit set below.
 PATIENCE = 30.0
@@ -292,8 +292,8 @@ async def test_a_head_refused_while_a_response_goes_out_waits_for_its_end() -> N
         def pause_reading(self) -> None:
             self.paused = True
 
-    config = Config(app=app, http=CoalescingHttpToolsProtocol, lifespan="off", log_level="error")
-    protocol = CoalescingHttpToolsProtocol(
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    protocol = H1ServerProtocol(
         config,
         ServerState(),
         {},

@@ -264,7 +264,7 @@ def run(
     Returns the exit status: 1 when it cannot listen, 3 when start-up failed."""
     import uvicorn
 
-    from svir.edges.coalesce import CoalescingHttpToolsProtocol
+    from svir.edges.h1_server import H1ServerProtocol
 
     short = raise_file_limit(open_files_needed(config.server.max_connections))
     if short is not None:
@@ -282,9 +282,9 @@ def run(
         "host": host,
         "port": port,
         "loop": "uvloop",
-        # The limits on client connections (see svir.edges.coalesce); a partial pickles, so
-        # each worker gets them too.
-        "http": functools.partial(CoalescingHttpToolsProtocol, limits=config.server),
+        # svir's HTTP/1.1 protocol, with the limits on client connections (svir.edges.h1_server);
+        # a partial pickles, so each worker gets them too.
+        "http": functools.partial(H1ServerProtocol, limits=config.server),
         "timeout_keep_alive": config.server.keep_alive_timeout,
         "lifespan": "on",
         "access_log": False,

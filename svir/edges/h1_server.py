@@ -1,0 +1,757 @@
+"""svir's HTTP/1.1 server protocol: httptools' parser, the ASGI app run once per request, the
+writes of a response coalesced, and the limits on what one client connection may hold.
+
+uvicorn's `Server` still binds the socket, runs the lifespan, the workers and the graceful stop;
+this protocol replaces uvicorn's own (`http=` in its config), which with the write coalescing and
+limits svir had added around it cost a third more per request (`bench.server_floor`): here no
+header regexes (names are checked once, values by a translate), no `asyncio.Event` per request,
+one idle timer per connection instead of one armed and cancelled per request, and the coalescing
+built in rather than wrapped around the transport.
+
+What a client sees is uvicorn's behaviour: keep-alive and HTTP/1.0, pipelined requests answered in
+order, `Expect: 100-continue`, HEAD, chunked request and response bodies, a 400 for a request the
+parser refuses (among them a body framed both by Content-Length and Transfer-Encoding: llhttp's
+strict mode), a 500 when the app fails before its response starts, the `date` and `server`
+headers, and the client address from `X-Forwarded-For` of a trusted proxy (uvicorn's
+`ProxyHeadersMiddleware`, which `Config.loaded_app` wraps the app in).
+
+The writes one connection makes during one turn of the event loop go out together, in one write,
+when the turn ends, when the response is complete, at once past `FLUSH_AT` bytes, or before the
+connection closes: a whole short response costs one system call, and nothing waits past its last
+send.
+
+The limits (`[server]` in the config; README, "Connections"), in this one place for every route:
+- a request head must be whole `head_timeout` seconds after its first byte, else 408 and close;
+- a connection with no request under way closes after `keep_alive_timeout`, also before its first
+  request;
+- a head over `max_head_bytes` or `max_header_fields` is answered 431 and the connection closed
+  (an unfinished one as soon as it is too large, not when it ends);
+- past `max_connections` open connections in this process, a new one is closed as it is accepted,
+  before a byte is read: the cheapest refusal, one the client sees at once as a connection error
+  (which HTTP clients retry), where a 503 would mean reading a head first and holding the very
+  file descriptor the cap is there to save.
+A request whose head arrives in one read, the usual case, arms no timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import http
+import logging
+import re
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import httptools
+import msgspec
+from uvicorn.config import Config
+from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
+from uvicorn.server import ServerState
+
+from svir.asgi import (
+    DISCONNECT_WATCH,
+    SERVER_STOPPING,
+    DisconnectWatch,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
+from svir.chat import unique_id
+from svir.config import ServerConfig
+from svir.frontends.http import JSON_HEADERS, headers_with, send_json
+from svir.wire.classify import ClientError, error_body
+
+__all__ = ["FLUSH_AT", "H1ServerProtocol"]
+
+log = logging.getLogger("svir.server")
+_encode = msgspec.json.encode
+
+# Past this many bytes waiting, write at once: a large body is not held back for the turn's end.
+FLUSH_AT: Final = 64 * 1024
+# A request body buffered past this many bytes stops the reading until the app takes it.
+BODY_HIGH_WATER: Final = 64 * 1024
+# A refused connection is logged at most this often (seconds), with how many were refused.
+CAP_WARNING_EVERY: Final = 60.0
+
+STATUS_LINE: Final = {
+    code: b"HTTP/1.1 %d %s\r\n" % (code, phrase.encode())
+    for code, phrase in ((s.value, s.phrase) for s in http.HTTPStatus)
+}
+# What RFC 9110 allows in a field name (a token), and the bytes it forbids in a value (the
+# controls but HTAB).
+_BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
+_VALUE_CONTROLS: Final = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
+_CHUNKED_END: Final = b"0\r\n\r\n"
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_DISCONNECT: Final = {"type": "http.disconnect"}
+# Field names found valid: a response's names repeat, and a set lookup costs a tenth of the
+# regex search (values vary, request ids among them: each is checked, by a translate).
+_VALID_NAMES: set[bytes] = set()
+
+
+def _status_line(status: int) -> bytes:
+    line = STATUS_LINE.get(status)
+    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
+
+
+def _check_field(name: bytes, value: bytes) -> None:
+    """Refuse a response field that would break the head (a name that is not a token, a control
+    in a value: CR or LF among them, which would split the response)."""
+    if name not in _VALID_NAMES:
+        if not name or _BAD_NAME.search(name):
+            raise RuntimeError(f"Invalid HTTP header name {name!r}.")
+        if len(_VALID_NAMES) < 4096:
+            _VALID_NAMES.add(name)
+    if len(value.translate(None, _VALUE_CONTROLS)) != len(value):
+        raise RuntimeError(f"Invalid HTTP header value for {name!r}.")
+
+
+class _Cycle:
+    """One request on a connection and its response: the ASGI `receive` and `send` of the app's
+    call for it."""
+
+    __slots__ = (
+        DISCONNECT_WATCH,
+        "_body_read",
+        "_conn",
+        "_waiter",
+        "app",
+        "body",
+        "chunked",
+        "continue_owed",
+        "disconnected",
+        "head",
+        "keep_alive",
+        "length_left",
+        "more_body",
+        "response_complete",
+        "response_started",
+        "scope",
+    )
+
+    def __init__(
+        self, conn: H1ServerProtocol, scope: Scope, *, keep_alive: bool, continue_owed: bool
+    ) -> None:
+        self._conn = conn
+        self.scope = scope
+        self.head = scope["method"] == "HEAD"
+        self.keep_alive = keep_alive
+        self.continue_owed = continue_owed
+        self.disconnected = False
+        self.body = b""
+        self.more_body = True
+        self._body_read = False  # the app has had the whole request body
+        self.response_started = False
+        self.response_complete = False
+        self.chunked = False
+        self.length_left = -1  # bytes a Content-Length still owes; -1: none was given
+        self._waiter: asyncio.Future[None] | None = None
+        # What answers it (the app, or a refusal), kept while it waits its turn (pipelined).
+        self.app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
+        setattr(self, DISCONNECT_WATCH, conn.watch)
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def run(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        conn = self._conn
+        try:
+            await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                log.error("exception in the ASGI application", exc_info=exc)
+            if not self.response_started and not self.disconnected:
+                await self._send_500()
+            else:
+                conn.close()
+            if not isinstance(exc, Exception):
+                raise  # cancelled (the server stops): the task ends as cancelled
+        else:
+            if not self.response_started and not self.disconnected:
+                log.error("the ASGI application returned without starting a response")
+                await self._send_500()
+            elif not self.response_complete and not self.disconnected:
+                log.error("the ASGI application returned without completing its response")
+                conn.close()
+
+    async def _send_500(self) -> None:
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", b"21"),
+            (b"connection", b"close"),
+        ]
+        await self.send({"type": "http.response.start", "status": 500, "headers": headers})
+        await self.send({"type": "http.response.body", "body": b"Internal Server Error"})
+
+    async def receive(self) -> Message:
+        conn = self._conn
+        if self.continue_owed:
+            self.continue_owed = False
+            if not self.response_started and not conn.transport.is_closing():
+                conn.write(_CONTINUE)
+        # The body, piece by piece; after it, only the client's leaving is left to tell (or the
+        # response's end, after which the request is over).
+        while not (self.disconnected or self.response_complete):
+            if not self._body_read and (self.body or not self.more_body):
+                body, self.body = self.body, b""
+                self._body_read = not self.more_body
+                return {"type": "http.request", "body": body, "more_body": self.more_body}
+            conn.resume_reading()
+            self._waiter = conn.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return dict(_DISCONNECT)
+
+    async def send(self, message: Message) -> None:
+        conn = self._conn
+        if conn.write_paused and not self.disconnected:
+            await conn.drain()
+        if self.disconnected:
+            return
+        kind = message["type"]
+        if not self.response_started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"expected 'http.response.start', got {kind!r}")
+            status = message["status"]
+            out = [_status_line(status)]
+            closes = False
+            # Started once the head is built: a field refused below fails the app before its
+            # response, which is then a 500.
+            self.chunked = False
+            self.length_left = -1
+            for fields in (conn.server_state.default_headers, message.get("headers", ())):
+                for given, value in fields:
+                    _check_field(given, value)
+                    name = given.lower()
+                    if name == b"content-length":
+                        if self.length_left < 0 and not self.chunked:
+                            self.length_left = int(value)
+                    elif name == b"transfer-encoding":
+                        if value.lower() == b"chunked":
+                            self.length_left = -1
+                            self.chunked = True
+                    elif name == b"connection" and b"close" in [
+                        token.strip() for token in value.lower().split(b",")
+                    ]:
+                        self.keep_alive = False
+                        closes = True
+                    out += (name, b": ", value, b"\r\n")
+            if not self.keep_alive and not closes:
+                out.append(b"connection: close\r\n")
+            if (
+                self.length_left < 0
+                and not self.chunked
+                and not self.head
+                and status not in (204, 304)
+            ):
+                self.chunked = True
+                out.append(b"transfer-encoding: chunked\r\n")
+            out.append(b"\r\n")
+            self.response_started = True
+            self.continue_owed = False
+            conn.write(b"".join(out))
+            return
+        if self.response_complete:
+            raise RuntimeError(f"unexpected {kind!r} after the response completed")
+        if kind != "http.response.body":
+            raise RuntimeError(f"expected 'http.response.body', got {kind!r}")
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.head:
+            self.length_left = -1
+        elif self.chunked:
+            if body:
+                conn.write(b"%x\r\n%s\r\n" % (len(body), body) if more else
+                           b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))  # fmt: skip
+            elif not more:
+                conn.write(_CHUNKED_END)
+        else:
+            if self.length_left >= 0:
+                if len(body) > self.length_left:
+                    raise RuntimeError("response content longer than its Content-Length")
+                self.length_left -= len(body)
+            if body:
+                conn.write(body)
+        if not more:
+            if self.length_left > 0:
+                raise RuntimeError("response content shorter than its Content-Length")
+            self.response_complete = True
+            self.wake()
+            conn.response_complete(self)
+
+
+class H1ServerProtocol(asyncio.Protocol):
+    """One client connection (see the module doc); `svir serve` passes the config's `[server]`
+    as `limits`."""
+
+    # In slots: an idle connection holds its protocol as long as it is open (10,000 of them are
+    # bench.suite's --idle-connections figure).
+    __slots__ = (
+        "_continue",
+        "_drained",
+        "_fed",
+        "_flush_scheduled",
+        "_head_bytes",
+        "_head_pending",
+        "_head_timer",
+        "_idle_since",
+        "_idle_timer",
+        "_in_message",
+        "_pending",
+        "_pending_size",
+        "app",
+        "app_state",
+        "client",
+        "connections",
+        "cycle",
+        "headers",
+        "keep_alive_timeout",
+        "limits",
+        "loop",
+        "parser",
+        "pipeline",
+        "read_paused",
+        "root_path",
+        "scheme",
+        "server",
+        "server_state",
+        "tasks",
+        "transport",
+        "url",
+        "watch",
+        "write_paused",
+    )
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: ServerConfig | None = None,
+    ) -> None:
+        if not config.loaded:
+            config.load()
+        self.app = config.loaded_app
+        self.loop = _loop or asyncio.get_event_loop()
+        self.root_path = config.root_path
+        self.keep_alive_timeout = config.timeout_keep_alive
+        self.server_state = server_state
+        # uvicorn's server shuts these down when it stops (typed there as its own protocols).
+        self.connections: set[Any] = server_state.connections
+        self.tasks = server_state.tasks
+        self.app_state = app_state
+        self.limits = limits or ServerConfig()
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.parser = httptools.HttpRequestParser(self)
+        # A pipelined request may follow one that asked to close: answer the first.
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.server: tuple[str, int | None] | None = None
+        self.client: tuple[str, int] | None = None
+        self.scheme = "http"
+        self.watch = DisconnectWatch()
+        # The request being answered, and requests read while it was (answered in order).
+        self.cycle: _Cycle | None = None
+        self.pipeline: collections.deque[_Cycle] = collections.deque()
+        # The head being read.
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self._continue = False
+        # Writes waiting for the turn's end.
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._flush_scheduled = False
+        self.read_paused = False
+        self.write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        # Idle since (loop time), or None while a request is under way; one timer checks it, and
+        # is not re-armed per request.
+        self._idle_since: float | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        # Bytes are owed a head: from a request's first byte until its head is whole.
+        self._head_pending = False
+        self._head_timer: asyncio.TimerHandle | None = None
+        # What the reads before this one brought of the pending head, and this read's size.
+        self._head_bytes = 0
+        self._fed = 0
+        # Between a message's first byte and its body's end: what arrives belongs to it. An
+        # answer may be whole before its request is (a 413 for a body over the limit), and the
+        # rest of that body is not a new head.
+        self._in_message = False
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if len(self.connections) >= self.limits.max_connections:
+            transport.abort()  # type: ignore[attr-defined]
+            _refused_connection(self.limits.max_connections, self.loop)
+            return
+        self.connections.add(self)
+        self.server = get_local_addr(self.transport)
+        self.client = get_remote_addr(self.transport)
+        self.scheme = "https" if is_ssl(self.transport) else "http"
+        # Idle before its first request is idle too.
+        self._idle(self.loop.time())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        for timer in (self._head_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._idle_timer = None
+        self._pending.clear()
+        cycles = [self.cycle, *self.pipeline] if self.cycle is not None else []
+        for cycle in cycles:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+            cycle.wake()
+        self._resume_writing()
+        if exc is None and self.transport is not None:
+            self.transport.close()
+        self.watch.fire()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def data_received(self, data: bytes) -> None:
+        if self._idle_since is not None and not self._in_message:
+            # The connection was idle: these bytes begin a request, even if they are only the
+            # blank lines the parser skips without beginning one.
+            self._head_pending = True
+        self._fed = len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # svir speaks no protocol but HTTP/1.1: the request is answered as one, and what
+            # follows its head on this connection is not read.
+            self._in_message = False
+            cycle = self.pipeline[-1] if self.pipeline else self.cycle
+            if cycle is not None:
+                cycle.keep_alive = False
+                cycle.more_body = False
+                cycle.wake()
+            self.pause_reading()
+        except httptools.HttpParserError as exc:
+            log.info("refused a request the HTTP parser did not take: %s", exc)
+            self._answer_400()
+            return
+        if self._head_pending:
+            self._head_unfinished()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self._resume_writing()
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        # Also a head that begins while a response is going out (the client pipelined).
+        self._head_pending = True
+        self._in_message = True
+        self._idle_since = None
+        self.url = b""
+        self.headers = []
+        self._continue = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._head_pending = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        limits = self.limits
+        # What was read of this head is at most the earlier reads and this one: the head is only
+        # measured when that is over the limit.
+        read, self._head_bytes = self._head_bytes + self._fed, 0
+        too_large = len(self.headers) > limits.max_header_fields or (
+            read > limits.max_head_bytes and self._head_size() > limits.max_head_bytes
+        )
+        parser = self.parser
+        version = parser.get_http_version()
+        url = httptools.parse_url(self.url)
+        raw_path = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root = self.root_path
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": version,
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "method": parser.get_method().decode("ascii"),
+            "root_path": root,
+            "path": root + path if root else path,
+            "raw_path": root.encode("ascii") + raw_path if root else raw_path,
+            "query_string": url.query or b"",
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
+        cycle = _Cycle(
+            self,
+            scope,
+            keep_alive=version != "1.0" and parser.should_keep_alive(),
+            continue_owed=self._continue,
+        )
+        if too_large:
+            # Answered 431 in the request's turn (after any response still going out on the
+            # connection), and the connection closes.
+            cycle.keep_alive = False
+        cycle.app = _refusal_app(431, _too_large(limits)) if too_large else self.app
+        current = self.cycle
+        if current is None or current.response_complete:
+            self.cycle = cycle
+            self._start(cycle)
+        else:
+            self.pause_reading()
+            self.pipeline.append(cycle)
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.pipeline[-1] if self.pipeline else self.cycle
+        if cycle is None or cycle.response_complete:
+            return
+        cycle.body += body
+        if len(cycle.body) > BODY_HIGH_WATER:
+            self.pause_reading()
+        cycle.wake()
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        cycle = self.pipeline[-1] if self.pipeline else self.cycle
+        if cycle is None or cycle.response_complete:
+            return
+        cycle.more_body = False
+        cycle.wake()
+
+    # Requests and responses
+
+    def _start(self, cycle: _Cycle) -> None:
+        app, cycle.app = cycle.app, None
+        assert app is not None
+        task = self.loop.create_task(cycle.run(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    def response_complete(self, cycle: _Cycle) -> None:
+        """`cycle`'s response is whole: it goes out now, not after the app's bookkeeping that
+        follows in the same turn (the log line, the ledger, the metrics)."""
+        self.server_state.total_requests += 1
+        transport = self.transport
+        if not cycle.keep_alive:
+            self.close()
+            return
+        self.flush()
+        if transport.is_closing():
+            return
+        self.resume_reading()
+        if self.pipeline:
+            self.cycle = nxt = self.pipeline.popleft()
+            self._start(nxt)
+        else:
+            self._idle(self.loop.time())
+
+    def shutdown(self) -> None:
+        """The server stops: an idle connection closes now, a busy one after its response."""
+        stopping = self.app_state.get(SERVER_STOPPING)
+        if stopping is not None:
+            stopping()
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.close()
+        else:
+            cycle.keep_alive = False
+
+    # Writing
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size >= FLUSH_AT:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what is waiting (dropped if the connection is already going away)."""
+        self._flush_scheduled = False
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        self._pending_size = 0
+        if not self.transport.is_closing():
+            self.transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    async def drain(self) -> None:
+        """Until the transport takes writes again (or the connection is lost)."""
+        if self._drained is None:
+            self._drained = self.loop.create_future()
+        await asyncio.shield(self._drained)
+
+    def _resume_writing(self) -> None:
+        self.write_paused = False
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    # Timers and limits
+
+    def _idle(self, now: float) -> None:
+        self._idle_since = now
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_at(now + self.keep_alive_timeout, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        since = self._idle_since
+        if since is None:
+            return  # a request is under way: its response's end arms the timer again
+        left = since + self.keep_alive_timeout - self.loop.time()
+        if left <= 0:
+            self.close()
+        else:
+            self._idle_timer = self.loop.call_later(left, self._idle_check)
+
+    def _head_size(self) -> int:
+        """The head as it came, about: the target, and each field with its `: ` and line end."""
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _head_unfinished(self) -> None:
+        """After a read that left a head unfinished: bound what it holds, and from its first read
+        on, how long it may take."""
+        if self.transport.is_closing():
+            return
+        # Whole reads are counted: one that also ended the request before counts a little over.
+        self._head_bytes += self._fed
+        if self._head_bytes > self.limits.max_head_bytes:
+            self._refuse(431, _too_large(self.limits))
+        elif self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        seconds = self.limits.head_timeout
+        self._refuse(408, f"The request head did not arrive whole within {seconds:g} s")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` to a head that is still unfinished, and close."""
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # A response is still going out (the client pipelined): it is the last; nothing more
+            # is read, and an answer now would land inside it.
+            self.pause_reading()
+            cycle.keep_alive = False
+            return
+        extra, obj = _refusal(status, message)
+        body = _encode(obj)
+        out = [_status_line(status)]
+        for name, value in (
+            *self.server_state.default_headers,
+            *headers_with(JSON_HEADERS, extra),
+            (b"content-length", b"%d" % len(body)),
+        ):
+            out += (name, b": ", value, b"\r\n")
+        out += (b"\r\n", body)
+        self.write(b"".join(out))
+        self.close()
+
+    def _answer_400(self) -> None:
+        message = b"Invalid HTTP request received."
+        out = [_status_line(400)]
+        for name, value in self.server_state.default_headers:
+            out += (name, b": ", value, b"\r\n")
+        out.append(
+            b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(message), message)
+        )
+        self.write(b"".join(out))
+        self.close()
+
+
+_CODES = {408: "request_timeout", 431: "request_header_fields_too_large"}
+
+
+def _too_large(limits: ServerConfig) -> str:
+    return (
+        f"Request header fields too large: at most {limits.max_head_bytes} bytes and "
+        f"{limits.max_header_fields} fields"
+    )
+
+
+def _refusal(status: int, message: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The headers (but the content type) and the body of the answer to a refused request."""
+    rid = unique_id()
+    log.info(message, extra={"request_id": rid, "fields": {"status": status}})
+    ce = ClientError(status, "invalid_request_error", _CODES[status], message)
+    return {"x-request-id": rid, "connection": "close"}, error_body(ce)
+
+
+def _refusal_app(status: int, message: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """An ASGI app that answers with `_refusal`."""
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        headers, body = _refusal(status, message)
+        await send_json(send, status, body, headers)
+
+    return refuse
+
+
+class _Refused:
+    """Connections refused at the cap since the last warning, and when that was."""
+
+    count = 0
+    warned_at = -CAP_WARNING_EVERY
+
+
+def _refused_connection(cap: int, loop: asyncio.AbstractEventLoop) -> None:
+    _Refused.count += 1
+    now = loop.time()
+    if now - _Refused.warned_at >= CAP_WARNING_EVERY:
+        log.warning(
+            "refused %d new connection(s) since the last such warning: %d are open, the limit"
+            " (server.max_connections)",
+            _Refused.count,
+            cap,
+        )
+        _Refused.count = 0
+        _Refused.warned_at = now

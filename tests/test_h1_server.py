@@ -1,0 +1,498 @@
+"""svir.edges.h1_server, svir's HTTP/1.1 protocol: a response's writes reach the socket as one write
+(a fake transport records every write the protocol makes), and what a client sees of HTTP/1.1 is
+what it saw of uvicorn's protocol (a real server on loopback, driven with raw sockets: keep-alive,
+HTTP/1.0, pipelining, `Expect: 100-continue`, HEAD, chunked bodies both ways, flow control, bad
+requests, smuggling refused, failures of the app, proxy headers)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from svir.config import ServerConfig
+from svir.edges.h1_server import FLUSH_AT, H1ServerProtocol
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        assert not self.closed, "written after close"
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(
+            name, default
+        )
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def json_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    assert scope["type"] == "http"
+    await receive()
+    body = b'{"ok":true}'
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"11")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    # Bookkeeping after the response (svir: log line, ledger): the response must not wait on it.
+    app_state["after_response_writes"] = len(transport_of[0].writes)
+
+
+async def stream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await receive()
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]}
+    await send(start)
+    await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+    await asyncio.sleep(0.01)  # the upstream is slow: what was sent must not wait for more
+    app_state["mid_stream_writes"] = len(transport_of[0].writes)
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+app_state: dict[str, Any] = {}
+transport_of: list[RecordingTransport] = []
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: svir\r\n\r\n"
+
+
+async def serve_one(app: Any) -> tuple[RecordingTransport, H1ServerProtocol]:
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    state = ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    transport_of[:] = [transport]
+    protocol.connection_made(transport)
+    protocol.data_received(REQUEST)
+    for _ in range(200):
+        await asyncio.sleep(0.005)
+        if state.total_requests == 1 and not state.tasks:
+            break
+    app_state["closed_before_end"] = transport.closed
+    protocol.connection_lost(None)
+    return transport, protocol
+
+
+async def test_a_whole_response_is_one_write_before_the_app_goes_on() -> None:
+    transport, _ = await serve_one(json_app)
+    assert len(transport.writes) == 1
+    head, _, body = transport.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and body == b'{"ok":true}'
+    assert app_state["after_response_writes"] == 1  # written when complete, not at turn's end
+    assert not app_state["closed_before_end"]  # keep-alive kept
+
+
+async def test_a_stream_goes_out_piece_by_piece_as_the_app_sends() -> None:
+    transport, _ = await serve_one(stream_app)
+    assert app_state["mid_stream_writes"] == 1  # head and first piece together, not held back
+    assert len(transport.writes) == 2
+    assert b"data: 1" in transport.writes[0] and transport.writes[0].startswith(b"HTTP/1.1 200")
+    assert transport.writes[1] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+
+
+async def test_coalesced_writes_edges() -> None:
+    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    inner = RecordingTransport()
+    protocol.connection_made(inner)
+    protocol.write(b"a")
+    protocol.write(b"b")
+    assert inner.writes == []
+    await asyncio.sleep(0)
+    assert inner.writes == [b"ab"]  # one write at the turn's end
+    big = b"x" * FLUSH_AT
+    protocol.write(big)  # past the threshold: at once
+    assert inner.writes[-1] == big
+    protocol.write(b"last")
+    protocol.close()  # flushes first
+    assert inner.writes[-1] == b"last" and inner.closed
+    protocol.write(b"late")
+    await asyncio.sleep(0)
+    assert inner.writes[-1] == b"last"  # a closing connection gets nothing more
+    protocol.connection_lost(None)
+
+
+async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_a_busy_one_does_not() -> (
+    None
+):
+    """The one idle timer: it closes a connection idle for the whole timeout, waits again for
+    what is left of it after a request, and leaves a connection with a request under way."""
+    config = Config(
+        app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error", timeout_keep_alive=5
+    )
+    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    now = protocol.loop.time()
+    assert protocol._idle_timer is not None  # idle from the start
+    protocol._idle_timer.cancel()
+    protocol._idle_since = None  # a request under way
+    protocol._idle_check()
+    assert not transport.closed and protocol._idle_timer is None
+    protocol._idle_since = now - 1  # idle for a second: four are left
+    protocol._idle_check()
+    assert not transport.closed and protocol._idle_timer is not None
+    assert protocol._idle_timer.when() == pytest.approx(now + 4, abs=1)
+    protocol._idle_timer.cancel()
+    protocol._idle_since = now - 6
+    protocol._idle_check()
+    assert transport.closed
+    protocol.connection_lost(None)
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    app_state.clear()
+
+
+async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() -> None:
+    """svir's protocol tells `until_disconnect` itself that the client went away: the request's
+    work is cancelled and answered 499, and no task was made to wait on `receive` for it."""
+    from svir.frontends.http import until_disconnect
+
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()  # the body
+        tasks_before = len(asyncio.all_tasks())
+
+        async def work() -> int:
+            # Whatever until_disconnect made is running by now.
+            app_state["tasks_made"] = len(asyncio.all_tasks()) - tasks_before
+            started.set()
+            try:
+                await asyncio.sleep(3600)  # an upstream that never answers
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return 200
+
+        app_state["status"] = await until_disconnect(receive, work())
+
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    state = ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(REQUEST)
+    await asyncio.wait_for(started.wait(), 30)
+    protocol.connection_lost(None)  # the client went away
+    await asyncio.wait_for(cancelled.wait(), 30)
+    for _ in range(2000):
+        if "status" in app_state:
+            break
+        await asyncio.sleep(0.005)
+    assert app_state["status"] == 499
+    assert app_state["tasks_made"] == 0
+    assert transport.writes == []  # nothing was answered to a client that is gone
+
+
+# --- a real server on loopback, driven with raw sockets ---------------------------------------
+
+# How long anything is waited for: far past what a working server takes.
+PATIENCE = 30.0
+seen: dict[str, Any] = {}
+disconnected = threading.Event()
+
+
+async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """What each path of the edge-case tests asks of the server."""
+    path = scope["path"]
+    if path == "/fail":
+        raise RuntimeError("the app fails before its response")
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if path == "/wait-disconnect":
+        # The whole body is read: the next receive tells only that the client left.
+        seen["after_body"] = (await receive())["type"]
+        disconnected.set()
+        return
+    if path == "/bad-header":
+        headers = [(b"x-reflected", b"a\r\nx-injected: 1")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        return
+    if path == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for piece in (b"one ", b"two ", b"three"):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    answer = json.dumps(
+        {
+            "method": scope["method"],
+            "path": path,
+            "query": scope["query_string"].decode(),
+            "client": scope["client"][0],
+            "http_version": scope["http_version"],
+            "length": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(answer))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@pytest.fixture(scope="module")
+def edge_port() -> Iterator[int]:
+    """uvicorn's Server with svir's protocol and `edge_app`, on a thread of its own (so that the
+    tests may block on sockets), as `svir serve` configures it."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    config = Config(
+        app=edge_app,
+        http=functools.partial(H1ServerProtocol, limits=ServerConfig()),
+        loop="uvloop",
+        lifespan="off",
+        log_level="critical",
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
+    thread.start()
+    deadline = time.monotonic() + PATIENCE
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    yield sock.getsockname()[1]
+    server.should_exit = True
+    thread.join(PATIENCE)
+    sock.close()
+
+
+class Client:
+    """A raw connection and what it has read: responses are parsed from one buffer, so that
+    pipelined responses that arrive together are each found whole."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
+        self.buffer = b""
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError(f"closed with {self.buffer!r} unread")
+        self.buffer += data
+
+    def _take_line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            self._fill()
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            self._fill()
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def response(self, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+        """The next whole response: status, headers (names in lower case), body (de-chunked)."""
+        status = int(self._take_line().split(b" ")[1])
+        headers: dict[str, str] = {}
+        while line := self._take_line():
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if method == "HEAD":
+            return status, headers, b""
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while size := int(self._take_line(), 16):
+                body += self._take(size)
+                assert self._take(2) == b"\r\n"
+            assert self._take_line() == b""
+            return status, headers, body
+        return status, headers, self._take(int(headers.get("content-length", "0")))
+
+    def until_closed(self) -> bytes:
+        """What is left until the server closes the connection."""
+        out, self.buffer = self.buffer, b""
+        try:
+            while chunk := self.sock.recv(65536):
+                out += chunk
+        except ConnectionResetError:
+            pass
+        return out
+
+
+def post(path: str, body: bytes, *extra: bytes) -> bytes:
+    head = [b"POST %s HTTP/1.1" % path.encode(), b"Host: svir", *extra]
+    head.append(b"Content-Length: %d" % len(body))
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+def test_keep_alive_then_connection_close(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        for i in range(3):
+            sock.sendall(post(f"/echo?i={i}", b"x" * i))
+            status, headers, body = sock.response()
+            doc = json.loads(body)
+            assert status == 200 and doc["query"] == f"i={i}" and doc["length"] == i
+            assert "connection" not in headers and headers["server"] == "uvicorn"
+            assert headers["date"]
+        sock.sendall(post("/echo", b"", b"Connection: close"))
+        status, headers, _ = sock.response()
+        assert status == 200 and headers["connection"] == "close"
+        assert sock.until_closed() == b""  # closed after the response
+
+
+def test_http_1_0_closes_after_its_response(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(b"GET /echo HTTP/1.0\r\nHost: svir\r\n\r\n")
+        status, headers, body = sock.response()
+        assert status == 200 and headers["connection"] == "close"
+        assert json.loads(body)["http_version"] == "1.0"
+        assert sock.until_closed() == b""
+
+
+def test_pipelined_requests_are_answered_in_order(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(b"".join(post(f"/echo?n={n}", b"b" * n) for n in range(5)))
+        for n in range(5):
+            status, _, body = sock.response()
+            doc = json.loads(body)
+            assert status == 200 and doc["query"] == f"n={n}" and doc["length"] == n
+
+
+def test_expect_100_continue_is_answered_before_the_body_is_sent(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post("/echo", b"", b"Expect: 100-continue").replace(
+            b"Content-Length: 0", b"Content-Length: 4"))  # fmt: skip
+        assert sock.response()[0] == 100
+        sock.sendall(b"body")
+        status, _, answer = sock.response()
+        assert status == 200 and json.loads(answer)["length"] == 4
+
+
+def test_a_chunked_request_body_arrives_whole(edge_port: int) -> None:
+    body = bytes(range(256)) * 1000  # past the read high-water mark: reading pauses and resumes
+    pieces = [body[i : i + 7000] for i in range(0, len(body), 7000)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    with Client(edge_port) as sock:
+        head = b"POST /echo HTTP/1.1\r\nHost: svir\r\nTransfer-Encoding: chunked\r\n\r\n"
+        sock.sendall(head + chunked)
+        status, _, answer = sock.response()
+    doc = json.loads(answer)
+    assert status == 200 and doc["length"] == len(body)
+    assert doc["sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_head_has_the_headers_and_no_body(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(b"HEAD /echo HTTP/1.1\r\nHost: svir\r\n\r\n")
+        status, headers, body = sock.response("HEAD")
+        assert status == 200 and int(headers["content-length"]) > 0 and body == b""
+        sock.sendall(post("/echo", b"after"))  # the connection goes on: no stray body bytes
+        assert json.loads(sock.response()[2])["length"] == 5
+
+
+def test_a_response_without_a_length_is_chunked(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post("/stream", b""))
+        status, headers, body = sock.response()
+        assert status == 200 and headers["transfer-encoding"] == "chunked"
+        assert body == b"one two three"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"NOT A REQUEST\r\n\r\n",
+        # A body framed two ways (request smuggling): refused, not guessed at.
+        b"POST /echo HTTP/1.1\r\nHost: svir\r\nContent-Length: 3\r\nTransfer-Encoding: chunked"
+        b"\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: svir\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+    ],
+)
+def test_a_request_the_parser_refuses_gets_400_and_the_connection_closes(
+    edge_port: int, raw: bytes
+) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(raw)
+        answer = sock.until_closed()
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"connection: close\r\n" in answer and answer.count(b"HTTP/1.1") == 1
+
+
+@pytest.mark.parametrize("path", ["/fail", "/bad-header"])
+def test_an_app_failure_before_its_response_is_a_500_and_the_connection_closes(
+    edge_port: int, path: str
+) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post(path, b""))
+        answer = sock.until_closed()
+    assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert b"x-injected" not in answer and answer.endswith(b"\r\n\r\nInternal Server Error")
+
+
+def test_after_the_body_receive_waits_for_the_client_to_leave(edge_port: int) -> None:
+    disconnected.clear()
+    with Client(edge_port) as sock:
+        sock.sendall(post("/wait-disconnect", b"body"))
+        # The app is waiting in receive: it must not have been told anything yet.
+        assert not disconnected.wait(0.2)
+    assert disconnected.wait(PATIENCE)
+    assert seen["after_body"] == "http.disconnect"
+
+
+def test_a_trusted_proxy_names_the_client(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post("/echo", b"", b"X-Forwarded-For: 203.0.113.7"))
+        assert json.loads(sock.response()[2])["client"] == "203.0.113.7"
+        sock.sendall(post("/echo", b""))
+        assert json.loads(sock.response()[2])["client"] == "127.0.0.1"
+
+
+def test_an_upgrade_is_answered_as_http_and_the_connection_closes(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(
+            b"GET /echo HTTP/1.1\r\nHost: svir\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        status, headers, body = sock.response()
+        assert status == 200 and headers["connection"] == "close"
+        assert json.loads(body)["method"] == "GET"
+        assert sock.until_closed() == b""
