@@ -1,0 +1,171 @@
+"""Time in CPython's garbage collector per request, under load: `svir serve` with `gc.callbacks`
+timing every collection (the collector's own work: no sampling), loaded by `wrk -c16` with
+non-streamed requests and then 20-chunk streams, once per young-generation threshold given.
+
+    .venv/bin/python -m bench.gc_time [--duration 5] [--thresholds 700,10000]
+
+For each threshold (svir.edges.app's YOUNG_GC_THRESHOLD replaced in the child) and kind: the
+requests answered, the collections of each generation and the milliseconds they took, and the
+collector's µs per request; svir's CPU µs per request beside it (from /proc, load-sensitive).
+Needs `wrk`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# The child reports its collector's figures on SIGUSR2 (and zeroes them on SIGUSR1) as a line
+# starting with this word in its log.
+REPORT = "GC-REPORT"
+
+
+def serve(argv: list[str]) -> int:
+    """`svir serve argv` with every collection timed; `SVIR_BENCH_YOUNG_GC` replaces the
+    threshold svir sets once started."""
+    import json
+
+    stats = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            entry = stats[info["generation"]]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started[0]
+
+    def zero(signum: int, frame: Any) -> None:
+        for entry in stats.values():
+            entry[0], entry[1] = 0, 0.0
+
+    def report(signum: int, frame: Any) -> None:
+        figures = {g: [n, round(t * 1000, 3)] for g, (n, t) in stats.items()}
+        print(REPORT, json.dumps(figures), file=sys.stderr, flush=True)
+
+    gc.callbacks.append(timed)
+    signal.signal(signal.SIGUSR1, zero)
+    signal.signal(signal.SIGUSR2, report)
+    import svir.edges.app
+
+    young = os.environ.get("SVIR_BENCH_YOUNG_GC")
+    if young:
+        svir.edges.app.YOUNG_GC_THRESHOLD = int(young)
+    from svir.cli import main as svir_main
+
+    return svir_main(argv) or 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument("--thresholds", default="700,10000")
+    parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        return serve(args.serve)
+    import json
+
+    from bench.common import (
+        CHAT,
+        ROOT,
+        Child,
+        describe,
+        free_port,
+        request_body,
+        start_fake_upstream,
+        wait_healthy,
+        write_lua,
+    )
+    from bench.suite import SVIR_CONFIG
+
+    tmp = Path(tempfile.mkdtemp(prefix="svir-gc-time-"))
+    upstream, up_port = start_fake_upstream(tmp / "upstream.log")
+    rows = []
+    try:
+        for threshold in args.thresholds.split(","):
+            port = free_port()
+            config = tmp / f"svir-{threshold}.toml"
+            store = tmp / f"store-{threshold}"
+            store.mkdir()
+            config.write_text(
+                SVIR_CONFIG.format(
+                    upstream=up_port,
+                    slow=up_port,
+                    max_body=1 << 20,
+                    tmp=store,
+                    max_connections=1000,
+                )
+            )
+            log = tmp / f"svir-{threshold}.log"
+            argv_ = [sys.executable, "-m", "bench.gc_time", "--serve", "serve"]
+            argv_ += ["--config", str(config), "--port", str(port)]
+            env = {"PYTHONPATH": str(ROOT), "SVIR_BENCH_YOUNG_GC": threshold}
+            child = Child(f"svir gc {threshold}", argv_, log, env=env, cwd=ROOT)
+            try:
+                wait_healthy(child, port, "/healthz", timeout=60)
+                for kind, model, stream in (("json", "fake/json", False),
+                                            ("stream", "fake/stream-20", True)):  # fmt: skip
+                    lua = tmp / f"{kind}.lua"
+                    write_lua(lua, request_body(model, stream))
+                    os.kill(child.pid, signal.SIGUSR1)
+                    cpu = cpu_seconds(child.pid)
+                    wrk = ["wrk", "-t1", "-c16", f"-d{args.duration}s", "-s", str(lua)]
+                    out = subprocess.run(
+                        [*wrk, f"http://127.0.0.1:{port}{CHAT}"],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    ).stdout
+                    cpu = cpu_seconds(child.pid) - cpu
+                    done = int(
+                        next(ln for ln in out.splitlines() if "requests in" in ln).split()[0]
+                    )
+                    os.kill(child.pid, signal.SIGUSR2)
+                    deadline = time.monotonic() + 30
+                    while True:
+                        reports = [ln for ln in log.read_text().splitlines() if REPORT in ln]
+                        if len(reports) == len([r for r in rows if r[0] == threshold]) + 1:
+                            break
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"svir gave no collector report: {child.tail()}")
+                        time.sleep(0.1)
+                    figures = json.loads(reports[-1].split(REPORT, 1)[1])
+                    rows.append((threshold, kind, done, figures, cpu))
+            finally:
+                child.stop()
+    finally:
+        upstream.stop()
+    print(f"\n{describe()}\n")
+    print(f"Garbage collector under wrk -c16, {args.duration} s a kind:\n")
+    print(
+        "| young threshold | kind | requests | collections gen 0 / 1 / 2 | ms in them "
+        "| collector µs per request | svir CPU µs per request |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for threshold, kind, done, figures, cpu in rows:
+        counts = " / ".join(str(figures[g][0]) for g in ("0", "1", "2"))
+        ms = sum(figures[g][1] for g in ("0", "1", "2"))
+        print(
+            f"| {threshold} | {kind} | {done:,} | {counts} | {ms:.1f} | {ms * 1000 / done:.1f} "
+            f"| {cpu * 1e6 / done:.0f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
