@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,17 @@ class _SqliteTx(Tx):
     async def now(self) -> float:
         # One machine, one clock: every process on this file reads the same time.
         return time.time()
+
+
+def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(sql, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
 
 
 class SqliteStore(SqlStore):
@@ -96,6 +107,29 @@ class SqliteStore(SqlStore):
     async def schema_version(self) -> int:
         async with self.transaction(write=False) as tx:
             return int(await tx.fetchval("SELECT MAX(version) FROM svir_schema"))
+
+    async def insert_rows(
+        self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+    ) -> None:
+        # One statement run for each row: the same SQL text each time, prepared once (sqlite3's
+        # statement cache).
+        marks = ", ".join("?" * len(columns))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        async with self._lock:
+            db = self._db
+            if db is None:
+                raise StoreError("the store is not open")
+            try:
+                # The whole transaction in one call on the connection's thread: each call is a
+                # hand-off to that thread and back, which costs more CPU than inserting a row, and
+                # `transaction` with a statement in it takes three or four. aiosqlite has no public
+                # way to run a function there; `_execute` is the one its own methods use. A
+                # cancelled caller cannot leave the transaction open: the function runs to its end.
+                await db._execute(  # type: ignore[no-untyped-call]
+                    _insert_rows, db._conn, sql, rows
+                )
+            except sqlite3.Error as exc:
+                raise Unavailable(f"SQLite: {exc}") from exc
 
     @contextlib.asynccontextmanager
     async def transaction(self, *, write: bool) -> AsyncIterator[Tx]:
