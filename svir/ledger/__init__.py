@@ -94,4 +94,4 @@ class Ledger:
             return len(rows)
 
     async def _insert(self, rows: list[CallRecord]) -> None:
-        await self.store.insert_rows("usage_ledger", COLUMNS, map(_values, rows))
+        await self.store.insert_rows("usage_ledger", COLUMNS, list(map(_values, rows)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -103,7 +103,7 @@ class SqlStore(Store):
 
     @abc.abstractmethod
     async def insert_rows(
-        self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> None:
         """Insert `rows` (each its values in `columns`' order) into `table`, all in one write
         transaction of their own: every row is written, or none is. The database's own way

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -133,7 +133,7 @@ class PostgresStore(SqlStore):
             return int(await tx.fetchval("SELECT MAX(version) FROM svir_schema"))
 
     async def insert_rows(
-        self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> None:
         async with self.transaction(write=True) as tx:
             assert isinstance(tx, _PgTx)

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from svir.call import CallRecord
 from svir.errors import Unavailable
-from svir.ledger import Ledger
+from svir.ledger import COLUMNS, Ledger
 from svir.ledger.queries import ALL_KEYS, summarize
 from svir.store import make_store
 from svir.store.base import SqlStore
@@ -134,19 +135,25 @@ async def count_rows(store: SqlStore) -> int:
 
 async def test_a_batch_is_written_whole_or_not_at_all(sql_store: SqlStore) -> None:
     ledger = Ledger(sql_store, flush_seconds=3600)
-    rows = [row(request_id=f"r{i}") for i in range(300)]
-    rows[150].status = None  # type: ignore[assignment]  # NOT NULL: the database refuses it
+    # 373 rows: SQLite writes them as statements of 50 rows, then of 10, then of one.
+    rows = [
+        row(request_id=f"r{i}", ts=1e9 + i / 8, prompt_tokens=i, key_id=None if i % 3 else f"k{i}")
+        for i in range(373)
+    ]
+    rows[371].status = None  # type: ignore[assignment]  # NOT NULL: the database refuses it
     for r in rows:
         ledger.record(r)
     with pytest.raises(Unavailable):
         await ledger.flush()
-    assert await count_rows(sql_store) == 0  # not the 150 rows before the bad one
+    assert await count_rows(sql_store) == 0  # not the 371 rows before the bad one
     assert ledger.pending == rows and ledger.written == 0 and ledger.failures == 1
-    rows[150].status = "ok"
-    assert await ledger.flush() == 300
+    rows[371].status = "ok"
+    assert await ledger.flush() == 373
     async with sql_store.transaction(write=False) as tx:
-        ids = [r["request_id"] for r in await tx.fetch("SELECT request_id FROM usage_ledger")]
-    assert sorted(ids) == sorted(f"r{i}" for i in range(300))
+        stored = await tx.fetch(f"SELECT {', '.join(COLUMNS)} FROM usage_ledger ORDER BY id")
+    assert [tuple(r[c] for c in COLUMNS) for r in stored] == [
+        msgspec.structs.astuple(r) for r in rows
+    ]
 
 
 async def test_a_batch_waits_for_the_open_transaction(sql_store: SqlStore) -> None:
