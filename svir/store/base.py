@@ -101,6 +101,14 @@ class SqlStore(Store):
     @abc.abstractmethod
     def transaction(self, *, write: bool) -> contextlib.AbstractAsyncContextManager[Tx]: ...
 
+    @abc.abstractmethod
+    async def insert_rows(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert `rows` (each its values in `columns`' order) into `table`, all in one write
+        transaction of their own: every row is written, or none is. The database's own way
+        of writing many rows at once."""
+
     # Rows
 
     def _thread(self, row: Row, now: float) -> ThreadRecord:

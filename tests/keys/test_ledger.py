@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import io
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from svir.call import CallRecord
-from svir.ledger import Ledger
+from svir.errors import Unavailable
+from svir.ledger import COLUMNS, Ledger
 from svir.ledger.queries import ALL_KEYS, summarize
 from svir.store import make_store
 from svir.store.base import SqlStore
@@ -27,6 +30,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     pg: Postgres = request.getfixturevalue("postgres")
     return pg.url()
+
+
+@pytest.fixture
+async def sql_store(store_url: str) -> AsyncIterator[SqlStore]:
+    store = make_store(store_url)
+    assert isinstance(store, SqlStore)
+    await store.open()
+    yield store
+    await store.close()
 
 
 def row(**kw: Any) -> CallRecord:
@@ -114,6 +126,63 @@ async def test_a_failed_write_keeps_the_rows(store_url: str) -> None:
     await store.open()
     assert await ledger.flush() == 3
     await store.close()
+
+
+async def count_rows(store: SqlStore) -> int:
+    async with store.transaction(write=False) as tx:
+        return int(await tx.fetchval("SELECT COUNT(*) FROM usage_ledger"))
+
+
+async def test_a_batch_is_written_whole_or_not_at_all(sql_store: SqlStore) -> None:
+    ledger = Ledger(sql_store, flush_seconds=3600)
+    # 373 rows: SQLite writes them as statements of 50 rows, then of 10, then of one.
+    rows = [
+        row(request_id=f"r{i}", ts=1e9 + i / 8, prompt_tokens=i, key_id=None if i % 3 else f"k{i}")
+        for i in range(373)
+    ]
+    rows[371].status = None  # type: ignore[assignment]  # NOT NULL: the database refuses it
+    for r in rows:
+        ledger.record(r)
+    with pytest.raises(Unavailable):
+        await ledger.flush()
+    assert await count_rows(sql_store) == 0  # not the 371 rows before the bad one
+    assert ledger.pending == rows and ledger.written == 0 and ledger.failures == 1
+    rows[371].status = "ok"
+    assert await ledger.flush() == 373
+    async with sql_store.transaction(write=False) as tx:
+        stored = await tx.fetch(f"SELECT {', '.join(COLUMNS)} FROM usage_ledger ORDER BY id")
+    assert [tuple(r[c] for c in COLUMNS) for r in stored] == [
+        msgspec.structs.astuple(r) for r in rows
+    ]
+
+
+async def test_a_batch_waits_for_the_open_transaction(sql_store: SqlStore) -> None:
+    columns = ("request_id", "ts", "api", "model", "status", "prompt_tokens", "completion_tokens",
+               "usage_source")  # fmt: skip
+    insert = f"INSERT INTO usage_ledger ({', '.join(columns)}) VALUES ({', '.join('?' * 8)})"
+
+    def values(request_id: str | None, ts: float) -> tuple[Any, ...]:
+        return (request_id, ts, "openai", "m", "ok", 1, 1, "x")
+
+    async with sql_store.transaction(write=True) as tx:
+        await tx.execute(insert, *values("in-tx-1", 1.0))
+        batch = asyncio.ensure_future(
+            sql_store.insert_rows(
+                "usage_ledger", columns, [values(f"batch-{i}", 2.0) for i in range(5)]
+            )
+        )
+        await asyncio.sleep(0.05)  # the batch's turn, were it not to wait
+        await tx.execute(insert, *values("in-tx-2", 3.0))
+    await batch
+    async with sql_store.transaction(write=False) as tx:
+        found = [r["request_id"] for r in await tx.fetch("SELECT request_id FROM usage_ledger")]
+    assert sorted(found) == ["batch-0", "batch-1", "batch-2", "batch-3", "batch-4",
+                             "in-tx-1", "in-tx-2"]  # fmt: skip
+    with pytest.raises(Unavailable):
+        await sql_store.insert_rows("usage_ledger", columns, [values("ok", 4.0), values(None, 5.0)])
+    async with sql_store.transaction(write=True) as tx:  # the connection is out of the failed one
+        await tx.execute(insert, *values("after", 6.0))
+    assert await count_rows(sql_store) == 8
 
 
 async def test_background_task_writes_without_blocking(store_url: str) -> None:
