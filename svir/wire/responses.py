@@ -92,6 +92,8 @@ _EVENT_TYPES: Final = frozenset(
 _DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":%d}\n\n'
 _DELTA_TAILS: Final = tuple(_DELTA_TAIL % n for n in range(1024))
 _TAILS_MADE: Final = len(_DELTA_TAILS)
+_SEQ_END: Final = b',"sequence_number":%d}\n\n'
+_SEQ_ENDS: Final = tuple(_SEQ_END % n for n in range(_TAILS_MADE))
 # The encoder's own fields of the response as it starts, around its model (`_own_fields`' order).
 _STARTED_MODEL: Final = b'"status":"in_progress","model":'
 _STARTED_TAIL: Final = b',"output":[],"usage":null,"error":null,"incomplete_details":null}'
@@ -102,6 +104,29 @@ def _head(type: str) -> bytes:
     """An event's bytes up to its fields: `event: <type>` and `data: {"type":"<type>",` (the types
     are the encoder's own constants, so the cache stays small)."""
     return b"event: " + type.encode() + b"\ndata: " + _enc({"type": type})[:-1] + b","
+
+
+# The last two events of a message's part, as `_part_frame` would write them: the part's ids,
+# its text (encoded once for both), the sequence numbers.
+_PART_DONE: Final = {
+    "output_text": _head("response.output_text.done")
+    + b'%b"text":%b,"logprobs":[],"sequence_number":%d}\n\n'
+    + _head("response.content_part.done")
+    + b'%b"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},'
+    b'"sequence_number":%d}\n\n',
+    "refusal": _head("response.refusal.done")
+    + b'%b"refusal":%b,"sequence_number":%d}\n\n'
+    + _head("response.content_part.done")
+    + b'%b"part":{"type":"refusal","refusal":%b},"sequence_number":%d}\n\n',
+}
+_ITEM_DONE: Final = _head("response.output_item.done") + b'"output_index":'
+# The final response's status as JSON.
+_STATUS: Final = {s: _enc(s) for s in ("completed", "incomplete", "failed", "in_progress")}
+
+
+def _seq_end(seq: int) -> bytes:
+    """An event's end from its sequence number on."""
+    return _SEQ_ENDS[seq] if seq < _TAILS_MADE else _SEQ_END % seq
 
 
 def response_usage(u: Usage | None) -> dict[str, Any] | None:
@@ -232,6 +257,7 @@ class ResponseStreamEncoder:
         "_started_bytes",
         "_status",
         "_usage",
+        "_written",
         "ended",
         "id",
         "model",
@@ -274,6 +300,9 @@ class ResponseStreamEncoder:
         self._started = False
         self._status = "in_progress"
         self._items: list[dict[str, Any]] = []  # the output, each item as it stands
+        # The JSON of each closed item (the first of `_items`), as `output_item.done` wrote it:
+        # the final response's output repeats it.
+        self._written: list[bytes] = []
         self._open: str | None = None  # the open item's type
         self._open_index = -1
         self._part: str | None = None  # the open message part's type
@@ -377,7 +406,7 @@ class ResponseStreamEncoder:
                 self._finish = ev.reason
             else:
                 self._usage = ev
-            return self.start()
+            return b"" if self._started else self.start()
         if kind is Done:
             return self._end()
         if kind is Role or kind is ContentFilter or kind is ReasoningSignature:
@@ -456,8 +485,37 @@ class ResponseStreamEncoder:
         return skeleton
 
     def _final(self, type: str) -> bytes:
-        """The last lifecycle event, nesting the final response (`response`'s bytes)."""
-        return self._lifecycle(type, self._skeleton() + _enc(self._own_fields())[1:])
+        """The last lifecycle event, nesting the final response (`response`'s bytes, the fields
+        in `_own_fields`' order): the closed items as they were written, a failure's cut item
+        encoded here."""
+        written = self._written
+        if len(written) < len(self._items):
+            written = written + [_enc(item) for item in self._items[len(written) :]]
+        status = self._status
+        reason = INCOMPLETE_REASONS.get(self._finish or "") if status == "incomplete" else None
+        usage, error = self._usage, self._error
+        seq = self._seq
+        self._seq = seq + 1
+        return b"".join(
+            (
+                _head(type),
+                b'"response":',
+                self._skeleton(),
+                b'"status":',
+                _STATUS[status],
+                b',"model":',
+                _enc(self.model),
+                b',"output":[',
+                b",".join(written),
+                b'],"usage":',
+                b"null" if usage is None else _enc(response_usage(usage)),
+                b',"error":',
+                b"null" if error is None else _enc(error),
+                b',"incomplete_details":',
+                b'{"reason":%b}' % _enc(reason) if reason else b"null",
+                b'},"sequence_number":%d}\n\n' % seq,
+            )
+        )
 
     # -- items
 
@@ -518,12 +576,22 @@ class ResponseStreamEncoder:
             return b""
         index = self._open_index
         # A message's part has its own last events; the text is joined only where it is written.
-        out = self._close_part() if self._open == "message" else self._close_pieces(index)
-        item = self._snapshot(status)
-        self._items[index] = item
+        if self._open == "message":
+            out = self._close_part()
+            # The open item is the encoder's own (a look at it gets a snapshot): its closed
+            # parts are in it already.
+            item = self._items[index]
+            item["status"] = status
+        else:
+            out = self._close_pieces(index)
+            item = self._items[index] = self._snapshot(status)
         self._open = None
         self._parts = []
-        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+        data = _enc(item)
+        self._written.append(data)
+        seq = self._seq
+        self._seq = seq + 1
+        return b"".join((out, _ITEM_DONE, b"%d" % index, b',"item":', data, _seq_end(seq)))
 
     def _close_pieces(self, index: int) -> bytes:
         """The last events of the open reasoning or function call item."""
@@ -604,20 +672,19 @@ class ResponseStreamEncoder:
         return b"".join((self._prefix, _enc(text), tail))
 
     def _close_part(self) -> bytes:
-        if self._part is None:
-            return b""
         kind = self._part
+        if kind is None:
+            return b""
         text = "".join(self._parts)
-        if kind == "output_text":
-            out = self._part_frame("response.output_text.done", {"text": text, "logprobs": []})
-        else:
-            out = self._part_frame("response.refusal.done", {"refusal": text})
-        part = self._part_object(kind, text)
-        item = self._items[self._open_index]
-        self._items[self._open_index] = {**item, "content": [*item["content"], part]}
+        # The open item is the encoder's own: the part joins its content in place.
+        self._items[self._open_index]["content"].append(self._part_object(kind, text))
         self._part = None
         self._parts = []
-        return out + self._part_frame("response.content_part.done", {"part": part})
+        data = _enc(text)
+        ids = self._part_ids
+        seq = self._seq
+        self._seq = seq + 2
+        return _PART_DONE[kind] % (ids, data, seq, ids, data, seq + 1)
 
     # -- reasoning
 
