@@ -75,6 +75,7 @@ _DEFAULTS: Final[Mapping[str, Any]] = {
 # The response object's fields before `echo`'s: its own first three (`id` and `created_at` set
 # per response), then the defaults.
 _BASE: Final[dict[str, Any]] = {"id": "", "object": "response", "created_at": 0, **_DEFAULTS}
+_DEFAULT_KEYS: Final = tuple(_DEFAULTS)
 # The fields the encoder owns, whatever `echo` holds.
 _OWN: Final = frozenset(
     {"id", "object", "created_at", "status", "model", "output", "usage", "error",
@@ -120,6 +121,8 @@ _PART_DONE: Final = {
     + b'%b"part":{"type":"refusal","refusal":%b},"sequence_number":%d}\n\n',
 }
 _ITEM_DONE: Final = _head("response.output_item.done") + b'"output_index":'
+_CREATED: Final = _head("response.created") + b'"response":'
+_IN_PROGRESS: Final = _head("response.in_progress") + b'"response":'
 # The final response's status as JSON.
 _STATUS: Final = {s: _enc(s) for s in ("completed", "incomplete", "failed", "in_progress")}
 
@@ -235,8 +238,10 @@ class ResponseStreamEncoder:
     """
 
     __slots__ = (
-        "_base",
+        "_base_made",
         "_call_ids",
+        "_created_at",
+        "_echo",
         "_error",
         "_finish",
         "_held",
@@ -284,15 +289,11 @@ class ResponseStreamEncoder:
         self.names = names
         self.seal = seal
         self.ended = False
-        # A copy of the table made once, then `echo` over it (in place, so that the order stays
-        # the table's, then `echo`'s own): a third cheaper than `{…, **_DEFAULTS, **echo}`.
-        base = self._base = _BASE.copy()
-        base["id"] = id
-        base["created_at"] = int(created_at)
-        if _OWN.isdisjoint(echo):  # the common case: the front end's echo
-            base.update(echo)
-        else:
-            base.update((k, v) for k, v in echo.items() if k not in _OWN)
+        # Taken as it is: the response's fields are made from it when first written or asked
+        # for (`_skeleton`, `_base`).
+        self._echo = echo
+        self._created_at = int(created_at)
+        self._base_made: dict[str, Any] | None = None
         self._skeleton_bytes: bytes | None = None
         self._started_bytes: bytes | None = None
         self._item_base = id[5:] if id.startswith("resp_") else id
@@ -338,9 +339,25 @@ class ResponseStreamEncoder:
     @property
     def response(self) -> dict[str, Any]:
         """The response object as it stands; after the end, the final one."""
-        out = dict(self._base)
+        out = dict(self._base())
         out.update(self._own_fields())
         return out
+
+    def _base(self) -> dict[str, Any]:
+        """The response object's fields the encoder does not own: the table, `id` and
+        `created_at`, then `echo` over them (in place, so that the order stays the table's, then
+        `echo`'s own)."""
+        base = self._base_made
+        if base is None:
+            base = self._base_made = _BASE.copy()
+            base["id"] = self.id
+            base["created_at"] = self._created_at
+            echo = self._echo
+            if _OWN.isdisjoint(echo):
+                base.update(echo)
+            else:
+                base.update((k, v) for k, v in echo.items() if k not in _OWN)
+        return base
 
     def _own_fields(self) -> dict[str, Any]:
         """The response object's fields the encoder owns, as they stand (they follow `_base`'s)."""
@@ -364,7 +381,12 @@ class ResponseStreamEncoder:
         if self._started:
             return b""
         self._started = True
-        return self._lifecycle("response.created") + self._lifecycle("response.in_progress")
+        response = self._started_response()
+        seq = self._seq
+        self._seq = seq + 2
+        return b"".join(
+            (_CREATED, response, _seq_end(seq), _IN_PROGRESS, response, _seq_end(seq + 1))
+        )
 
     def keepalive(self) -> bytes:
         """A `response.in_progress` event that keeps a client's idle timer from running out while
@@ -466,22 +488,47 @@ class ResponseStreamEncoder:
         its output empty: encoded once, for `response.created`, `.in_progress` and every
         keep-alive)."""
         if response is None:
-            response = self._started_bytes
-            if response is None:
-                # `_own_fields` as the response starts, written from a template.
-                response = self._started_bytes = b"".join(
-                    (self._skeleton(), _STARTED_MODEL, _enc(self.model), _STARTED_TAIL)
-                )
+            response = self._started_response()
         seq = self._seq
         self._seq = seq + 1
         return b'%b"response":%b,"sequence_number":%d}\n\n' % (_head(type), response, seq)
+
+    def _started_response(self) -> bytes:
+        """The response as it starts, its output empty, encoded once: `_own_fields` written from
+        a template."""
+        response = self._started_bytes
+        if response is None:
+            response = self._started_bytes = b"".join(
+                (self._skeleton(), _STARTED_MODEL, _enc(self.model), _STARTED_TAIL)
+            )
+        return response
 
     def _skeleton(self) -> bytes:
         """The encoded response object's fields the encoder does not own, open at its end (`{…,`):
         every lifecycle event's response begins with them."""
         skeleton = self._skeleton_bytes
         if skeleton is None:
-            skeleton = self._skeleton_bytes = _enc(self._base)[:-1] + b","
+            echo = self._echo
+            keys = tuple(echo)
+            if (
+                type(echo) is dict
+                and keys[: len(_DEFAULT_KEYS)] == _DEFAULT_KEYS
+                and _OWN.isdisjoint(keys[len(_DEFAULT_KEYS) :])
+            ):
+                # The front end's echo is in the response's order (the table's fields first):
+                # written as it is after the first three, with no dict made.
+                skeleton = b"".join(
+                    (
+                        b'{"id":',
+                        _enc(self.id),
+                        b',"object":"response","created_at":%d,' % self._created_at,
+                        _enc(echo)[1:-1],
+                        b",",
+                    )
+                )
+            else:
+                skeleton = _enc(self._base())[:-1] + b","
+            self._skeleton_bytes = skeleton
         return skeleton
 
     def _final(self, type: str) -> bytes:

@@ -92,7 +92,8 @@ class ResponsesRequest(msgspec.Struct, frozen=True):
     - `include_encrypted`: whether `include` asks for `reasoning.encrypted_content`;
     - `names`: a flat function name offered upstream -> (namespace, name), for namespace tools;
     - `input_items`: this request's input as items, each with an id (as input_items lists them);
-    - `echo`: the request fields a response object repeats, with OpenAI's defaults;
+    - `echo`: the request fields a response object repeats (`previous_response_id` among them),
+      with OpenAI's defaults, in the response object's order;
     - `cache_key`: `prompt_cache_key`, to keep a conversation on one deployment;
     - `image_urls`: whether an image is given by URL (not every upstream fetches one);
     - `metadata`: the request's metadata (strings), for the response object.
@@ -346,7 +347,7 @@ def translate_request(
         include_encrypted="reasoning.encrypted_content" in include,
         names=t.names,
         input_items=input_items,
-        echo=_echo(body, store, metadata),
+        echo=_echo(body, store, metadata, previous),
         cache_key=chat.get("prompt_cache_key"),
         image_urls=t.image_urls,
         metadata=metadata,
@@ -1022,24 +1023,26 @@ def _include(include: Any) -> list[str]:
     return include
 
 
-# The request fields a response object repeats as they were sent, in its order, each with
+# The request fields a response object repeats as they were sent, in the order the response
+# object has them (svir.wire.responses writes an echo in that order as it is), each with
 # OpenAI's default when unset (those `_echo` derives are None here and set there, in place).
 _ECHOED: Final = (
     ("instructions", None),
-    ("tools", None),
-    ("tool_choice", "auto"),
-    ("temperature", 1.0),
-    ("top_p", 1.0),
     ("max_output_tokens", None),
     ("metadata", None),
     ("parallel_tool_calls", True),
-    ("text", None),
+    ("previous_response_id", None),
     ("reasoning", None),
+    ("store", None),
+    ("temperature", 1.0),
+    ("text", None),
+    ("tool_choice", "auto"),
+    ("tools", None),
+    ("top_p", 1.0),
     ("truncation", "disabled"),
     ("user", None),
     ("safety_identifier", None),
     ("prompt_cache_key", None),
-    ("store", None),
     ("service_tier", "auto"),
     ("background", None),
     ("top_logprobs", 0),
@@ -1049,7 +1052,9 @@ _ECHOED: Final = (
 _ECHO_DEFAULTS: Final = dict(_ECHOED)
 
 
-def _echo(body: dict[str, Any], store: bool, metadata: dict[str, str]) -> dict[str, Any]:
+def _echo(
+    body: dict[str, Any], store: bool, metadata: dict[str, str], previous: str | None
+) -> dict[str, Any]:
     """The request fields a response object repeats, each with OpenAI's default when unset."""
     get = body.get
     # The defaults in their order, then the body's few fields over them (in place, so the order
@@ -1072,6 +1077,7 @@ def _echo(body: dict[str, Any], store: bool, metadata: dict[str, str]) -> dict[s
     }
     echo["store"] = store
     echo["background"] = False
+    echo["previous_response_id"] = previous
     return echo
 
 

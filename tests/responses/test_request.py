@@ -567,6 +567,7 @@ def test_echo_repeats_the_request_with_openai_defaults() -> None:
         "max_output_tokens": 9,
         "metadata": {},
         "parallel_tool_calls": True,
+        "previous_response_id": None,
         "text": {"format": {"type": "text"}},
         "reasoning": {"effort": None, "summary": None},
         "truncation": "disabled",
