@@ -261,6 +261,7 @@ class ResponseStreamEncoder:
         "_started",
         "_started_bytes",
         "_status",
+        "_texting",
         "_usage",
         "_written",
         "ended",
@@ -307,6 +308,9 @@ class ResponseStreamEncoder:
         self._open: str | None = None  # the open item's type
         self._open_index = -1
         self._part: str | None = None  # the open message part's type
+        # Whether a text delta is simply the next piece of the open text part: that part is
+        # open, no call is live and the stream has not ended (`encode`'s common case).
+        self._texting = False
         self._part_index = -1
         self._parts: list[str] = []  # the open part's (or reasoning's, or call's) pieces
         self._prefix = b""  # the open text part's delta event, up to its delta
@@ -399,21 +403,22 @@ class ResponseStreamEncoder:
 
     def encode(self, event: Event) -> bytes:
         """The bytes for one event (possibly empty)."""
-        if self.ended:
-            return b""
         # Dispatched on the exact type: isinstance against a msgspec Struct class that does not
         # match goes through its metaclass, several times slower, once per check.
-        kind: Any = type(event)
-        ev: Any = event  # its type is `kind`
-        if kind is TextDelta and self._part == "output_text" and self._live_call is None:
-            text = ev.text  # the common case, once per piece of the answer
+        if type(event) is TextDelta and self._texting:
+            text = event.text  # the common case, once per piece of the answer
             if not text:
                 return b""
             self._parts.append(text)
             seq = self._seq
             self._seq = seq + 1
-            tail = _DELTA_TAILS[seq] if seq < _TAILS_MADE else _DELTA_TAIL % seq
-            return b"".join((self._prefix, _enc(text), tail))
+            if seq < _TAILS_MADE:
+                return self._prefix + _enc(text) + _DELTA_TAILS[seq]
+            return self._prefix + _enc(text) + _DELTA_TAIL % seq
+        if self.ended:
+            return b""
+        kind: Any = type(event)
+        ev: Any = event  # its type is `kind`
         if kind not in _EVENT_TYPES:
             kind = next((k for k in kind.__mro__ if k in _EVENT_TYPES), kind)
         if kind is TextDelta:
@@ -456,6 +461,7 @@ class ResponseStreamEncoder:
             self._items[self._open_index] = self._snapshot("incomplete")
         self._open = None
         self._part = None
+        self._texting = False
         self.ended = True
         self._status = "failed"
         self._error = failure(ce, retry_after=retry_after)
@@ -690,6 +696,8 @@ class ResponseStreamEncoder:
 
     def _open_part(self, kind: str) -> bytes:
         self._part = kind
+        # Parts open only while no call is live (a call's later text is held).
+        self._texting = kind == "output_text"
         self._part_index += 1
         self._parts = []
         # The part's events all begin with its ids: encoded once.
@@ -726,6 +734,7 @@ class ResponseStreamEncoder:
         # The open item is the encoder's own: the part joins its content in place.
         self._items[self._open_index]["content"].append(self._part_object(kind, text))
         self._part = None
+        self._texting = False
         self._parts = []
         data = _enc(text)
         ids = self._part_ids
