@@ -122,6 +122,9 @@ _PART_DONE: Final = {
 }
 _ITEM_DONE: Final = _head("response.output_item.done") + b'"output_index":'
 _CREATED: Final = _head("response.created") + b'"response":'
+_ITEM_ADDED: Final = _head("response.output_item.added") + b'"output_index":'
+_PART_ADDED: Final = _head("response.content_part.added")
+_DELTA_HEAD: Final = _head("response.output_text.delta")
 _IN_PROGRESS: Final = _head("response.in_progress") + b'"response":'
 # The final response's status as JSON.
 _STATUS: Final = {s: _enc(s) for s in ("completed", "incomplete", "failed", "in_progress")}
@@ -614,6 +617,8 @@ class ResponseStreamEncoder:
             if self._open != "reasoning":
                 out += self._close() + self._open_reasoning()
             return out + self._reasoning_delta(text)
+        if self._open is None and kind == "output_text":  # the answer's first text
+            return out + self._open_text() + self._text_delta(text)
         if self._open != "message":
             out += self._close() + self._open_message()
         if self._part != kind:
@@ -687,6 +692,49 @@ class ResponseStreamEncoder:
         self._part = None
         self._part_index = -1
         return self._add(item)
+
+    def _open_text(self) -> bytes:
+        """`_open_message` then `_open_part("output_text")` when no item is open, their events
+        written from a template."""
+        index = len(self._items)
+        item_id = f"msg_{self._item_base}_{index}"
+        self._items.append(
+            {
+                "id": item_id,
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+        )
+        self._open = "message"
+        self._open_index = index
+        self._part = "output_text"
+        self._texting = True
+        self._part_index = 0
+        self._parts = []
+        id_json = _enc(item_id)
+        ids = self._part_ids = b'"item_id":%b,"output_index":%d,"content_index":0,' % (
+            id_json,
+            index,
+        )
+        self._prefix = _DELTA_HEAD + ids + b'"delta":'
+        seq = self._seq
+        self._seq = seq + 2
+        return b"".join(
+            (
+                _ITEM_ADDED,
+                b"%d" % index,
+                b',"item":{"id":',
+                id_json,
+                b',"type":"message","status":"in_progress","role":"assistant","content":[]}',
+                _seq_end(seq),
+                _PART_ADDED,
+                ids,
+                b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}',
+                _seq_end(seq + 1),
+            )
+        )
 
     @staticmethod
     def _part_object(kind: str, text: str) -> dict[str, Any]:
