@@ -309,7 +309,11 @@ def translate_request(
     input_items = [t.item(f"input[{k}]", item) for k, item in enumerate(items)]
     t.close_turn()
     t.unanswered()
-    if not any(m["role"] != "system" for m in messages):
+    # A loop, not `any` over a generator: no generator made per request.
+    for m in messages:
+        if m["role"] != "system":
+            break
+    else:
         raise ResponsesRequestError("input", "must hold at least one message or item")
     chat["messages"] = messages
     chat["stream"] = stream
@@ -529,6 +533,10 @@ class _Translation:
 
     def additional_tools(self, history: Sequence[Any], items: list[Any]) -> None:
         """The tools of `additional_tools` items, in the history and in this input."""
+        if not history and len(items) == 1:  # the common first request: one item, no history
+            item = items[0]
+            if not isinstance(item, dict) or item.get("type") != "additional_tools":
+                return
         for where, group in (("previous_response_id: item", history), ("input", items)):
             for k, item in enumerate(group):
                 if isinstance(item, dict) and item.get("type") == "additional_tools":
