@@ -36,6 +36,7 @@ from svir.wire.events import (
 )
 
 __all__ = [
+    "ECHO_KEYS",
     "INCOMPLETE_REASONS",
     "ResponseStreamEncoder",
     "failure",
@@ -75,7 +76,17 @@ _DEFAULTS: Final[Mapping[str, Any]] = {
 # The response object's fields before `echo`'s: its own first three (`id` and `created_at` set
 # per response), then the defaults.
 _BASE: Final[dict[str, Any]] = {"id": "", "object": "response", "created_at": 0, **_DEFAULTS}
-_DEFAULT_KEYS: Final = tuple(_DEFAULTS)
+# The keys of the echo svir.wire.responses_request makes, in the response object's order: the
+# table's, then the request fields OpenAI repeats beyond it. Such an echo is written as it is.
+ECHO_KEYS: Final = (
+    *_DEFAULTS,
+    "safety_identifier",
+    "prompt_cache_key",
+    "service_tier",
+    "background",
+    "top_logprobs",
+    "max_tool_calls",
+)
 # The fields the encoder owns, whatever `echo` holds.
 _OWN: Final = frozenset(
     {"id", "object", "created_at", "status", "model", "output", "usage", "error",
@@ -518,14 +529,9 @@ class ResponseStreamEncoder:
         skeleton = self._skeleton_bytes
         if skeleton is None:
             echo = self._echo
-            keys = tuple(echo)
-            if (
-                type(echo) is dict
-                and keys[: len(_DEFAULT_KEYS)] == _DEFAULT_KEYS
-                and _OWN.isdisjoint(keys[len(_DEFAULT_KEYS) :])
-            ):
-                # The front end's echo is in the response's order (the table's fields first):
-                # written as it is after the first three, with no dict made.
+            if type(echo) is dict and tuple(echo) == ECHO_KEYS:
+                # The front end's echo is in the response's order: written as it is after the
+                # first three fields, with no dict made.
                 skeleton = b"".join(
                     (
                         b'{"id":',
