@@ -1067,22 +1067,27 @@ def _echo(
     get = body.get
     # The defaults in their order, then the body's few fields over them (in place, so the order
     # stays): a walk of the body's keys, not a lookup per echoed field.
-    echo: dict[str, Any] = dict(_ECHO_DEFAULTS)
+    echo: dict[str, Any] = _ECHO_DEFAULTS.copy()
     for key, value in body.items():
         if value is not None and key in echo:
             echo[key] = value
-    tools = echo["tools"]
-    if tools is None:
+    if echo["tools"] is None:
         echo["tools"] = []
-    reasoning = get("reasoning") or {}
-    text = dict(get("text") or {})
-    text.setdefault("format", {"type": "text"})
+    # Both were checked to be objects or null.
+    text = get("text")
+    text = dict(text) if text else {}
+    if "format" not in text:
+        text["format"] = {"type": "text"}
     echo["metadata"] = metadata
     echo["text"] = text
-    echo["reasoning"] = {
-        "effort": reasoning.get("effort"),
-        "summary": reasoning.get("summary") or reasoning.get("generate_summary"),
-    }
+    reasoning = get("reasoning")
+    if reasoning:
+        echo["reasoning"] = {
+            "effort": reasoning.get("effort"),
+            "summary": reasoning.get("summary") or reasoning.get("generate_summary"),
+        }
+    else:
+        echo["reasoning"] = {"effort": None, "summary": None}
     echo["store"] = store
     echo["background"] = False
     echo["previous_response_id"] = previous
