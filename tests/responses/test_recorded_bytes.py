@@ -15,25 +15,9 @@ from typing import Any
 
 import msgspec
 
+from svir.wire import events as ev
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
-from svir.wire.events import (
-    ContentFilter,
-    Done,
-    Event,
-    Finish,
-    Keepalive,
-    ReasoningDelta,
-    ReasoningSignature,
-    RedactedReasoning,
-    RefusalDelta,
-    Role,
-    StreamError,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-)
 from svir.wire.responses import ResponseStreamEncoder
 from svir.wire.responses_request import ResponsesRequestError, translate_request
 
@@ -115,28 +99,28 @@ def body(rng: random.Random) -> Any:
     return out
 
 
-def event(rng: random.Random) -> Event:
+def event(rng: random.Random) -> ev.Event:
     pick = rng.randint(0, 16)
     if pick < 5:
-        return TextDelta(rng.choice(TEXTS))
+        return ev.TextDelta(rng.choice(TEXTS))
     if pick < 7:
-        return ReasoningDelta(rng.choice(TEXTS), rng.choice(["reasoning_content", "think"]))
+        return ev.ReasoningDelta(rng.choice(TEXTS), rng.choice(["reasoning_content", "think"]))
     if pick == 7:
-        return RefusalDelta(rng.choice(TEXTS))
+        return ev.RefusalDelta(rng.choice(TEXTS))
     if pick == 8:
-        return ToolCallStart(
+        return ev.ToolCallStart(
             rng.randint(0, 2), rng.choice(["", "call_0", "c1"]), rng.choice(["f", "ns__g"])
         )
     if pick < 11:
-        return ToolCallDelta(rng.randint(0, 2), rng.choice(["", "{", '"a": 1', "}"]))
+        return ev.ToolCallDelta(rng.randint(0, 2), rng.choice(["", "{", '"a": 1', "}"]))
     if pick == 11:
-        return Finish(rng.choice(["stop", "length", "tool_calls", "content_filter"]))
+        return ev.Finish(rng.choice(["stop", "length", "tool_calls", "content_filter"]))
     if pick == 12:
-        return Usage(rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 18),
+        return ev.Usage(rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 18),
                      *rng.choice([(), (3,), (None, 2)]))  # fmt: skip
     return rng.choice([
-        Role("assistant", "up-1", "m", 0), Keepalive(""), ReasoningSignature("sig"),
-        RedactedReasoning("opaque"), ContentFilter("completion", False, (), {}),
+        ev.Role("assistant", "up-1", "m", 0), ev.Keepalive(""), ev.ReasoningSignature("sig"),
+        ev.RedactedReasoning("opaque"), ev.ContentFilter("completion", False, (), {}),
     ])  # fmt: skip
 
 
@@ -173,9 +157,9 @@ def run(case: int) -> bytes:
     if rng.random() < 0.25:  # the common answer: text, a finish, usage, the end
         out.append(enc.start())
         for text in [TEXTS[1 + rng.randint(0, 9)] for _ in range(rng.randint(1, 25))]:
-            out.append(enc.encode(TextDelta(text)))
-        out.append(enc.encode(Finish(rng.choice(["stop", "stop", "length"]))))
-        out.append(enc.encode(Usage(20, 20, 40)) + enc.encode(Done()))
+            out.append(enc.encode(ev.TextDelta(text)))
+        out.append(enc.encode(ev.Finish(rng.choice(["stop", "stop", "length"]))))
+        out.append(enc.encode(ev.Usage(20, 20, 40)) + enc.encode(ev.Done()))
     for _ in range(rng.randint(0, 30)):
         look = rng.random()
         if look < 0.04:
@@ -190,19 +174,19 @@ def run(case: int) -> bytes:
             out.append(enc.encode(event(rng)))
     end = rng.random()
     if end < 0.7:
-        out.append(enc.encode(Done()))
+        out.append(enc.encode(ev.Done()))
     elif end < 0.8:
         error = UpstreamError(
             ErrorKind.RATE_LIMITED, "slow down", retry_after=rng.choice([None, 7])
         )
-        out.append(enc.encode(StreamError(error)))
+        out.append(enc.encode(ev.StreamError(error)))
     elif end < 0.9:
         ce = ClientError(
             400, "invalid_request_error", rng.choice([None, "context_length_exceeded"]), "no"
         )
         out.append(enc.error(ce, retry_after=rng.choice([None, 0.5])))
     out.append(enc.close())
-    out.append(enc.encode(Done()) + enc.keepalive())
+    out.append(enc.encode(ev.Done()) + enc.keepalive())
     out.append(msgspec.json.encode(enc.response))
     out.append(msgspec.json.encode(enc.output_items))
     return b"\n--\n".join(out)
