@@ -251,15 +251,11 @@ class ResponsesAPI:
             headers[WARNING_HEADER] = warning_header(translated.warnings)
         user = request.get("user")
         response_id = "resp_" + unique_id()
-        # The chain it continues is state, the front end's: the response names it (the echo is
-        # this request's own, set in place; the encoder writes it in the response's order).
-        echo = translated.echo
-        echo["previous_response_id"] = translated.previous_response_id
         encoder = ResponseStreamEncoder(
             id=response_id,
             model=str(body["model"]),
             created_at=int(time.time()),
-            echo=echo,
+            echo=translated.echo,
             summary=translated.summary,
             names=translated.names,
             seal=_sealer(key) if translated.include_encrypted else None,

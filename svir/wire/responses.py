@@ -36,6 +36,7 @@ from svir.wire.events import (
 )
 
 __all__ = [
+    "ECHO_KEYS",
     "INCOMPLETE_REASONS",
     "ResponseStreamEncoder",
     "failure",
@@ -75,6 +76,17 @@ _DEFAULTS: Final[Mapping[str, Any]] = {
 # The response object's fields before `echo`'s: its own first three (`id` and `created_at` set
 # per response), then the defaults.
 _BASE: Final[dict[str, Any]] = {"id": "", "object": "response", "created_at": 0, **_DEFAULTS}
+# The keys of the echo svir.wire.responses_request makes, in the response object's order: the
+# table's, then the request fields OpenAI repeats beyond it. Such an echo is written as it is.
+ECHO_KEYS: Final = (
+    *_DEFAULTS,
+    "safety_identifier",
+    "prompt_cache_key",
+    "service_tier",
+    "background",
+    "top_logprobs",
+    "max_tool_calls",
+)
 # The fields the encoder owns, whatever `echo` holds.
 _OWN: Final = frozenset(
     {"id", "object", "created_at", "status", "model", "output", "usage", "error",
@@ -92,6 +104,8 @@ _EVENT_TYPES: Final = frozenset(
 _DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":%d}\n\n'
 _DELTA_TAILS: Final = tuple(_DELTA_TAIL % n for n in range(1024))
 _TAILS_MADE: Final = len(_DELTA_TAILS)
+_SEQ_END: Final = b',"sequence_number":%d}\n\n'
+_SEQ_ENDS: Final = tuple(_SEQ_END % n for n in range(_TAILS_MADE))
 # The encoder's own fields of the response as it starts, around its model (`_own_fields`' order).
 _STARTED_MODEL: Final = b'"status":"in_progress","model":'
 _STARTED_TAIL: Final = b',"output":[],"usage":null,"error":null,"incomplete_details":null}'
@@ -102,6 +116,34 @@ def _head(type: str) -> bytes:
     """An event's bytes up to its fields: `event: <type>` and `data: {"type":"<type>",` (the types
     are the encoder's own constants, so the cache stays small)."""
     return b"event: " + type.encode() + b"\ndata: " + _enc({"type": type})[:-1] + b","
+
+
+# The last two events of a message's part, as `_part_frame` would write them: the part's ids,
+# its text (encoded once for both), the sequence numbers.
+_PART_DONE: Final = {
+    "output_text": _head("response.output_text.done")
+    + b'%b"text":%b,"logprobs":[],"sequence_number":%d}\n\n'
+    + _head("response.content_part.done")
+    + b'%b"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},'
+    b'"sequence_number":%d}\n\n',
+    "refusal": _head("response.refusal.done")
+    + b'%b"refusal":%b,"sequence_number":%d}\n\n'
+    + _head("response.content_part.done")
+    + b'%b"part":{"type":"refusal","refusal":%b},"sequence_number":%d}\n\n',
+}
+_ITEM_DONE: Final = _head("response.output_item.done") + b'"output_index":'
+_CREATED: Final = _head("response.created") + b'"response":'
+_ITEM_ADDED: Final = _head("response.output_item.added") + b'"output_index":'
+_PART_ADDED: Final = _head("response.content_part.added")
+_DELTA_HEAD: Final = _head("response.output_text.delta")
+_IN_PROGRESS: Final = _head("response.in_progress") + b'"response":'
+# The final response's status as JSON.
+_STATUS: Final = {s: _enc(s) for s in ("completed", "incomplete", "failed", "in_progress")}
+
+
+def _seq_end(seq: int) -> bytes:
+    """An event's end from its sequence number on."""
+    return _SEQ_ENDS[seq] if seq < _TAILS_MADE else _SEQ_END % seq
 
 
 def response_usage(u: Usage | None) -> dict[str, Any] | None:
@@ -210,8 +252,10 @@ class ResponseStreamEncoder:
     """
 
     __slots__ = (
-        "_base",
+        "_base_made",
         "_call_ids",
+        "_created_at",
+        "_echo",
         "_error",
         "_finish",
         "_held",
@@ -231,7 +275,9 @@ class ResponseStreamEncoder:
         "_started",
         "_started_bytes",
         "_status",
+        "_texting",
         "_usage",
+        "_written",
         "ended",
         "id",
         "model",
@@ -258,15 +304,11 @@ class ResponseStreamEncoder:
         self.names = names
         self.seal = seal
         self.ended = False
-        # A copy of the table made once, then `echo` over it (in place, so that the order stays
-        # the table's, then `echo`'s own): a third cheaper than `{…, **_DEFAULTS, **echo}`.
-        base = self._base = _BASE.copy()
-        base["id"] = id
-        base["created_at"] = int(created_at)
-        if _OWN.isdisjoint(echo):  # the common case: the front end's echo
-            base.update(echo)
-        else:
-            base.update((k, v) for k, v in echo.items() if k not in _OWN)
+        # Taken as it is: the response's fields are made from it when first written or asked
+        # for (`_skeleton`, `_base`).
+        self._echo = echo
+        self._created_at = int(created_at)
+        self._base_made: dict[str, Any] | None = None
         self._skeleton_bytes: bytes | None = None
         self._started_bytes: bytes | None = None
         self._item_base = id[5:] if id.startswith("resp_") else id
@@ -274,9 +316,15 @@ class ResponseStreamEncoder:
         self._started = False
         self._status = "in_progress"
         self._items: list[dict[str, Any]] = []  # the output, each item as it stands
+        # The JSON of each closed item (the first of `_items`), as `output_item.done` wrote it:
+        # the final response's output repeats it.
+        self._written: list[bytes] = []
         self._open: str | None = None  # the open item's type
         self._open_index = -1
         self._part: str | None = None  # the open message part's type
+        # Whether a text delta is simply the next piece of the open text part: that part is
+        # open, no call is live and the stream has not ended (`encode`'s common case).
+        self._texting = False
         self._part_index = -1
         self._parts: list[str] = []  # the open part's (or reasoning's, or call's) pieces
         self._prefix = b""  # the open text part's delta event, up to its delta
@@ -309,9 +357,25 @@ class ResponseStreamEncoder:
     @property
     def response(self) -> dict[str, Any]:
         """The response object as it stands; after the end, the final one."""
-        out = dict(self._base)
+        out = dict(self._base())
         out.update(self._own_fields())
         return out
+
+    def _base(self) -> dict[str, Any]:
+        """The response object's fields the encoder does not own: the table, `id` and
+        `created_at`, then `echo` over them (in place, so that the order stays the table's, then
+        `echo`'s own)."""
+        base = self._base_made
+        if base is None:
+            base = self._base_made = _BASE.copy()
+            base["id"] = self.id
+            base["created_at"] = self._created_at
+            echo = self._echo
+            if _OWN.isdisjoint(echo):
+                base.update(echo)
+            else:
+                base.update((k, v) for k, v in echo.items() if k not in _OWN)
+        return base
 
     def _own_fields(self) -> dict[str, Any]:
         """The response object's fields the encoder owns, as they stand (they follow `_base`'s)."""
@@ -335,7 +399,12 @@ class ResponseStreamEncoder:
         if self._started:
             return b""
         self._started = True
-        return self._lifecycle("response.created") + self._lifecycle("response.in_progress")
+        response = self._started_response()
+        seq = self._seq
+        self._seq = seq + 2
+        return b"".join(
+            (_CREATED, response, _seq_end(seq), _IN_PROGRESS, response, _seq_end(seq + 1))
+        )
 
     def keepalive(self) -> bytes:
         """A `response.in_progress` event that keeps a client's idle timer from running out while
@@ -348,21 +417,22 @@ class ResponseStreamEncoder:
 
     def encode(self, event: Event) -> bytes:
         """The bytes for one event (possibly empty)."""
-        if self.ended:
-            return b""
         # Dispatched on the exact type: isinstance against a msgspec Struct class that does not
         # match goes through its metaclass, several times slower, once per check.
-        kind: Any = type(event)
-        ev: Any = event  # its type is `kind`
-        if kind is TextDelta and self._part == "output_text" and self._live_call is None:
-            text = ev.text  # the common case, once per piece of the answer
+        if type(event) is TextDelta and self._texting:
+            text = event.text  # the common case, once per piece of the answer
             if not text:
                 return b""
             self._parts.append(text)
             seq = self._seq
             self._seq = seq + 1
-            tail = _DELTA_TAILS[seq] if seq < _TAILS_MADE else _DELTA_TAIL % seq
-            return b"".join((self._prefix, _enc(text), tail))
+            if seq < _TAILS_MADE:
+                return self._prefix + _enc(text) + _DELTA_TAILS[seq]
+            return self._prefix + _enc(text) + _DELTA_TAIL % seq
+        if self.ended:
+            return b""
+        kind: Any = type(event)
+        ev: Any = event  # its type is `kind`
         if kind not in _EVENT_TYPES:
             kind = next((k for k in kind.__mro__ if k in _EVENT_TYPES), kind)
         if kind is TextDelta:
@@ -377,7 +447,7 @@ class ResponseStreamEncoder:
                 self._finish = ev.reason
             else:
                 self._usage = ev
-            return self.start()
+            return b"" if self._started else self.start()
         if kind is Done:
             return self._end()
         if kind is Role or kind is ContentFilter or kind is ReasoningSignature:
@@ -405,6 +475,7 @@ class ResponseStreamEncoder:
             self._items[self._open_index] = self._snapshot("incomplete")
         self._open = None
         self._part = None
+        self._texting = False
         self.ended = True
         self._status = "failed"
         self._error = failure(ce, retry_after=retry_after)
@@ -437,27 +508,76 @@ class ResponseStreamEncoder:
         its output empty: encoded once, for `response.created`, `.in_progress` and every
         keep-alive)."""
         if response is None:
-            response = self._started_bytes
-            if response is None:
-                # `_own_fields` as the response starts, written from a template.
-                response = self._started_bytes = b"".join(
-                    (self._skeleton(), _STARTED_MODEL, _enc(self.model), _STARTED_TAIL)
-                )
+            response = self._started_response()
         seq = self._seq
         self._seq = seq + 1
         return b'%b"response":%b,"sequence_number":%d}\n\n' % (_head(type), response, seq)
+
+    def _started_response(self) -> bytes:
+        """The response as it starts, its output empty, encoded once: `_own_fields` written from
+        a template."""
+        response = self._started_bytes
+        if response is None:
+            response = self._started_bytes = b"".join(
+                (self._skeleton(), _STARTED_MODEL, _enc(self.model), _STARTED_TAIL)
+            )
+        return response
 
     def _skeleton(self) -> bytes:
         """The encoded response object's fields the encoder does not own, open at its end (`{…,`):
         every lifecycle event's response begins with them."""
         skeleton = self._skeleton_bytes
         if skeleton is None:
-            skeleton = self._skeleton_bytes = _enc(self._base)[:-1] + b","
+            echo = self._echo
+            if type(echo) is dict and tuple(echo) == ECHO_KEYS:
+                # The front end's echo is in the response's order: written as it is after the
+                # first three fields, with no dict made.
+                skeleton = b"".join(
+                    (
+                        b'{"id":',
+                        _enc(self.id),
+                        b',"object":"response","created_at":%d,' % self._created_at,
+                        _enc(echo)[1:-1],
+                        b",",
+                    )
+                )
+            else:
+                skeleton = _enc(self._base())[:-1] + b","
+            self._skeleton_bytes = skeleton
         return skeleton
 
     def _final(self, type: str) -> bytes:
-        """The last lifecycle event, nesting the final response (`response`'s bytes)."""
-        return self._lifecycle(type, self._skeleton() + _enc(self._own_fields())[1:])
+        """The last lifecycle event, nesting the final response (`response`'s bytes, the fields
+        in `_own_fields`' order): the closed items as they were written, a failure's cut item
+        encoded here."""
+        written = self._written
+        if len(written) < len(self._items):
+            written = written + [_enc(item) for item in self._items[len(written) :]]
+        status = self._status
+        reason = INCOMPLETE_REASONS.get(self._finish or "") if status == "incomplete" else None
+        usage, error = self._usage, self._error
+        seq = self._seq
+        self._seq = seq + 1
+        return b"".join(
+            (
+                _head(type),
+                b'"response":',
+                self._skeleton(),
+                b'"status":',
+                _STATUS[status],
+                b',"model":',
+                _enc(self.model),
+                b',"output":[',
+                b",".join(written),
+                b'],"usage":',
+                b"null" if usage is None else _enc(response_usage(usage)),
+                b',"error":',
+                b"null" if error is None else _enc(error),
+                b',"incomplete_details":',
+                b'{"reason":%b}' % _enc(reason) if reason else b"null",
+                b'},"sequence_number":%d}\n\n' % seq,
+            )
+        )
 
     # -- items
 
@@ -503,6 +623,8 @@ class ResponseStreamEncoder:
             if self._open != "reasoning":
                 out += self._close() + self._open_reasoning()
             return out + self._reasoning_delta(text)
+        if self._open is None and kind == "output_text":  # the answer's first text
+            return out + self._open_text() + self._text_delta(text)
         if self._open != "message":
             out += self._close() + self._open_message()
         if self._part != kind:
@@ -518,12 +640,22 @@ class ResponseStreamEncoder:
             return b""
         index = self._open_index
         # A message's part has its own last events; the text is joined only where it is written.
-        out = self._close_part() if self._open == "message" else self._close_pieces(index)
-        item = self._snapshot(status)
-        self._items[index] = item
+        if self._open == "message":
+            out = self._close_part()
+            # The open item is the encoder's own (a look at it gets a snapshot): its closed
+            # parts are in it already.
+            item = self._items[index]
+            item["status"] = status
+        else:
+            out = self._close_pieces(index)
+            item = self._items[index] = self._snapshot(status)
         self._open = None
         self._parts = []
-        return out + self._frame("response.output_item.done", {"output_index": index, "item": item})
+        data = _enc(item)
+        self._written.append(data)
+        seq = self._seq
+        self._seq = seq + 1
+        return b"".join((out, _ITEM_DONE, b"%d" % index, b',"item":', data, _seq_end(seq)))
 
     def _close_pieces(self, index: int) -> bytes:
         """The last events of the open reasoning or function call item."""
@@ -567,6 +699,49 @@ class ResponseStreamEncoder:
         self._part_index = -1
         return self._add(item)
 
+    def _open_text(self) -> bytes:
+        """`_open_message` then `_open_part("output_text")` when no item is open, their events
+        written from a template."""
+        index = len(self._items)
+        item_id = f"msg_{self._item_base}_{index}"
+        self._items.append(
+            {
+                "id": item_id,
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+        )
+        self._open = "message"
+        self._open_index = index
+        self._part = "output_text"
+        self._texting = True
+        self._part_index = 0
+        self._parts = []
+        id_json = _enc(item_id)
+        ids = self._part_ids = b'"item_id":%b,"output_index":%d,"content_index":0,' % (
+            id_json,
+            index,
+        )
+        self._prefix = _DELTA_HEAD + ids + b'"delta":'
+        seq = self._seq
+        self._seq = seq + 2
+        return b"".join(
+            (
+                _ITEM_ADDED,
+                b"%d" % index,
+                b',"item":{"id":',
+                id_json,
+                b',"type":"message","status":"in_progress","role":"assistant","content":[]}',
+                _seq_end(seq),
+                _PART_ADDED,
+                ids,
+                b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}',
+                _seq_end(seq + 1),
+            )
+        )
+
     @staticmethod
     def _part_object(kind: str, text: str) -> dict[str, Any]:
         if kind == "output_text":
@@ -575,6 +750,8 @@ class ResponseStreamEncoder:
 
     def _open_part(self, kind: str) -> bytes:
         self._part = kind
+        # Parts open only while no call is live (a call's later text is held).
+        self._texting = kind == "output_text"
         self._part_index += 1
         self._parts = []
         # The part's events all begin with its ids: encoded once.
@@ -604,20 +781,20 @@ class ResponseStreamEncoder:
         return b"".join((self._prefix, _enc(text), tail))
 
     def _close_part(self) -> bytes:
-        if self._part is None:
-            return b""
         kind = self._part
+        if kind is None:
+            return b""
         text = "".join(self._parts)
-        if kind == "output_text":
-            out = self._part_frame("response.output_text.done", {"text": text, "logprobs": []})
-        else:
-            out = self._part_frame("response.refusal.done", {"refusal": text})
-        part = self._part_object(kind, text)
-        item = self._items[self._open_index]
-        self._items[self._open_index] = {**item, "content": [*item["content"], part]}
+        # The open item is the encoder's own: the part joins its content in place.
+        self._items[self._open_index]["content"].append(self._part_object(kind, text))
         self._part = None
+        self._texting = False
         self._parts = []
-        return out + self._part_frame("response.content_part.done", {"part": part})
+        data = _enc(text)
+        ids = self._part_ids
+        seq = self._seq
+        self._seq = seq + 2
+        return _PART_DONE[kind] % (ids, data, seq, ids, data, seq + 1)
 
     # -- reasoning
 

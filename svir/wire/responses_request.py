@@ -92,7 +92,8 @@ class ResponsesRequest(msgspec.Struct, frozen=True):
     - `include_encrypted`: whether `include` asks for `reasoning.encrypted_content`;
     - `names`: a flat function name offered upstream -> (namespace, name), for namespace tools;
     - `input_items`: this request's input as items, each with an id (as input_items lists them);
-    - `echo`: the request fields a response object repeats, with OpenAI's defaults;
+    - `echo`: the request fields a response object repeats (`previous_response_id` among them),
+      with OpenAI's defaults, in the response object's order;
     - `cache_key`: `prompt_cache_key`, to keep a conversation on one deployment;
     - `image_urls`: whether an image is given by URL (not every upstream fetches one);
     - `metadata`: the request's metadata (strings), for the response object.
@@ -308,7 +309,11 @@ def translate_request(
     input_items = [t.item(f"input[{k}]", item) for k, item in enumerate(items)]
     t.close_turn()
     t.unanswered()
-    if not any(m["role"] != "system" for m in messages):
+    # A loop, not `any` over a generator: no generator made per request.
+    for m in messages:
+        if m["role"] != "system":
+            break
+    else:
         raise ResponsesRequestError("input", "must hold at least one message or item")
     chat["messages"] = messages
     chat["stream"] = stream
@@ -346,7 +351,7 @@ def translate_request(
         include_encrypted="reasoning.encrypted_content" in include,
         names=t.names,
         input_items=input_items,
-        echo=_echo(body, store, metadata),
+        echo=_echo(body, store, metadata, previous),
         cache_key=chat.get("prompt_cache_key"),
         image_urls=t.image_urls,
         metadata=metadata,
@@ -528,6 +533,10 @@ class _Translation:
 
     def additional_tools(self, history: Sequence[Any], items: list[Any]) -> None:
         """The tools of `additional_tools` items, in the history and in this input."""
+        if not history and len(items) == 1:  # the common first request: one item, no history
+            item = items[0]
+            if not isinstance(item, dict) or item.get("type") != "additional_tools":
+                return
         for where, group in (("previous_response_id: item", history), ("input", items)):
             for k, item in enumerate(group):
                 if isinstance(item, dict) and item.get("type") == "additional_tools":
@@ -1022,24 +1031,26 @@ def _include(include: Any) -> list[str]:
     return include
 
 
-# The request fields a response object repeats as they were sent, in its order, each with
+# The request fields a response object repeats as they were sent, in the order the response
+# object has them (svir.wire.responses writes an echo in that order as it is), each with
 # OpenAI's default when unset (those `_echo` derives are None here and set there, in place).
 _ECHOED: Final = (
     ("instructions", None),
-    ("tools", None),
-    ("tool_choice", "auto"),
-    ("temperature", 1.0),
-    ("top_p", 1.0),
     ("max_output_tokens", None),
     ("metadata", None),
     ("parallel_tool_calls", True),
-    ("text", None),
+    ("previous_response_id", None),
     ("reasoning", None),
+    ("store", None),
+    ("temperature", 1.0),
+    ("text", None),
+    ("tool_choice", "auto"),
+    ("tools", None),
+    ("top_p", 1.0),
     ("truncation", "disabled"),
     ("user", None),
     ("safety_identifier", None),
     ("prompt_cache_key", None),
-    ("store", None),
     ("service_tier", "auto"),
     ("background", None),
     ("top_logprobs", 0),
@@ -1049,29 +1060,37 @@ _ECHOED: Final = (
 _ECHO_DEFAULTS: Final = dict(_ECHOED)
 
 
-def _echo(body: dict[str, Any], store: bool, metadata: dict[str, str]) -> dict[str, Any]:
+def _echo(
+    body: dict[str, Any], store: bool, metadata: dict[str, str], previous: str | None
+) -> dict[str, Any]:
     """The request fields a response object repeats, each with OpenAI's default when unset."""
     get = body.get
     # The defaults in their order, then the body's few fields over them (in place, so the order
     # stays): a walk of the body's keys, not a lookup per echoed field.
-    echo: dict[str, Any] = dict(_ECHO_DEFAULTS)
+    echo: dict[str, Any] = _ECHO_DEFAULTS.copy()
     for key, value in body.items():
         if value is not None and key in echo:
             echo[key] = value
-    tools = echo["tools"]
-    if tools is None:
+    if echo["tools"] is None:
         echo["tools"] = []
-    reasoning = get("reasoning") or {}
-    text = dict(get("text") or {})
-    text.setdefault("format", {"type": "text"})
+    # Both were checked to be objects or null.
+    text = get("text")
+    text = dict(text) if text else {}
+    if "format" not in text:
+        text["format"] = {"type": "text"}
     echo["metadata"] = metadata
     echo["text"] = text
-    echo["reasoning"] = {
-        "effort": reasoning.get("effort"),
-        "summary": reasoning.get("summary") or reasoning.get("generate_summary"),
-    }
+    reasoning = get("reasoning")
+    if reasoning:
+        echo["reasoning"] = {
+            "effort": reasoning.get("effort"),
+            "summary": reasoning.get("summary") or reasoning.get("generate_summary"),
+        }
+    else:
+        echo["reasoning"] = {"effort": None, "summary": None}
     echo["store"] = store
     echo["background"] = False
+    echo["previous_response_id"] = previous
     return echo
 
 

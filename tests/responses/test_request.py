@@ -14,6 +14,7 @@ import pytest
 from svir.providers.request import validate_chat_request
 from svir.wire.errors import BodyError
 from svir.wire.request import build_messages
+from svir.wire.responses import ECHO_KEYS
 from svir.wire.responses_request import (
     ResponsesRequest,
     ResponsesRequestError,
@@ -567,6 +568,7 @@ def test_echo_repeats_the_request_with_openai_defaults() -> None:
         "max_output_tokens": 9,
         "metadata": {},
         "parallel_tool_calls": True,
+        "previous_response_id": None,
         "text": {"format": {"type": "text"}},
         "reasoning": {"effort": None, "summary": None},
         "truncation": "disabled",
@@ -579,6 +581,12 @@ def test_echo_repeats_the_request_with_openai_defaults() -> None:
         "top_logprobs": 0,
         "max_tool_calls": None,
     }
+
+
+def test_the_echo_is_in_the_order_the_encoder_writes_as_it_is() -> None:
+    # Any other echo is written right too, but by way of a dict of the response's fields.
+    for got in (translated(), translated(tools=[EXEC], instructions="Be brief.", top_p=0.5)):
+        assert tuple(got.echo) == ECHO_KEYS
 
 
 def test_unknown_fields_are_ignored_with_a_warning() -> None:
