@@ -170,6 +170,41 @@ async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_a_busy
     protocol.connection_lost(None)
 
 
+async def test_a_bad_request_pipelined_behind_a_response_does_not_land_inside_it() -> None:
+    """A request the parser refuses while the previous response still streams: no 400 inside
+    that response; nothing more is read, and the connection closes after it."""
+    release = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        await release.wait()
+        await send({"type": "http.response.body", "body": b"end"})
+
+    class Transport(RecordingTransport):
+        paused = False
+
+        def pause_reading(self) -> None:
+            self.paused = True
+
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    transport = Transport()
+    protocol.connection_made(transport)
+    protocol.data_received(REQUEST)
+    await asyncio.sleep(0.01)
+    protocol.data_received(b"NOT A REQUEST\r\n\r\n")
+    assert transport.paused and not transport.closed
+    release.set()
+    for _ in range(2000):
+        if transport.closed:
+            break
+        await asyncio.sleep(0.005)
+    sent = b"".join(transport.writes)
+    assert transport.closed and sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b" 400 " not in sent
+    protocol.connection_lost(None)
+
+
 @pytest.fixture(autouse=True)
 def _clean() -> None:
     app_state.clear()

@@ -41,7 +41,7 @@ import http
 import logging
 import re
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 import httptools
@@ -85,6 +85,12 @@ STATUS_LINE: Final = {
 _BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 _VALUE_CONTROLS: Final = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
 _CHUNKED_END: Final = b"0\r\n\r\n"
+_BAD_REQUEST: Final = b"Invalid HTTP request received."
+_BAD_REQUEST_FIELDS: Final = (
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"content-length", b"%d" % len(_BAD_REQUEST)),
+    (b"connection", b"close"),
+)
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _DISCONNECT: Final = {"type": "http.disconnect"}
 # Field names found valid: a response's names repeat, and a set lookup costs a tenth of the
@@ -434,7 +440,7 @@ class H1ServerProtocol(asyncio.Protocol):
             # svir speaks no protocol but HTTP/1.1: the request is answered as one, and what
             # follows its head on this connection is not read.
             self._in_message = False
-            cycle = self.pipeline[-1] if self.pipeline else self.cycle
+            cycle = self._reading
             if cycle is not None:
                 cycle.keep_alive = False
                 cycle.more_body = False
@@ -528,7 +534,7 @@ class H1ServerProtocol(asyncio.Protocol):
             self.pipeline.append(cycle)
 
     def on_body(self, body: bytes) -> None:
-        cycle = self.pipeline[-1] if self.pipeline else self.cycle
+        cycle = self._reading
         if cycle is None or cycle.response_complete:
             return
         cycle.body += body
@@ -538,13 +544,18 @@ class H1ServerProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_message = False
-        cycle = self.pipeline[-1] if self.pipeline else self.cycle
+        cycle = self._reading
         if cycle is None or cycle.response_complete:
             return
         cycle.more_body = False
         cycle.wake()
 
     # Requests and responses
+
+    @property
+    def _reading(self) -> _Cycle | None:
+        """The request whose bytes are being read: the last pipelined, else the one answered."""
+        return self.pipeline[-1] if self.pipeline else self.cycle
 
     def _start(self, cycle: _Cycle) -> None:
         app, cycle.app = cycle.app, None
@@ -673,37 +684,38 @@ class H1ServerProtocol(asyncio.Protocol):
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` to a head that is still unfinished, and close."""
-        if self.transport.is_closing():
-            return
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            # A response is still going out (the client pipelined): it is the last; nothing more
-            # is read, and an answer now would land inside it.
-            self.pause_reading()
-            cycle.keep_alive = False
+        if self._answer_would_split():
             return
         extra, obj = _refusal(status, message)
         body = _encode(obj)
-        out = [_status_line(status)]
-        for name, value in (
-            *self.server_state.default_headers,
-            *headers_with(JSON_HEADERS, extra),
-            (b"content-length", b"%d" % len(body)),
-        ):
-            out += (name, b": ", value, b"\r\n")
-        out += (b"\r\n", body)
-        self.write(b"".join(out))
-        self.close()
+        fields = (*headers_with(JSON_HEADERS, extra), (b"content-length", b"%d" % len(body)))
+        self._answer_and_close(status, fields, body)
 
     def _answer_400(self) -> None:
-        message = b"Invalid HTTP request received."
-        out = [_status_line(400)]
-        for name, value in self.server_state.default_headers:
+        """Answer a request the parser refused (as uvicorn words it), and close."""
+        if not self._answer_would_split():
+            self._answer_and_close(400, _BAD_REQUEST_FIELDS, _BAD_REQUEST)
+
+    def _answer_would_split(self) -> bool:
+        """Whether an answer now would land inside a response still going out (the client
+        pipelined): then that response is the last, and nothing more is read. Also True when
+        the connection is already going away."""
+        if self.transport.is_closing():
+            return True
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            self.pause_reading()
+            cycle.keep_alive = False
+            return True
+        return False
+
+    def _answer_and_close(
+        self, status: int, fields: Iterable[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        out = [_status_line(status)]
+        for name, value in (*self.server_state.default_headers, *fields):
             out += (name, b": ", value, b"\r\n")
-        out.append(
-            b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (len(message), message)
-        )
+        out += (b"\r\n", body)
         self.write(b"".join(out))
         self.close()
 
