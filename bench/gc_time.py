@@ -5,8 +5,9 @@ non-streamed requests and then 20-chunk streams, once per young-generation thres
     .venv/bin/python -m bench.gc_time [--duration 5] [--thresholds 700,10000]
 
 For each threshold (svir.edges.app's YOUNG_GC_THRESHOLD replaced in the child) and kind: the
-requests answered, the collections of each generation and the milliseconds they took, and the
-collector's µs per request; svir's CPU µs per request beside it (from /proc, load-sensitive).
+requests answered (wrk's rate times the duration), the collections of each generation and the
+milliseconds they took, and the collector's µs per request; svir's CPU µs per request beside it
+(bench.common.run_wrk's, load-sensitive). A run with a failed request stops the bench.
 Needs `wrk`.
 """
 
@@ -16,7 +17,6 @@ import argparse
 import gc
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,15 +65,12 @@ def serve(argv: list[str]) -> int:
     return svir_main(argv) or 0
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=int, default=5)
-    parser.add_argument("--thresholds", default="700,10000")
+    parser.add_argument(
+        "--thresholds", default="700,10000", help="comma-separated; repeat them to alternate"
+    )
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:
@@ -81,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from bench.common import (
-        CHAT,
         ROOT,
         Child,
         describe,
         free_port,
         request_body,
+        run_wrk,
         start_fake_upstream,
         wait_healthy,
         write_lua,
@@ -97,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     upstream, up_port = start_fake_upstream(tmp / "upstream.log")
     rows = []
     try:
-        for threshold in args.thresholds.split(","):
+        for i, threshold in enumerate(args.thresholds.split(",")):
             port = free_port()
-            config = tmp / f"svir-{threshold}.toml"
-            store = tmp / f"store-{threshold}"
+            name = f"{i}-{threshold}"  # a threshold may be given more than once (alternating)
+            config = tmp / f"svir-{name}.toml"
+            store = tmp / f"store-{name}"
             store.mkdir()
             config.write_text(
                 SVIR_CONFIG.format(
@@ -111,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     max_connections=1000,
                 )
             )
-            log = tmp / f"svir-{threshold}.log"
+            log = tmp / f"svir-{name}.log"
+            reported = 0
             argv_ = [sys.executable, "-m", "bench.gc_time", "--serve", "serve"]
             argv_ += ["--config", str(config), "--port", str(port)]
             env = {"PYTHONPATH": str(ROOT), "SVIR_BENCH_YOUNG_GC": threshold}
@@ -123,27 +122,23 @@ def main(argv: list[str] | None = None) -> int:
                     lua = tmp / f"{kind}.lua"
                     write_lua(lua, request_body(model, stream))
                     os.kill(child.pid, signal.SIGUSR1)
-                    cpu = cpu_seconds(child.pid)
-                    wrk = ["wrk", "-t1", "-c16", f"-d{args.duration}s", "-s", str(lua)]
-                    out = subprocess.run(
-                        [*wrk, f"http://127.0.0.1:{port}{CHAT}"],
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    ).stdout
-                    cpu = cpu_seconds(child.pid) - cpu
-                    done = int(
-                        next(ln for ln in out.splitlines() if "requests in" in ln).split()[0]
+                    run = run_wrk(
+                        port, lua, args.duration, connections=16, threads=1, watched={"svir": child}
                     )
+                    if run.non2xx or run.errors:
+                        raise RuntimeError(f"svir failed requests under wrk: {run}")
+                    done = run.rps * args.duration
+                    cpu = 1e-2 * run.cpu["svir"] / run.rps  # CPU seconds a request
                     os.kill(child.pid, signal.SIGUSR2)
                     deadline = time.monotonic() + 30
                     while True:
                         reports = [ln for ln in log.read_text().splitlines() if REPORT in ln]
-                        if len(reports) == len([r for r in rows if r[0] == threshold]) + 1:
+                        if len(reports) == reported + 1:
                             break
                         if time.monotonic() > deadline:
                             raise RuntimeError(f"svir gave no collector report: {child.tail()}")
                         time.sleep(0.1)
+                    reported += 1
                     figures = json.loads(reports[-1].split(REPORT, 1)[1])
                     rows.append((threshold, kind, done, figures, cpu))
             finally:
@@ -161,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         counts = " / ".join(str(figures[g][0]) for g in ("0", "1", "2"))
         ms = sum(figures[g][1] for g in ("0", "1", "2"))
         print(
-            f"| {threshold} | {kind} | {done:,} | {counts} | {ms:.1f} | {ms * 1000 / done:.1f} "
-            f"| {cpu * 1e6 / done:.0f} |"
+            f"| {threshold} | {kind} | {done:,.0f} | {counts} | {ms:.1f} | {ms * 1000 / done:.1f} "
+            f"| {cpu * 1e6:.0f} |"
         )
     return 0
 
