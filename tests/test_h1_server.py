@@ -94,7 +94,8 @@ async def serve_one(app: Any) -> tuple[RecordingTransport, H1ServerProtocol]:
     transport_of[:] = [transport]
     protocol.connection_made(transport)
     protocol.data_received(REQUEST)
-    for _ in range(200):
+    # Until the request is answered and its task done (a slow machine gets up to 30 s).
+    for _ in range(6000):
         await asyncio.sleep(0.005)
         if state.total_requests == 1 and not state.tasks:
             break
