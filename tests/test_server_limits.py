@@ -9,7 +9,6 @@ unless the test itself waited that long.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import select
@@ -20,16 +19,12 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import Any
 
 import pytest
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
 from svir.config import ConfigError, ServerConfig, parse_config
-from svir.edges.h1_server import H1ServerProtocol
 from tests.support.svir_proc import SvirProcess
-from tests.test_h1_server import RecordingTransport
+from tests.test_h1_server import behind_a_response
 
 # How long a server's close is waited for: far past every limit set below.
 PATIENCE = 30.0
@@ -278,42 +273,11 @@ def test_workers_have_the_limits(tmp_path: Path) -> None:
 async def test_a_head_refused_while_a_response_goes_out_waits_for_its_end() -> None:
     """A pipelined head that is too large while the previous response is still streaming: no
     431 inside that response; nothing more is read, and the connection closes after it."""
-    release = asyncio.Event()
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"part", "more_body": True})
-        await release.wait()
-        await send({"type": "http.response.body", "body": b"end"})
-
-    class Transport(RecordingTransport):
-        paused = False
-
-        def pause_reading(self) -> None:
-            self.paused = True
-
-    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
-    protocol = H1ServerProtocol(
-        config,
-        ServerState(),
-        {},
-        asyncio.get_running_loop(),
-        limits=ServerConfig(max_head_bytes=100),
+    seen = await behind_a_response(
+        b"GET / HTTP/1.1\r\nHost: svir\r\nX-Big: " + b"v" * 200, ServerConfig(max_head_bytes=100)
     )
-    transport = Transport()
-    protocol.connection_made(transport)
-    protocol.data_received(b"GET / HTTP/1.1\r\nHost: svir\r\n\r\n")
-    await asyncio.sleep(0.01)
-    protocol.data_received(b"GET / HTTP/1.1\r\nHost: svir\r\nX-Big: " + b"v" * 200)
-    assert transport.paused and not transport.closed
-    release.set()
-    for _ in range(200):
-        if transport.closed:
-            break
-        await asyncio.sleep(0.005)
-    sent = b"".join(transport.writes)
-    assert transport.closed and sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b"431" not in sent
-    protocol.connection_lost(None)
+    assert seen.paused and not seen.closed_then and seen.closed_after
+    assert seen.sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b"431" not in seen.sent
 
 
 # --- connections ------------------------------------------------------------------------------
