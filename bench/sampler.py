@@ -2,12 +2,13 @@
 
 Sampling profilers that read another process (py-spy) charge a sample to the next system call on
 these machines; this one runs inside svir: a `setitimer(ITIMER_PROF)` signal, which only CPU time
-advances, records the Python stack it interrupted. svir serves as `svir serve` does; on SIGTERM
-(or SIGINT) the stacks are written, collapsed (`frame;frame;... count`), to `--out`, and a
-summary by layer is printed.
+advances, records the Python stack it interrupted. svir serves as `svir serve` does; on SIGUSR2
+the stacks so far are written, collapsed (`frame;frame;... count`), to `--out`, and a summary by
+layer is printed (also when svir returns; not on SIGTERM or SIGINT: uvicorn raises those again
+once it has stopped, which ends the process before anything after it runs).
 
     .venv/bin/python -m bench.sampler --out stacks.txt -- serve --config svir.toml --port 8080
-    (drive it with wrk, then kill -TERM its pid)
+    (drive it with wrk, then kill -USR2 its pid, then stop it)
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         stacks[";".join(reversed(names))] += 1
 
     def write() -> None:
-        signal.setitimer(signal.ITIMER_PROF, 0)
         args.out.write_text("".join(f"{stack} {n}\n" for stack, n in stacks.items()))
         print(summarize_profile(args.out, top=25), file=sys.stderr)
 
     signal.signal(signal.SIGPROF, sample)
+    signal.signal(signal.SIGUSR2, lambda signum, frame: write())
     signal.setitimer(signal.ITIMER_PROF, INTERVAL, INTERVAL)
     from svir.cli import main as svir_main
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return svir_main(rest) or 0
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         write()
 
 

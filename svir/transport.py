@@ -70,17 +70,24 @@ def idle_timeout(seconds: float) -> UpstreamError:
     )
 
 
+def merge_header(merged: dict[str, str], key: str, value: str) -> None:
+    """Add one header (`key` in lower case) to `merged`: a repeated one is joined with ", "."""
+    merged[key] = f"{merged[key]}, {value}" if key in merged else value
+
+
 class Headers(Mapping[str, str]):
     """Response headers, looked up case-insensitively; repeated ones joined with ", "."""
 
     __slots__ = ("_items", "_map")
 
-    def __init__(self, items: list[tuple[str, str]]) -> None:
+    def __init__(self, items: list[tuple[str, str]], merged: dict[str, str] | None = None) -> None:
+        """`merged`: the same headers already merged by lower-case name (a parser that merges
+        them as they come: svir.edges.h1), so that they are not gone through twice."""
         self._items = items
-        merged: dict[str, str] = {}
-        for name, value in items:
-            key = name.lower()
-            merged[key] = f"{merged[key]}, {value}" if key in merged else value
+        if merged is None:
+            merged = {}
+            for name, value in items:
+                merge_header(merged, name.lower(), value)
         self._map = merged
 
     def __getitem__(self, name: str) -> str:

@@ -254,6 +254,34 @@ def test_headers_case_insensitive_and_joined() -> None:
     assert h.get("missing") is None and len(h) == 2
 
 
+async def test_response_headers_merged_as_parsed_and_fresh_per_response(serve) -> None:
+    ref: list[Server] = []
+    replies = iter(
+        [
+            b"HTTP/1.1 200 OK\r\nSet-Cookie: 1\r\nX-First: y\r\nset-cookie: 2\r\n"
+            b"Transfer-Encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+            + b"%x\r\n%s\r\n0\r\n\r\n"
+            % (20, gzip.compress(b"")),
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: 3\r\n\r\nok",
+        ]
+    )
+    server, url = await serve(keep_alive(lambda body: next(replies), ref))
+    ref.append(server)
+    pool = H1Pool()
+    first = await pool.request("POST", url, headers={}, body=b"{}")
+    # Repeated and differently cased names joined, in order; the body framed by the last
+    # transfer-encoding (chunked), not read until the connection closes.
+    assert first.headers["set-cookie"] == "1, 2"
+    assert first.headers["Transfer-Encoding"] == "gzip, chunked"
+    assert "x-first" in first.headers
+    await body_of(first)
+    second = await pool.request("POST", url, headers={}, body=b"{}")
+    assert server.connections == 1
+    assert dict(second.headers) == {"content-length": "2", "set-cookie": "3"}
+    assert await body_of(second) == b"ok"
+    pool.close()
+
+
 async def test_close_after_the_whole_message_arrived_keeps_the_connection(serve) -> None:
     ref: list[Server] = []
     reply = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndata"

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from svir.errors import H1Error
-from svir.transport import Headers
+from svir.transport import Headers, merge_header
 
 HIGH_WATER: Final = 256 * 1024  # buffered body bytes before the socket stops being read
 MAX_IDLE_PER_HOST: Final = 256
@@ -40,14 +40,17 @@ Key = tuple[str, str, int]  # scheme, host, port
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; the parser's callbacks fill the current response."""
 
-    def __init__(self, key: Key) -> None:
+    def __init__(self, key: Key, loop: asyncio.AbstractEventLoop) -> None:
         self.key = key
+        # Kept: CPython 3.11's get_running_loop() makes a getpid() system call each time.
+        self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.lost = False
         self.error: Exception | None = None
         # The response being read.
         self._names: list[tuple[str, str]] = []
+        self._merged: dict[str, str] = {}  # the same by lower-case name (svir.transport.Headers)
         self._header_name = b""
         self.status = 0
         self.headers_done = False
@@ -102,17 +105,16 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._names.append((name.decode("latin-1"), value.decode("latin-1")))
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        self._names.append((key, text))
+        merge_header(self._merged, key.lower(), text)
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
-        framed = {name.lower() for name, _ in self._names}
-        chunked = any(
-            name.lower() == "transfer-encoding" and "chunked" in value.lower()
-            for name, value in self._names
-        )
-        self.until_close = "content-length" not in framed and not chunked
+        merged = self._merged
+        chunked = "chunked" in merged.get("transfer-encoding", "").lower()
+        self.until_close = "content-length" not in merged and not chunked
         self.headers_done = True
 
     def on_body(self, body: bytes) -> None:
@@ -142,8 +144,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.waiter = loop.create_future()
+        self.waiter = self.loop.create_future()
         try:
             await self.waiter
         finally:
@@ -152,6 +153,7 @@ class _Connection(asyncio.Protocol):
     def start(self) -> None:
         """Reset for the next response on this connection."""
         self._names = []
+        self._merged = {}
         self.status = 0
         self.headers_done = self.complete = False
         self.chunks.clear()
@@ -181,8 +183,7 @@ class _Connection(asyncio.Protocol):
         if self.paused and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
-        loop = asyncio.get_running_loop()
-        self._drain_timer = loop.call_later(DRAIN_GRACE, self._drain_expired)
+        self._drain_timer = self.loop.call_later(DRAIN_GRACE, self._drain_expired)
 
     def _drained(self) -> None:
         pool = self._drain_to
@@ -216,7 +217,7 @@ class H1Response:
         self._pool = pool
         self._released = False
         self.status = conn.status
-        self.headers = Headers(conn._names)
+        self.headers = Headers(conn._names, conn._merged)
         encoding = (self.headers.get("content-encoding") or "").strip().lower()
         self._decoder: zlib._Decompress | None = None
         if encoding in ("gzip", "x-gzip"):
@@ -335,7 +336,7 @@ class H1Pool:
         try:
             async with asyncio.timeout(timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(key),
+                    lambda: _Connection(key, loop),
                     host,
                     port,
                     ssl=context,
@@ -358,8 +359,11 @@ class H1Pool:
     ) -> H1Response:
         """Send a request and wait for its response's status and headers."""
         key, head, host = self._target(method, url)
-        pieces = [body] if isinstance(body, bytes | bytearray | memoryview) else list(body)
-        length = sum(len(p) for p in pieces)
+        if isinstance(body, bytes | bytearray | memoryview):
+            pieces, length = [body], len(body)
+        else:
+            pieces = list(body)
+            length = sum(map(len, pieces))
         lines = [head]
         for name, value in headers.items():
             if name.lower() not in ("host", "content-length", "connection", "transfer-encoding"):
