@@ -1,6 +1,7 @@
 """CPU per streamed chunk in the wire core, against the floor of decoding and re-encoding each
 chunk's JSON with msgspec: svir's normalizing path (decode + normalize + encode) and relay mode
-(`relay = true`: the upstream's frames forwarded, every event still decoded for the accounting).
+(`relay = true`: the upstream's frames forwarded, every event still decoded for the accounting);
+normalizing also with `<think>` tags split out of the text, as a local server's route does.
 
 One process, one stream of `--chunks` content chunks (then finish, usage, `[DONE]`) in 4 KiB
 network-sized pieces, the paths alternating inside each of `--rounds` rounds; best and median.
@@ -18,6 +19,7 @@ divided by the chunks (needs valgrind).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import statistics
@@ -71,8 +73,8 @@ def floor(parts: list[bytes]) -> int:
     return n
 
 
-def normalize(parts: list[bytes]) -> int:
-    decoder = StreamDecoder(clock=time.perf_counter)
+def normalize(parts: list[bytes], *, think_tags: bool = False) -> int:
+    decoder = StreamDecoder(think_tags=think_tags, clock=time.perf_counter)
     encoder = ChunkEncoder(id="chatcmpl-x", model="m", created=1, include_usage=True)
     encode = encoder.encode
     n = 0
@@ -112,6 +114,9 @@ def timed(fn: Callable[[], object]) -> float:
 PATHS: dict[str, Callable[[list[bytes]], int]] = {
     "floor (msgspec decode + encode)": floor,
     "normalize": normalize,
+    # What a local server's route runs (think_tags is on by default for llama.cpp, LM Studio,
+    # vLLM, mlx, Ollama and openai-compatible servers).
+    "normalize, think tags split": functools.partial(normalize, think_tags=True),
     "relay": relay,
 }
 

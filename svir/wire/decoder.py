@@ -442,25 +442,27 @@ class StreamDecoder(ChatDecoder):
             and len(choices) == 1
             and chunk.usage is None
             and self._role_sent
-            and self._think is None
             and self.id
             and not chunk.prompt_filter_results
             and not chunk.prompt_annotations
         ):
-            # The chunk almost every stream is made of: one choice of content, nothing else.
+            # The chunk almost every stream is made of: one choice of content, nothing else,
+            # and (with think tags split) answer text with no marker in it or pending.
             choice = choices[0]
             delta = choice.delta
+            think = self._think
             if (
                 delta is not None
-                and delta.content
+                and (content := delta.content)
                 and not choice.index
                 and delta.reasoning_content is None
                 and delta.reasoning is None
                 and delta.refusal is None
                 and delta.tool_calls is None
                 and not choice.content_filter_results
+                and (think is None or (think.plain and "<" not in content))
             ):
-                out.append(TextDelta(delta.content))
+                out.append(TextDelta(content))
                 self._visible += 1
                 if choice.finish_reason and self.finish_reason != "content_filter":
                     self.finish_reason = choice.finish_reason

@@ -13,12 +13,15 @@ CLOSE = "</think>"
 class ThinkSplitter:
     """Feed content pieces; get `(is_reasoning, text)` pieces with the markers removed."""
 
-    __slots__ = ("_held", "_in_think", "_saw_marker")
+    __slots__ = ("_held", "_in_think", "_saw_marker", "plain")
 
     def __init__(self) -> None:
         self._in_think = False
         self._held = ""
         self._saw_marker = False
+        # Outside reasoning with nothing held: a piece without "<" is answer text as it is
+        # (the stream decoder's common case skips `feed` on it).
+        self.plain = True
 
     @property
     def saw_marker(self) -> bool:
@@ -51,6 +54,7 @@ class ThinkSplitter:
             else:
                 out.append((self._in_think, s))
             break
+        self.plain = not self._in_think and not self._held
         return out
 
     def flush(self) -> list[tuple[bool, str]]:
@@ -58,4 +62,5 @@ class ThinkSplitter:
         if not self._held:
             return []
         held, self._held = self._held, ""
+        self.plain = not self._in_think
         return [(self._in_think, held)]
