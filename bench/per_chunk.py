@@ -4,9 +4,11 @@ chunk's JSON with msgspec: svir's normalizing path (decode + normalize + encode)
 normalizing also with `<think>` tags split out of the text, as a local server's route does.
 
 One process, one stream of `--chunks` content chunks (then finish, usage, `[DONE]`) in 4 KiB
-network-sized pieces, the paths alternating inside each of `--rounds` rounds; best and median.
+network-sized reads, the paths alternating inside each of `--rounds` rounds; best and median.
+`--piece 0` reads one event at a time instead, as a server that writes each token as it makes it
+is read: each read's own cost, which 4 KiB reads share among ~20 chunks, is then a chunk's.
 
-    .venv/bin/python -m bench.per_chunk [--chunks 1000] [--rounds 7]
+    .venv/bin/python -m bench.per_chunk [--chunks 1000] [--rounds 7] [--piece 0]
 
 Run it with another tree first on PYTHONPATH to compare trees (a tree whose decoder has no
 `feed_frames` is measured with the relay path it had: its own SSE parser and `feed_item`).
@@ -57,8 +59,12 @@ def make_stream(n: int) -> bytes:
     return b"".join(out)
 
 
-def pieces(raw: bytes) -> list[bytes]:
-    return [raw[i : i + PIECE] for i in range(0, len(raw), PIECE)]
+def pieces(raw: bytes, size: int = PIECE) -> list[bytes]:
+    """The stream as reads of `size` bytes; 0: a read per event (a server that writes each chunk
+    as it is made, and a client that keeps up)."""
+    if size == 0:
+        return [event + b"\n\n" for event in raw.split(b"\n\n") if event]
+    return [raw[i : i + size] for i in range(0, len(raw), size)]
 
 
 def floor(parts: list[bytes]) -> int:
@@ -121,13 +127,13 @@ PATHS: dict[str, Callable[[list[bytes]], int]] = {
 }
 
 
-def instructions(path: str, chunks: int, repeat: int) -> int:
+def instructions(path: str, chunks: int, repeat: int, piece: int) -> int:
     """User-space instructions of a process that runs `path` `repeat` times (callgrind)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         argv += [sys.executable, "-m", "bench.per_chunk", "--run", path]
-        argv += ["--chunks", str(chunks), "--repeat", str(repeat)]
+        argv += ["--chunks", str(chunks), "--repeat", str(repeat), "--piece", str(piece)]
         subprocess.run(argv, check=True, capture_output=True)
         text = open(out, errors="replace").read()  # noqa: SIM115
     found = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.MULTILINE)
@@ -141,9 +147,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--callgrind", action="store_true", help="instructions a chunk instead")
     ap.add_argument("--repeat", type=int, default=20, help="runs of each path under callgrind")
+    ap.add_argument("--piece", type=int, default=PIECE, help="bytes a read; 0: a read per event")
     ap.add_argument("--run", help=argparse.SUPPRESS)  # one path, --repeat times (callgrind's)
     args = ap.parse_args()
-    parts = pieces(make_stream(args.chunks))
+    parts = pieces(make_stream(args.chunks), args.piece)
+    reads = f"{len(parts)} reads of " + (f"{args.piece} bytes" if args.piece else "one event")
     n = args.chunks + 3
     if args.run is not None:
         for _ in range(args.repeat):
@@ -152,13 +160,14 @@ def main() -> None:
     if args.callgrind:
         counts = {
             name: (
-                instructions(name, args.chunks, args.repeat) - instructions(name, args.chunks, 0)
+                instructions(name, args.chunks, args.repeat, args.piece)
+                - instructions(name, args.chunks, 0, args.piece)
             )
             / (args.repeat * n)
             for name in PATHS
         }
         base = counts["floor (msgspec decode + encode)"]
-        print(f"{args.chunks} chunks in {len(parts)} pieces of {PIECE} bytes, callgrind:")
+        print(f"{args.chunks} chunks in {reads}, callgrind:")
         print("| path | instructions a chunk | vs the floor |")
         print("|---|---|---|")
         for name, count in counts.items():
@@ -170,7 +179,7 @@ def main() -> None:
         for name, fn in paths.items():
             times[name].append(timed(lambda fn=fn: fn(parts)) / n * 1e6)
     base = min(times["floor (msgspec decode + encode)"])
-    print(f"{args.chunks} chunks in {len(parts)} pieces of {PIECE} bytes, {args.rounds} rounds:")
+    print(f"{args.chunks} chunks in {reads}, {args.rounds} rounds:")
     print("| path | µs a chunk, best / median | best vs the floor |")
     print("|---|---|---|")
     for name, ts in times.items():

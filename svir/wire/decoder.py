@@ -266,7 +266,7 @@ class ChatDecoder:
                 continue  # only usage, which the client did not ask for
             payload = item.data
             frames.append(
-                b"data: " + payload + b"\n\n" if b"\n" not in payload else encode_data(payload)
+                b"data: " + payload + b"\n\n" if payload.find(b"\n") < 0 else encode_data(payload)
             )
         if self._visible:
             self._tick()
