@@ -11,7 +11,7 @@ and the ledger's work is part of a request's cost); not counted: time in the ker
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
-        [--responses] [--ollama] [--completions] [--relays] [--features]
+        [--responses] [--ollama] [--completions] [--drip] [--relays] [--features]
 
 `--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`,
 `--responses` through OpenAI's `/v1/responses` (`store: false`), `--ollama` through Ollama's
@@ -22,6 +22,11 @@ compared must serve them.
 `--relays` also counts the reference relays of `bench.suite` (`bench.relay_asgi`: svir's server
 stack with no svir logic; `bench.relay_raw`: asyncio protocols only) on the same two requests, and
 prints each svir tree's distance to them in instructions (kernel time is in neither).
+
+`--drip` adds the same 20-chunk chat stream paced by the upstream (`drip-20`, a chunk every
+DRIP_INTERVAL s), so that each chunk arrives in a read of its own and leaves in a write of its own,
+as a server that streams tokens while it makes them is relayed; the stream kind's upstream writes
+its chunks at once, so its reads carry many. The relays (with `--relays`) are counted on it too.
 
 `--features` measures this tree once per configuration of `FEATURES` instead (each feature off
 against the default `svir serve` runs, and the key check with a key issued and used), for the
@@ -70,6 +75,10 @@ from bench.common import (
 from bench.suite import BESIDE, RELAYS, SVIR_CONFIG
 
 KINDS = {"json": ("fake/json", False), "stream": (f"fake/stream-{STREAM_CHUNKS}", True)}
+DRIP = ("drip", f"fake/drip-{STREAM_CHUNKS}")
+# Seconds between the drip stream's chunks: longer than svir takes for a chunk under callgrind
+# (~50x slower than without), so that no read carries two.
+DRIP_INTERVAL = 0.01
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
 
 
@@ -181,7 +190,10 @@ def measure(
         "completions": completions_body,
     }
     for kind in beside:
-        bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
+        if kind == DRIP[0]:
+            bodies[kind] = request_body(DRIP[1], True)
+        else:
+            bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
     return count_requests(
         name, argv, port, src=src, tmp=tmp, bodies=bodies, headers=headers, requests=requests
     )
@@ -236,10 +248,11 @@ def count_requests(
 
 
 def measure_relay(
-    name: str, module: str, up_port: int, tmp: Path, requests: int
+    name: str, module: str, up_port: int, tmp: Path, requests: int, *, drip: bool = False
 ) -> dict[str, float]:
     """Instructions per request of a reference relay (bench.relay_asgi, bench.relay_raw): the
-    same non-streamed and streamed chat requests, forwarded to the same fake upstream."""
+    same non-streamed and streamed chat requests (and the drip stream), forwarded to the same
+    fake upstream."""
     port = free_port()
     argv = [sys.executable, "-m", module, "--upstream", f"127.0.0.1:{up_port}", "--port", str(port)]
     # The fake upstream's own model names: a relay passes the body on as it is.
@@ -247,6 +260,8 @@ def measure_relay(
         kind: request_body(model.removeprefix("fake/"), stream)
         for kind, (model, stream) in KINDS.items()
     }
+    if drip:
+        bodies[DRIP[0]] = request_body(DRIP[1].removeprefix("fake/"), True)
     return count_requests(
         name, argv, port, src=ROOT, tmp=tmp, bodies=bodies, headers={}, requests=requests
     )
@@ -266,15 +281,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--relays", action="store_true", help="also the reference relays (bench.relay_asgi, raw)"
     )
+    parser.add_argument(
+        "--drip", action="store_true", help="also the chat stream paced, a chunk a read"
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="svir-instructions-"))
-    upstream, up_port = start_fake_upstream(tmp / "upstream.log")
+    upstream, up_port = start_fake_upstream(
+        tmp / "upstream.log", "--drip-interval", str(DRIP_INTERVAL)
+    )
     rows: list[tuple[str, dict[str, float]]] = []
     relays: list[tuple[str, dict[str, float]]] = []
     beside = tuple(kind for kind in BESIDE if getattr(args, kind))
+    if args.drip:
+        beside += (DRIP[0],)
     try:
         if args.features:
             for i, (label, feature) in enumerate(FEATURES.items()):
@@ -292,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.relays:
             for name, module in RELAYS.items():
                 print(f"{name} ({module}) under callgrind ...", flush=True)
-                relay = measure_relay(name.replace(" ", "-"), module, up_port, tmp, args.requests)
+                relay = measure_relay(
+                    name.replace(" ", "-"), module, up_port, tmp, args.requests, drip=args.drip
+                )
                 relays.append((name, relay))
     finally:
         upstream.stop()
@@ -323,10 +347,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"| ({name} itself: {x['json']:,.0f} / {x['stream']:,.0f}) |" + " |" * len(relays)
             )
     for kind in beside:
+        if kind == DRIP[0]:
+            continue
         print(f"\n| svir tree | {BESIDE[kind]} stream (20 chunks) | vs its chat stream |")
         print("|---|---|---|")
         for name, r in rows:
             print(f"| {name} | {r[kind]:,.0f} | {r[kind] / r['stream']:.3f}x |")
+    if args.drip:
+        kind = DRIP[0]
+        against = f" / {relays[0][0]} |" if relays else ""
+        print(
+            f"\n| | chat stream, a chunk a read ({DRIP[1]}) | vs the stream of one read |{against}"
+        )
+        print("|---|---|---|" + ("---|" if relays else ""))
+        for name, r in rows + relays:
+            ratio = f"{r[kind] / relays[0][1][kind]:.2f}x" if relays else ""
+            print(f"| {name} | {r[kind]:,.0f} | {r[kind] / r['stream']:.3f}x | {ratio} |")
     return 0
 
 
