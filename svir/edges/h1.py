@@ -140,15 +140,17 @@ class _Connection(asyncio.Protocol):
 
     def _wake(self) -> None:
         waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self) -> None:
-        self.waiter = self.loop.create_future()
-        try:
-            await self.waiter
-        finally:
+        if waiter is not None:
             self.waiter = None
+            if not waiter.done():  # (cancelled: its reader is gone)
+                waiter.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        """What the reader awaits until the next callback that may change what it waits for.
+        A future, not a coroutine: a stream's reader waits once a chunk, and each coroutine
+        level between the task and the future is resumed and suspended again every time."""
+        waiter = self.waiter = self.loop.create_future()
+        return waiter
 
     def start(self) -> None:
         """Reset for the next response on this connection."""
