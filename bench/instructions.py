@@ -77,8 +77,8 @@ from bench.suite import BESIDE, RELAYS, SVIR_CONFIG
 KINDS = {"json": ("fake/json", False), "stream": (f"fake/stream-{STREAM_CHUNKS}", True)}
 DRIP = ("drip", f"fake/drip-{STREAM_CHUNKS}")
 # Seconds between the drip stream's chunks: longer than svir takes for a chunk under callgrind
-# (~50x slower than without), so that no read carries two.
-DRIP_INTERVAL = 0.01
+# (~50x slower than without, more on a loaded machine), so that no read carries two.
+DRIP_INTERVAL = 0.025
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
 
 

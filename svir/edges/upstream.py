@@ -101,11 +101,10 @@ class _Deadline:
 class UpstreamResponse:
     """An open, successful streamed response."""
 
-    __slots__ = ("_idle", "_read", "_resp", "_timer", "headers", "status")
+    __slots__ = ("_idle", "_resp", "_timer", "headers", "status")
 
     def __init__(self, resp: H1Response, idle: float) -> None:
         self._resp = resp
-        self._read = resp.read
         self._idle = idle
         self._timer: _IdleTimer | None = None
         self.status = resp.status
@@ -125,8 +124,10 @@ class UpstreamResponse:
             assert task is not None
             timer = self._timer = _IdleTimer(task, self._idle)
         timer.waiting_since = timer.loop.time()
+        resp = self._resp
         try:
-            data = await self._read()
+            while (data := resp.read_nowait()) is None:
+                await resp.wait()
         except asyncio.CancelledError:
             if timer.expired:
                 timer.task.uncancel()  # this cancellation was ours, and is answered here

@@ -483,14 +483,20 @@ class EarlyStart:
         await self.stop()
         return opened
 
-    async def stream(
+    def stream(
         self, pieces: AsyncIterator[bytes], *, last: Callable[[bytes], bool] | None = None
-    ) -> None:
+    ) -> Awaitable[None]:
         """The answer's bytes: as `send_stream` sends them (the head with the first) when the
-        response has not started, else after what was sent; `last` as there."""
+        response has not started, else after what was sent; `last` as there. Not a coroutine
+        itself: the one it gives is awaited directly, one coroutine level fewer to resume on
+        every chunk."""
         if not self.started:
-            await send_stream(self._send, pieces, self._headers, self._kind, last=last)
-            return
+            return send_stream(self._send, pieces, self._headers, self._kind, last=last)
+        return self._stream_on(pieces, last)
+
+    async def _stream_on(
+        self, pieces: AsyncIterator[bytes], last: Callable[[bytes], bool] | None
+    ) -> None:
         is_last = last or _ends_done
         send = self._send
         async for data in pieces:
