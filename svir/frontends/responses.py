@@ -157,11 +157,14 @@ def _store_failed(exc: StoreError) -> GatewayError:
 
 def _call_ids(chat: dict[str, Any]) -> set[str]:
     """The ids of the calls a chat request's conversation holds."""
-    return {
-        str(call.get("id"))
-        for message in chat.get("messages", ())
-        for call in message.get("tool_calls") or ()
-    }
+    # Loops, not a comprehension: most conversations hold no call, and pay only the walk.
+    ids: set[str] = set()
+    for message in chat.get("messages", ()):
+        calls = message.get("tool_calls")
+        if calls:
+            for call in calls:
+                ids.add(str(call.get("id")))
+    return ids
 
 
 def _new_id(prefix: str) -> str:
