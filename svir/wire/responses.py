@@ -731,9 +731,8 @@ class ResponseStreamEncoder:
         self._part_index = 0
         self._parts = []
         id_json = _enc(item_id)
-        ids = self._part_ids = b'"item_id":%b,"output_index":%d,"content_index":0,' % (
-            id_json,
-            index,
+        ids = self._part_ids = b"".join(
+            (b'"item_id":', id_json, b',"output_index":', b"%d" % index, b',"content_index":0,')
         )
         self._prefix = _DELTA_HEAD + ids + b'"delta":'
         seq = self._seq
@@ -805,10 +804,10 @@ class ResponseStreamEncoder:
         ids = self._part_ids
         seq = self._seq
         self._seq = seq + 2
-        done, text, tail, part_done, part, part_tail = _PART_DONE[kind]
+        done, field, tail, part_done, part, part_tail = _PART_DONE[kind]
         return b"".join(
             (
-                done, ids, text, data, tail, _seq_end(seq),
+                done, ids, field, data, tail, _seq_end(seq),
                 part_done, ids, part, data, part_tail, _seq_end(seq + 1),
             )
         )  # fmt: skip

@@ -267,11 +267,7 @@ def translate_request(
             None, f"the request body must be an object, not {json_type(body)}"
         )
     # The commonest request, translated without the general walk (`_plain`).
-    if (
-        (type(history) is tuple or type(history) is list)
-        and not history
-        and _PLAIN_FIELDS.issuperset(body)
-    ):
+    if (type(history) is tuple or type(history) is list) and not history:
         plain = _plain(body, new_id)
         if plain is not None:
             return plain
@@ -377,6 +373,8 @@ def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> Respons
     (`{role, content}`, `type` message or left out), and at most `stream`, `store` and
     `instructions`, each of its type. None for any other request, a mistake among them: the
     general walk translates it (or words the mistake), to the same result."""
+    if not _PLAIN_FIELDS.issuperset(body):
+        return None
     model = body.get("model")
     stream = body.get("stream", False)
     store = body.get("store", True)
@@ -402,7 +400,11 @@ def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> Respons
         item: dict[str, Any] = {"type": "message", "role": "user", "content": raw}
         messages.append({"role": "user", "content": raw})
         parts = [{"type": "input_text", "text": raw}]
-        item_id = _fresh_id(new_id, "message", "input[0]", item)
+        item_id = (
+            new_id(_MESSAGE_PREFIX)
+            if new_id is not None
+            else _fresh_id(None, "message", "input[0]", item)
+        )
         input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
     elif type(raw) is list and raw:
         for item in raw:
@@ -419,10 +421,12 @@ def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> Respons
             content = item["content"]
             messages.append({"role": "user", "content": content})
             parts = [{"type": "input_text", "text": content}]
-            item_id = _fresh_id(new_id, "message", f"input[{k}]", item)
-            input_items.append(
-                {"type": "message", "role": "user", "content": parts, "id": item_id}
+            item_id = (
+                new_id(_MESSAGE_PREFIX)
+                if new_id is not None
+                else _fresh_id(None, "message", f"input[{k}]", item)
             )
+            input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
     else:
         return None
     metadata: dict[str, str] = {}
@@ -444,6 +448,8 @@ def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> Respons
     )
 
 
+# The id prefix of a message item, for `_plain`'s.
+_MESSAGE_PREFIX: Final = _ID_PREFIXES["message"]
 # The fields of an input item `_plain` takes.
 _PLAIN_ITEM_FIELDS: Final = frozenset({"type", "role", "content"})
 
@@ -1153,7 +1159,7 @@ _ECHOED: Final = (
 _ECHO_DEFAULTS: Final = dict(_ECHOED)
 # The echo of a request that sets none of the echoed fields, but for the few `_echo` makes
 # fresh per request (`_plain` sets them).
-_PLAIN_ECHO: Final = {**_ECHO_DEFAULTS, "background": False}
+_PLAIN_ECHO: Final[dict[str, Any]] = {**_ECHO_DEFAULTS, "background": False}
 
 
 def _echo(
