@@ -650,20 +650,10 @@ class ChatCall:
         """Whether the upstream delivered a complete answer."""
         return self._decoder.complete
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    def stream(self) -> AsyncIterator[bytes]:
         """Canonical chunks, or in relay mode the upstream's own data lines."""
         if self.relay_mode:
-            self._start_output()
-            try:
-                while (batch := await self._next_batch()) is not None:
-                    frames, events = batch
-                    if events and type(events[-1]) is StreamError:
-                        frames.append(_error_frame(events[-1].error))
-                    if frames:
-                        yield b"".join(frames)
-            finally:
-                self.close()
-            return
+            return self._relayed()
         # A text completion's chunks are `text_completion`s; the stream rules are the same.
         make = TextCompletionEncoder if self.completion else ChunkEncoder
         encoder = make(
@@ -672,13 +662,35 @@ class ChatCall:
             created=int(time.time()),
             include_usage=self.include_usage,
         )
-        encode = encoder.encode
+        return self.encoded(encoder.encode)
+
+    async def _relayed(self) -> AsyncIterator[bytes]:
+        self._start_output()
+        try:
+            while (batch := await self._next_batch()) is not None:
+                frames, events = batch
+                if events and type(events[-1]) is StreamError:
+                    frames.append(_error_frame(events[-1].error))
+                if frames:
+                    yield b"".join(frames)
+        finally:
+            self.close()
+
+    async def encoded(
+        self, encode: Callable[[Event], bytes], tail: Callable[[], bytes] | None = None
+    ) -> AsyncIterator[bytes]:
+        """The events as `encode` writes them, the bytes of a batch in one piece (none when they
+        are empty), then `tail()`'s once the events ran out (when not empty). A front end that
+        speaks another protocol writes its bytes here, with no iterator of its own around
+        `events()`: each such layer costs a coroutine per batch."""
         self._start_output()
         try:
             while (batch := await self._next_batch()) is not None:
                 out = b"".join([encode(ev) for ev in batch[1]])
                 if out:
                     yield out
+            if tail is not None and (out := tail()):
+                yield out
         finally:
             self.close()
 

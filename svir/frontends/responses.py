@@ -36,7 +36,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -157,11 +157,14 @@ def _store_failed(exc: StoreError) -> GatewayError:
 
 def _call_ids(chat: dict[str, Any]) -> set[str]:
     """The ids of the calls a chat request's conversation holds."""
-    return {
-        str(call.get("id"))
-        for message in chat.get("messages", ())
-        for call in message.get("tool_calls") or ()
-    }
+    # Loops, not a comprehension: most conversations hold no call, and pay only the walk.
+    ids: set[str] = set()
+    for message in chat.get("messages", ()):
+        calls = message.get("tool_calls")
+        if calls:
+            for call in calls:
+                ids.add(str(call.get("id")))
+    return ids
 
 
 def _new_id(prefix: str) -> str:
@@ -324,7 +327,12 @@ class ResponsesAPI:
                 # The piece that ends the response is the last: it goes with the body's end.
                 return encoder.ended
 
-            await early.stream(_Frames(call, encoder, keep, start=not early.started), last=ends)
+            # The encoder writes `response.created` with the first event (or `close`'s failure
+            # when the events run out without an end); the early start may have sent it.
+            pieces: AsyncIterator[bytes] = call.encoded(encoder.encode, encoder.close)
+            if keep is not None:
+                pieces = _Kept(call, encoder, keep)
+            await early.stream(pieces, last=ends)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -414,46 +422,31 @@ async def _keep(store: ResponseStore, record: Callable[[], StoredResponse]) -> N
         )
 
 
-class _Frames:
-    """The stream's SSE bytes, batch by batch. The response is kept (`keep`) before the batch
-    that ends it is sent; a call that ends without its end gets `response.failed`. An async
-    iterator, not an async generator: each of those costs a stream its registration with the
-    event loop and its closing."""
+class _Kept:
+    """The stream's pieces (`ChatCall.encoded`), the response kept (`keep`) before the piece that
+    ends it is sent. A stream whose events ran out before its end is not kept (it ends with
+    `close`'s failure)."""
 
-    __slots__ = ("_batches", "_encoder", "_head", "_keep", "_over")
+    __slots__ = ("_encoder", "_keep", "_pieces")
 
     def __init__(
-        self,
-        call: ChatCall,
-        encoder: ResponseStreamEncoder,
-        keep: Callable[[], Awaitable[None]] | None,
-        *,
-        start: bool,
+        self, call: ChatCall, encoder: ResponseStreamEncoder, keep: Callable[[], Awaitable[None]]
     ) -> None:
-        self._batches = call.events()
         self._encoder = encoder
-        self._keep = keep
-        self._head = encoder.start() if start else b""
-        self._over = False  # the events ran out
+        self._keep: Callable[[], Awaitable[None]] | None = keep
+        self._pieces = call.encoded(encoder.encode, self._ran_out)
 
-    def __aiter__(self) -> _Frames:
+    def _ran_out(self) -> bytes:
+        self._keep = None
+        return self._encoder.close()
+
+    def __aiter__(self) -> _Kept:
         return self
 
     async def __anext__(self) -> bytes:
-        encoder = self._encoder
-        encode = encoder.encode
-        async for events in self._batches:
-            data = b"".join([encode(event) for event in events])
-            keep = self._keep
-            if keep is not None and encoder.ended:
-                self._keep = None
-                await keep()
-            if self._head:
-                data, self._head = self._head + data, b""
-            if data:
-                return data
-        if self._over or encoder.ended:
-            self._over = True
-            raise StopAsyncIteration
-        self._over = True
-        return self._head + encoder.close()
+        data = await anext(self._pieces)
+        keep = self._keep
+        if keep is not None and self._encoder.ended:
+            self._keep = None
+            await keep()
+        return data

@@ -118,18 +118,25 @@ def _head(type: str) -> bytes:
     return b"event: " + type.encode() + b"\ndata: " + _enc({"type": type})[:-1] + b","
 
 
-# The last two events of a message's part, as `_part_frame` would write them: the part's ids,
-# its text (encoded once for both), the sequence numbers.
+# The last two events of a message's part, around its ids and its text (encoded once for both),
+# each then ended by `_seq_end`: joined, not `%`-formatted (a bytes `%` costs a few joins).
 _PART_DONE: Final = {
-    "output_text": _head("response.output_text.done")
-    + b'%b"text":%b,"logprobs":[],"sequence_number":%d}\n\n'
-    + _head("response.content_part.done")
-    + b'%b"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},'
-    b'"sequence_number":%d}\n\n',
-    "refusal": _head("response.refusal.done")
-    + b'%b"refusal":%b,"sequence_number":%d}\n\n'
-    + _head("response.content_part.done")
-    + b'%b"part":{"type":"refusal","refusal":%b},"sequence_number":%d}\n\n',
+    "output_text": (
+        _head("response.output_text.done"),
+        b'"text":',
+        b',"logprobs":[]',
+        _head("response.content_part.done"),
+        b'"part":{"type":"output_text","text":',
+        b',"annotations":[],"logprobs":[]}',
+    ),
+    "refusal": (
+        _head("response.refusal.done"),
+        b'"refusal":',
+        b"",
+        _head("response.content_part.done"),
+        b'"part":{"type":"refusal","refusal":',
+        b"}",
+    ),
 }
 _ITEM_DONE: Final = _head("response.output_item.done") + b'"output_index":'
 _CREATED: Final = _head("response.created") + b'"response":'
@@ -275,6 +282,7 @@ class ResponseStreamEncoder:
         "_started",
         "_started_bytes",
         "_status",
+        "_taken",
         "_texting",
         "_usage",
         "_written",
@@ -332,7 +340,9 @@ class ResponseStreamEncoder:
         self._live_call: int | None = None
         # The conversation's call ids count as used: a server that numbers its calls per answer
         # (`call_0` every turn) would repeat one, and a client's next request would hold it twice.
-        self._call_ids: set[str] = set(taken_call_ids)
+        # Made into a set (`_call_ids`) when the first call opens: most answers make none.
+        self._taken = taken_call_ids
+        self._call_ids: set[str] | None = None
         self._held: list[_Held] = []
         self._held_calls: dict[int, _Held] = {}
         self._finish: str | None = None
@@ -575,7 +585,8 @@ class ResponseStreamEncoder:
                 b"null" if error is None else _enc(error),
                 b',"incomplete_details":',
                 b'{"reason":%b}' % _enc(reason) if reason else b"null",
-                b'},"sequence_number":%d}\n\n' % seq,
+                b"}",
+                _seq_end(seq),
             )
         )
 
@@ -720,9 +731,8 @@ class ResponseStreamEncoder:
         self._part_index = 0
         self._parts = []
         id_json = _enc(item_id)
-        ids = self._part_ids = b'"item_id":%b,"output_index":%d,"content_index":0,' % (
-            id_json,
-            index,
+        ids = self._part_ids = b"".join(
+            (b'"item_id":', id_json, b',"output_index":', b"%d" % index, b',"content_index":0,')
         )
         self._prefix = _DELTA_HEAD + ids + b'"delta":'
         seq = self._seq
@@ -794,7 +804,13 @@ class ResponseStreamEncoder:
         ids = self._part_ids
         seq = self._seq
         self._seq = seq + 2
-        return _PART_DONE[kind] % (ids, data, seq, ids, data, seq + 1)
+        done, field, tail, part_done, part, part_tail = _PART_DONE[kind]
+        return b"".join(
+            (
+                done, ids, field, data, tail, _seq_end(seq),
+                part_done, ids, part, data, part_tail, _seq_end(seq + 1),
+            )
+        )  # fmt: skip
 
     # -- reasoning
 
@@ -850,9 +866,12 @@ class ResponseStreamEncoder:
         # A call_id names one call: clients match their outputs to it (the SDK fails a response
         # whose calls share one), so a server's empty or repeated id is made unique.
         call_id = start.id
-        if not call_id or call_id in self._call_ids:
+        taken = self._call_ids
+        if taken is None:
+            taken = self._call_ids = set(self._taken)
+        if not call_id or call_id in taken:
             call_id = f"call_{self._item_base}_{len(self._items)}"
-        self._call_ids.add(call_id)
+        taken.add(call_id)
         item: dict[str, Any] = {
             "id": self._item_id("fc"),
             "type": "function_call",

@@ -266,6 +266,11 @@ def translate_request(
         raise ResponsesRequestError(
             None, f"the request body must be an object, not {json_type(body)}"
         )
+    # The commonest request, translated without the general walk (`_plain`).
+    if (type(history) is tuple or type(history) is list) and not history:
+        plain = _plain(body, new_id)
+        if plain is not None:
+            return plain
     t = _Translation(unseal, new_id)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -356,6 +361,111 @@ def translate_request(
         image_urls=t.image_urls,
         metadata=metadata,
     )
+
+
+# The fields of a plain request (`_plain`).
+_PLAIN_FIELDS: Final = frozenset({"model", "input", "stream", "store", "instructions"})
+
+
+def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> ResponsesRequest | None:
+    """The translation of the commonest request, made without the general walk: a first request
+    (no history) of `model`, `input` as a string or as user messages whose content is a string
+    (`{role, content}`, `type` message or left out), and at most `stream`, `store` and
+    `instructions`, each of its type. None for any other request, a mistake among them: the
+    general walk translates it (or words the mistake), to the same result."""
+    if not _PLAIN_FIELDS.issuperset(body):
+        return None
+    model = body.get("model")
+    stream = body.get("stream", False)
+    store = body.get("store", True)
+    instructions = body.get("instructions")
+    raw = body.get("input")
+    if (
+        type(model) is not str
+        or not model
+        or (stream is not None and type(stream) is not bool)
+        or (store is not None and type(store) is not bool)
+        or (instructions is not None and type(instructions) is not str)
+    ):
+        return None
+    stream = stream or False
+    store = True if store is None else store
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    input_items: list[dict[str, Any]] = []
+    if type(raw) is str:
+        if not raw:
+            return None
+        item: dict[str, Any] = {"type": "message", "role": "user", "content": raw}
+        messages.append({"role": "user", "content": raw})
+        parts = [{"type": "input_text", "text": raw}]
+        item_id = (
+            new_id(_MESSAGE_PREFIX)
+            if new_id is not None
+            else _fresh_id(None, "message", "input[0]", item)
+        )
+        input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
+    elif type(raw) is list and raw:
+        for item in raw:
+            if (
+                type(item) is not dict
+                or item.get("role") != "user"
+                or item.get("type", "message") != "message"
+                or not _PLAIN_ITEM_FIELDS.issuperset(item)
+                or type(item.get("content")) is not str
+            ):
+                return None
+        # Only now, every item taken: no id is made for a request the general walk translates.
+        for k, item in enumerate(raw):
+            content = item["content"]
+            messages.append({"role": "user", "content": content})
+            parts = [{"type": "input_text", "text": content}]
+            item_id = (
+                new_id(_MESSAGE_PREFIX)
+                if new_id is not None
+                else _fresh_id(None, "message", f"input[{k}]", item)
+            )
+            input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
+    else:
+        return None
+    metadata: dict[str, str] = {}
+    echo = _PLAIN_ECHO.copy()
+    if instructions is not None:
+        echo["instructions"] = instructions
+    echo["metadata"] = metadata
+    echo["reasoning"] = {"effort": None, "summary": None}
+    echo["store"] = store
+    echo["text"] = {"format": {"type": "text"}}
+    echo["tools"] = []
+    return ResponsesRequest(
+        chat={"model": model, "messages": messages, "stream": stream},
+        stream=stream,
+        store=store,
+        input_items=input_items,
+        echo=echo,
+        metadata=metadata,
+    )
+
+
+# The id prefix of a message item, for `_plain`'s.
+_MESSAGE_PREFIX: Final = _ID_PREFIXES["message"]
+# The fields of an input item `_plain` takes.
+_PLAIN_ITEM_FIELDS: Final = frozenset({"type", "role", "content"})
+
+
+def _fresh_id(new_id: Callable[[str], str] | None, kind: str, where: str, item: Any) -> str:
+    """The id of an input item sent without one: `new_id`'s, else derived from the item and its
+    place (`where`)."""
+    prefix = _ID_PREFIXES.get(kind, "item")
+    if new_id is not None:
+        return new_id(prefix)
+    try:
+        raw = msgspec.json.encode(item)
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
+        raw = repr(item).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(where.encode() + b"\0" + raw).hexdigest()[:24]
+    return f"{prefix}_{digest}"
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
@@ -703,23 +813,12 @@ class _Translation:
         else:
             raise ResponsesRequestError(f"{where}.type", f"unknown item type {shown(kind)}")
         if given is None and not stored:
-            out["id"] = self.fresh_id(kind, where, item)
+            out["id"] = _fresh_id(self.new_id, kind, where, item)
         elif given is not None:
             out["id"] = given
         if isinstance(out.get("id"), str):
             self.by_id[out["id"]] = out
         return out
-
-    def fresh_id(self, kind: str, where: str, item: dict[str, Any]) -> str:
-        prefix = _ID_PREFIXES.get(kind, "item")
-        if self.new_id is not None:
-            return self.new_id(prefix)
-        try:
-            raw = msgspec.json.encode(item)
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
-            raw = repr(item).encode("utf-8", "surrogatepass")
-        digest = hashlib.sha256(where.encode() + b"\0" + raw).hexdigest()[:24]
-        return f"{prefix}_{digest}"
 
     def open_turn(self) -> _Turn:
         if self.turn is None:
@@ -1058,6 +1157,9 @@ _ECHOED: Final = (
 )
 
 _ECHO_DEFAULTS: Final = dict(_ECHOED)
+# The echo of a request that sets none of the echoed fields, but for the few `_echo` makes
+# fresh per request (`_plain` sets them).
+_PLAIN_ECHO: Final[dict[str, Any]] = {**_ECHO_DEFAULTS, "background": False}
 
 
 def _echo(

@@ -9,6 +9,7 @@ import base64
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from svir.providers.request import validate_chat_request
@@ -18,6 +19,7 @@ from svir.wire.responses import ECHO_KEYS
 from svir.wire.responses_request import (
     ResponsesRequest,
     ResponsesRequestError,
+    _plain,
     flat_tool_name,
     translate_request,
 )
@@ -998,3 +1000,81 @@ def test_ids_come_from_new_id_when_given() -> None:
     first, second = translate_request(body), translate_request(body)
     assert [i["id"] for i in first.input_items] == [i["id"] for i in second.input_items]
     assert first.input_items[0]["id"] != first.input_items[1]["id"]
+
+
+# The commonest request is translated without the general walk (`_plain`): to the same result,
+# ids included, and anything outside its shape (a mistake among them) goes the general way.
+PLAIN_BODIES: list[dict[str, Any]] = [
+    {"model": "m", "input": "hi"},
+    {"model": "m", "input": "hi", "stream": True, "store": False},
+    {"model": "m", "input": "hi", "stream": None, "store": None, "instructions": ""},
+    {"model": "m", "input": "hi", "instructions": "Be brief."},
+    {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "a"},
+            {"type": "message", "role": "user", "content": ""},
+        ],
+        "instructions": "Be brief.",
+        "store": True,
+        "stream": False,
+    },
+    # Outside the shape: the general walk's, whatever `_plain` makes of the first items.
+    {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ],
+    },
+    {"model": "m", "input": [{"role": "user", "content": "a", "id": "msg_given"}]},
+    {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]}]},
+    {"model": "m", "input": [{"type": None, "role": "user", "content": "a"}]},
+    {"model": "m", "input": "hi", "temperature": 1},
+]
+
+
+def _translated(body: dict[str, Any], *, walk: bool) -> bytes:
+    """The translation's encoding (every field, in order: the echo's too), ids counted from 0."""
+    made = iter(range(100))
+    with pytest.MonkeyPatch.context() as mp:
+        if walk:
+            mp.setattr("svir.wire.responses_request._PLAIN_FIELDS", frozenset())
+        t = translate_request(body, new_id=lambda prefix: f"{prefix}_{next(made)}")
+    return msgspec.json.encode(t)
+
+
+def test_the_plain_bodies_take_the_plain_way() -> None:
+    taken = [_plain(body, None) is not None for body in PLAIN_BODIES]
+    assert taken == [True] * 5 + [False] * (len(PLAIN_BODIES) - 5)
+
+
+@pytest.mark.parametrize("body", PLAIN_BODIES)
+def test_a_plain_request_translates_as_the_general_walk_does(body: dict[str, Any]) -> None:
+    assert _translated(body, walk=False) == _translated(body, walk=True)
+    # Without new_id, the ids derived from the item and its place are the same too.
+    with pytest.MonkeyPatch.context() as mp:
+        plain = translate_request(body)
+        mp.setattr("svir.wire.responses_request._PLAIN_FIELDS", frozenset())
+        assert translate_request(body) == plain
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m", "input": "hi", "stream": "yes"}, "stream"),
+        ({"model": "m", "input": "hi", "store": 1}, "store"),
+        ({"model": "m", "input": "hi", "instructions": 3}, "instructions"),
+        ({"model": "", "input": "hi"}, "model"),
+        ({"model": "m", "input": ""}, "input"),
+        ({"model": "m", "input": []}, "input"),
+        ({"model": "m", "input": [{"role": "user"}]}, "input[0].content"),
+    ],
+)
+def test_a_plain_shaped_mistake_is_the_general_walks_error(
+    body: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(ResponsesRequestError) as caught:
+        translate_request(body)
+    assert caught.value.param == param
