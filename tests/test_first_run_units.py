@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,13 @@ def test_json_lines_carry_an_iso_8601_utc_time() -> None:
 @given(st.floats(min_value=0, max_value=4e9, allow_nan=False))
 def test_iso_time_is_always_iso(created: float) -> None:
     assert ISO.match(iso_time(created))
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False))
+def test_iso_time_is_the_second_and_its_milliseconds(created: float) -> None:
+    whole, millis = divmod(round(created * 1000), 1000)
+    second = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    assert iso_time(created) == f"{second}.{millis:03d}Z"
 
 
 @pytest.fixture

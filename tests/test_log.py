@@ -135,6 +135,35 @@ def test_the_access_line_is_the_line_a_record_makes(svir_logging: CountingStream
     assert direct["path"] == "/v1/x?k=[redacted]"
 
 
+@pytest.mark.parametrize(
+    ("fields", "request_id"),
+    [
+        (
+            {"method": "POST", "path": "/v1/chat/completions", "status": 200, "duration_ms": 1.5},
+            "r1",
+        ),
+        ({"status": 200, "ttft_ms": 0.1, "attempts": ["a", "b"], "upstream_id": None}, "r-2"),
+        ({"path": '/v1/x?q="\\\u00e9\u2028\x01', "prompt_tokens": 12}, 'r"\\\n\u00e9'),
+        ({"status": 200, "path": "/v1/x?k=sk-upstream-secret-2"}, "rid-sk-upstream-secret-2"),
+        # A field named as one of the line's own keys takes that key's place.
+        ({"status": 200, "msg": "mine", "request_id": "theirs"}, "r3"),
+        ({"status": 200, "ts": "then", "level": 1, "logger": "x", "exc": "y"}, "r4"),
+        ({}, "r5"),
+        ({"status": 204}, ""),
+    ],
+)
+def test_the_access_line_is_json_lines_own_bytes(
+    svir_logging: CountingStream, fields: dict[str, object], request_id: str
+) -> None:
+    hide_in_logs("sk-upstream-secret-2")
+    with mock.patch("svir.log.time.time", return_value=1764650000.1234):
+        log_request(fields, request_id)
+    expected = svir.log.json_line(
+        1764650000.1234, "info", "svir.access", "request", request_id=request_id, fields=fields
+    )
+    assert svir_logging.getvalue() == expected + "\n"
+
+
 def test_the_access_line_is_a_record_for_a_handler_of_ones_own(
     svir_logging: CountingStream,
 ) -> None:

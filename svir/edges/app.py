@@ -60,6 +60,10 @@ INTERNAL_ERROR = GatewayError(
 # request by raising GatewayError, and may return a callback that gets the request's log fields
 # (status and duration set) once the request ends.
 Guard = Callable[[Scope, dict[str, Any]], Awaitable[Callable[[dict[str, Any]], None] | None]]
+# Told of every request once it ended, with its log fields (status and duration set), before its
+# access line: what needs nothing before the handler (the metrics) is not a guard, whose await
+# and callback each request would pay.
+EndHook = Callable[[Scope, dict[str, Any]], None]
 
 
 class App:
@@ -92,6 +96,7 @@ class App:
         self._shutdown: list[Hook] = [self.gateway.close]
         self._stopping: list[Callable[[], None]] = []
         self._guards: list[Guard] = []
+        self._ends: list[EndHook] = []
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
         # Which models the current request may see listed (svir.keys: the key's models).
@@ -119,6 +124,10 @@ class App:
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
         self._guards.append(guard)
+
+    def on_request_end(self, hook: EndHook) -> None:
+        """Call `hook` when each request ends, after the guards' callbacks (see `EndHook`)."""
+        self._ends.append(hook)
 
     def on_startup(self, hook: Hook) -> None:
         self._startup.append(hook)
@@ -228,6 +237,11 @@ class App:
                     after(fields)
                 except Exception:
                     log.exception("request guard failed after the request")
+            for end in self._ends:
+                try:
+                    end(scope, fields)
+                except Exception:
+                    log.exception("request end hook failed")
             log_request(fields, rid)
             request_id_var.reset(token)
             # uvicorn keeps a connection's last scope until its next request: not the call's

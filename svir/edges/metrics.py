@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
-from svir.asgi import call_context
+from svir.asgi import CALL_CONTEXT
 from svir.call import EMBEDDINGS
 from svir.config import ServerConfig
 from svir.policy.limits import LIMIT_NAMES
@@ -212,9 +212,17 @@ class Histogram(_Metric):
     def observe(self, labels: Labels, value: float) -> None:
         entry = self.values.get(labels)
         if entry is None:
-            entry = self.values[labels] = ([0] * (len(self.buckets) + 1), [0.0])
+            entry = self.entry(labels)
         entry[0][bisect.bisect_left(self.buckets, value)] += 1
         entry[1][0] += value
+
+    def entry(self, labels: Labels) -> tuple[list[int], list[float]]:
+        """The series of `labels` (made empty if new): its counts per bucket and its sum, which
+        a hot path may update in place as `observe` does."""
+        entry = self.values.get(labels)
+        if entry is None:
+            entry = self.values[labels] = ([0] * (len(self.buckets) + 1), [0.0])
+        return entry
 
     def count(self, labels: Labels = ()) -> int:
         entry = self.values.get(labels)
@@ -261,14 +269,17 @@ class Registry:
 
 
 class Metrics:
-    """svir's metrics; the App's guard, the policy's attempts and the key gate's calls (opened,
-    then settled) feed them."""
+    """svir's metrics; the App's end of each request (`request_ended`), the policy's attempts
+    and the key gate's calls (opened, then settled) feed them."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         # Which models have a model label of their own (`chat_labels`); set by `watch_attempts`.
         self.router: Router | None = None
         self._unlisted: set[str] = set()
+        # (route, method, status) -> `request_ended`'s labels and histogram entry (bounded: the
+        # route is svir's, the method one of METHODS or "other", the status svir's answer's).
+        self._http: dict[tuple[str | None, str, Any], Any] = {}
         r = self.registry = Registry()
         self.http_requests = r.add(
             Counter(
@@ -359,24 +370,45 @@ class Metrics:
 
     # Feeds
 
-    def request_guard(self) -> Callable[[Any, dict[str, Any]], Any]:
-        """An App guard counting every HTTP request when it ends."""
+    def request_ended(self, scope: Any, fields: dict[str, Any]) -> None:
+        """Count an HTTP request that ended (an App end hook: `fields` has its status and
+        duration). The label tuples and the duration histogram's entry of each (route, method,
+        status) are made once: this runs for every request."""
+        status = fields.get("status") or 500
+        method = scope["method"]
+        key = (scope.get("svir.route"), method if method in METHODS else OTHER, status)
+        series = self._http.get(key)
+        if series is None:
+            series = self._http_series(key)
+        labels, counts, total, http_error = series
+        requests = self.http_requests.values
+        requests[labels] = requests.get(labels, 0.0) + 1.0
+        seconds = float(fields.get("duration_ms", 0)) / 1000
+        counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        total[0] += seconds
+        # `error_class`, inline.
+        error = fields.get("error")
+        if not error:
+            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            if ctx is not None:
+                stats = ctx.outcome.stats
+                if stats is not None:
+                    error = stats.error_kind
+        if error:
+            self.errors.inc((closed(error, ERROR_CLASSES),))
+        elif http_error is not None:
+            self.errors.inc(http_error)
 
-        async def guard(scope: Any, fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
-            endpoint = scope.get("svir.route") or OTHER
-            method = closed(scope["method"], METHODS)
-
-            def after(done: dict[str, Any]) -> None:
-                status = int(done.get("status") or 500)
-                self.http_requests.inc((endpoint, method, str(status)))
-                self.http_duration.observe((endpoint,), float(done.get("duration_ms", 0)) / 1000)
-                error = error_class(done, call_context(scope))
-                if error is not None:
-                    self.errors.inc((error,))
-
-            return after
-
-        return guard
+    def _http_series(
+        self, key: tuple[str | None, str, Any]
+    ) -> tuple[Labels, list[int], list[float], Labels | None]:
+        route, method, raw = key
+        endpoint = route or OTHER
+        status = int(raw)
+        counts, total = self.http_duration.entry((endpoint,))
+        http_error = (f"http_{status}",) if status >= 400 else None
+        series = self._http[key] = ((endpoint, method, str(status)), counts, total, http_error)
+        return series
 
     def chat_labels(self, model: str, provider: str | None) -> tuple[str, str]:
         """The model and provider labels of a chat call (`provider` None: refused before it was
@@ -398,15 +430,19 @@ class Metrics:
 
     def call_opened(self, ctx: CallContext, call: Call) -> None:
         """A chat call the key gate let through is streaming."""
-        self.in_flight.inc((call.route.provider.name,))
+        labels = (call.route.provider.name,)
+        values = self.in_flight.values
+        values[labels] = values.get(labels, 0.0) + 1.0
 
     def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
-        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed."""
+        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed.
+        Counters and histograms are updated in place here, not through `inc` and `observe`:
+        this runs for every call."""
         o = ctx.outcome
         status = record.status
         label, provider = self.chat_labels(record.model, record.provider)
         calls = self.embedding_requests if ctx.operation == EMBEDDINGS else self.chat_requests
-        calls.inc((label, provider, closed(status, OUTCOMES)))
+        calls.inc((label, provider, status if status in OUTCOMES else OTHER))
         # The key's limit that refused the call, or cut its answer.
         limit = o.limit if o.limit is not None and status == f"{o.limit}_exceeded" else None
         if o.served_model is None:
@@ -415,26 +451,34 @@ class Metrics:
             return
         if limit is not None:
             self.streams_cut.inc((limit,))
-        self.in_flight.inc((provider,), -1)
-        tokens = self.tokens
-        tokens.inc((label, provider, "prompt"), record.prompt_tokens)
-        tokens.inc((label, provider, "completion"), record.completion_tokens)
+        by_provider = (provider,)
+        values = self.in_flight.values
+        values[by_provider] = values.get(by_provider, 0.0) - 1.0
+        tokens = self.tokens.values
+        key = (label, provider, "prompt")
+        tokens[key] = tokens.get(key, 0.0) + record.prompt_tokens
+        key = (label, provider, "completion")
+        tokens[key] = tokens.get(key, 0.0) + record.completion_tokens
         if record.reasoning_tokens:
-            tokens.inc((label, provider, "reasoning"), record.reasoning_tokens)
+            key = (label, provider, "reasoning")
+            tokens[key] = tokens.get(key, 0.0) + record.reasoning_tokens
         if record.cached_tokens:
-            tokens.inc((label, provider, "cached"), record.cached_tokens)
+            key = (label, provider, "cached")
+            tokens[key] = tokens.get(key, 0.0) + record.cached_tokens
         if record.ttft_ms is not None:
-            self.ttft.observe((provider,), record.ttft_ms / 1000)
+            self.ttft.observe(by_provider, record.ttft_ms / 1000)
         tps = o.stats.tokens_per_second if o.stats is not None else None
         if tps is not None:  # unrounded, unlike the record's
-            self.tps.observe((provider,), tps)
+            self.tps.observe(by_provider, tps)
 
     def watch_attempts(self, policy: Resilience) -> None:
         """Count every upstream attempt, and read the policy's state at scrape time."""
         self.router = policy.router
 
+        closer = self._attempt_closed
+
         def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
-            return self._attempt_closed
+            return closer
 
         policy.on_attempt.append(attempt)
         self.registry.collectors.append(lambda: self._policy_metrics(policy))
@@ -448,7 +492,9 @@ class Metrics:
         else:
             outcome = "ok" if call.succeeded else (s.error_kind or "cancelled")
             seconds = (s.first_token_ms or 0.0) / 1000
-        self.attempts.inc((provider, closed(outcome, OUTCOMES)))
+        attempts = self.attempts.values
+        key = (provider, outcome if outcome in OUTCOMES else OTHER)
+        attempts[key] = attempts.get(key, 0.0) + 1.0
         self.upstream_latency.observe((provider,), seconds)
 
     def _policy_metrics(self, policy: Resilience) -> list[_Metric]:

@@ -49,6 +49,8 @@ _CACHE_CAP: Final = 10_000
 ADMIN_PREFIX: Final = "/admin/"
 # Where the guard leaves the admin check's verdict in the scope ("admin_key" or "loopback").
 ADMIN_ACCESS: Final = "svir.admin_access"
+# The health check's path: open without a key (`Authenticator.health_check` may still refuse).
+HEALTH_PATH: Final = "/healthz"
 
 
 class KeyLookup(Protocol):
@@ -112,13 +114,17 @@ class Authenticator:
         self.allow_open = allow_open
         self.clock = clock
         self.wall = wall
-        self.exempt_paths: set[str] = {"/healthz"}
+        self.exempt_paths: set[str] = {HEALTH_PATH}
         self.exempt_prefixes: tuple[str, ...] = ()
         # svir's admin key: also a caller of the API, without a key (see the module doc).
         self.admin_key: bytes | None = None
         # Who may use a path under ADMIN_PREFIX: the verdict, or GatewayError. None: such paths
         # are like any other.
         self.admin_check: Callable[[Scope], Awaitable[str]] | None = None
+        # Run for the health check (exempt from keys), which may refuse it (GatewayError):
+        # svir.keys.service guards `/healthz?verbose=1` with it. Part of this guard rather than
+        # a guard of its own, which every request would await.
+        self.health_check: Callable[[Scope], Awaitable[None]] | None = None
         self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
         self._configured: tuple[bool, float] | None = None
         self._checking: asyncio.Future[bool] | None = None
@@ -190,10 +196,18 @@ class Authenticator:
             scope[ADMIN_ACCESS] = await self.admin_check(scope)
             return None
         if path in self.exempt_paths or path.startswith(self.exempt_prefixes):
+            if path == HEALTH_PATH and self.health_check is not None:
+                await self.health_check(scope)
             return None
         if self.keys is None:
             raise auth_error("svir is starting.", status=503, code="starting")
-        if not await self.configured():
+        # `configured()` without its await while the answer is cached: every request asks.
+        known = self._configured
+        if known is not None and self.clock() - known[1] < self.cache_seconds:
+            configured = known[0]
+        else:
+            configured = await self.configured()
+        if not configured:
             try:
                 self.check_unkeyed(scope)
             except GatewayError:

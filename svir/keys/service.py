@@ -3,9 +3,10 @@
 Routes: the admin API under `/admin/` (every path under it guarded by one rule, `admin_access`),
 `GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
 metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
-tracing (when on), metrics, authentication. The gateway gets the gate (svir.keys.gate) around
-every chat call; what each call came to (its `svir.call.CallRecord`) goes from the gate to the
-ledger and the metrics.
+tracing (when on), authentication (which also guards `/healthz?verbose=1`); the metrics count
+each request when it ends. The gateway gets the gate (svir.keys.gate) around every chat call;
+what each call came to (its `svir.call.CallRecord`) goes from the gate to the ledger and the
+metrics.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Callable
 from typing import Any, Final
 
 from svir.asgi import Receive, Scope, Send
@@ -183,6 +183,7 @@ class KeysService:
         self.admin_key = config.auth.admin_key(environ)
         self.auth.admin_key = self.admin_key.encode() if self.admin_key is not None else None
         self.auth.admin_check = self.check_admin
+        self.auth.health_check = self.check_verbose_health
         self.metrics_token = config.auth.metrics_token(environ)
         self.metrics = Metrics() if config.telemetry.metrics else None
         self.tracing: Any = None
@@ -330,14 +331,12 @@ class KeysService:
                 code="invalid_metrics_token",
             )
 
-    async def verbose_health_guard(
-        self, scope: Scope, fields: dict[str, Any]
-    ) -> Callable[[dict[str, Any]], None] | None:
+    async def check_verbose_health(self, scope: Scope) -> None:
         """`/healthz?verbose=1` shows what only the operator may see (deployments, pids, managed
-        models' log files): it takes what `/metrics` takes. Plain `/healthz` stays open."""
-        if scope["path"] == "/healthz" and VERBOSE in scope.get("query_string", b"").split(b"&"):
+        models' log files): it takes what `/metrics` takes. Plain `/healthz` stays open. Run by
+        the authenticator's guard for `/healthz` (`Authenticator.health_check`)."""
+        if VERBOSE in scope.get("query_string", b"").split(b"&"):
             await self._check_metrics(scope, "GET /healthz?verbose=1")
-        return None
 
     # GET /v1/usage
 
@@ -559,12 +558,11 @@ def install(app: App, *, backend: Backend | None = None, span_exporter: Any = No
         app.add_guard(service.tracing.request_guard())
         service.tracing.watch_attempts(policy)
     if service.metrics is not None:
-        app.add_guard(service.metrics.request_guard())
+        app.on_request_end(service.metrics.request_ended)
         service.metrics.watch_attempts(policy)
         service.metrics.registry.collectors.append(service._ledger_metrics)
         app.routes.add("GET", "/metrics", service.serve_metrics)
     app.add_guard(service.auth.guard)
-    app.add_guard(service.verbose_health_guard)
     app.gateway.add_interceptor(service.gate)
     app.model_filters.append(_listed_for_key)
     for method, template, handler in service.admin_routes():
