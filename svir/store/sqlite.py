@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import aiosqlite
 
@@ -25,13 +25,13 @@ from svir.store.migrations import apply_migrations
 
 __all__ = ["SqliteStore"]
 
-# sqlite3 binds None as NULL only after looking for an adapter for it, and on finding none it
-# asks the protocol type for `__adapt__`, whose miss formats an AttributeError and drops it:
-# ~3.6k instructions a None, nine of them in a typical ledger row (most of its nulls). With an
-# adapter registered the lookup finds one and stops there: `{}.get(None)` is None, a call in C,
-# and the value bound is the same NULL (for every sqlite3 connection of the process: only the
-# path to the NULL changes).
-sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
+# CPython's sqlite3 binds an int, float, str or bytearray at once, but anything else (None among
+# them) only after looking for an adapter: a registered one, else `__adapt__` and `__conform__`,
+# failed attribute lookups whose AttributeErrors are formatted and dropped (~3.6k instructions a
+# None; a ledger row has about a dozen). Registered, None's adapter is found first; it gives None
+# back, which is bound as NULL as before. The registry is the module's, for the process: every
+# sqlite3 connection of svir's binds None this way, only the path to the NULL changes.
+sqlite3.register_adapter(type(None), lambda value: value)
 
 
 class _SqliteTx(Tx):
@@ -56,15 +56,6 @@ class _SqliteTx(Tx):
 # instructions a ledger row in batches of 500, under callgrind), and these few sizes keep each
 # batch's statements among those sqlite3 has prepared, whatever the batch's size.
 _ROWS_PER_STATEMENT: Final = (50, 10, 1)
-
-
-# CPython's sqlite3 binds an int, float, str or bytearray at once, but anything else (None among
-# them) only after looking for an adapter: a registered one, else `__adapt__` and `__conform__`,
-# two failed attribute lookups whose AttributeErrors are formatted and dropped. A ledger row has
-# about a dozen None fields: ~15k instructions a row (bench.ledger_rows --callgrind). Registered,
-# None's adapter is found first; it gives None back, which is bound as NULL as before. The
-# registry is the module's, for the process: every SQLite store of svir's binds None this way.
-sqlite3.register_adapter(type(None), lambda value: value)
 
 
 def _insert_rows(
