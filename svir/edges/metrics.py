@@ -58,7 +58,6 @@ __all__ = [
     "Metrics",
     "Registry",
     "closed",
-    "error_class",
 ]
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -114,19 +113,6 @@ METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OP
 def closed(value: object, allowed: frozenset[str]) -> str:
     """`value` when it is one of `allowed`, else "other"."""
     return value if isinstance(value, str) and value in allowed else OTHER
-
-
-def error_class(fields: dict[str, Any], call: CallContext | None) -> str | None:
-    """The class of a finished request's failure: svir's error code from its log fields, or the
-    failure's kind of the chat call it made (closed: see `ERROR_CLASSES`), `http_<status>` for an
-    error status with neither, None when it did not fail."""
-    status = int(fields.get("status") or 500)
-    error = fields.get("error")
-    if not error and call is not None and call.outcome.stats is not None:
-        error = call.outcome.stats.error_kind
-    if error:
-        return closed(error, ERROR_CLASSES)
-    return f"http_{status}" if status >= 400 else None
 
 
 def _escape(value: str) -> str:
@@ -386,7 +372,8 @@ class Metrics:
         seconds = float(fields.get("duration_ms", 0)) / 1000
         counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         total[0] += seconds
-        # `error_class`, inline.
+        # The failure's class: svir's error code from the log fields, else the kind of the chat
+        # call's failure (closed: ERROR_CLASSES), else `http_<status>` for an error status.
         error = fields.get("error")
         if not error:
             ctx: CallContext | None = scope.get(CALL_CONTEXT)
