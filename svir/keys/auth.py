@@ -134,12 +134,19 @@ class Authenticator:
         self._cache.clear()
         self._configured = None
 
+    def configured_cached(self) -> bool | None:
+        """Whether any key is issued, while the cached answer is fresh; None when the store must
+        be asked (`configured`). Every request asks: a fresh answer costs it no await."""
+        known = self._configured
+        if known is not None and self.clock() - known[1] < self.cache_seconds:
+            return known[0]
+        return None
+
     async def configured(self) -> bool:
         """Whether any key is issued (cached; one store query at a time)."""
-        now = self.clock()
-        known = self._configured
-        if known is not None and now - known[1] < self.cache_seconds:
-            return known[0]
+        cached = self.configured_cached()
+        if cached is not None:
+            return cached
         if self._checking is None:
             self._checking = asyncio.ensure_future(self._check_configured())
         checking = self._checking
@@ -201,11 +208,8 @@ class Authenticator:
             return None
         if self.keys is None:
             raise auth_error("svir is starting.", status=503, code="starting")
-        # `configured()` without its await while the answer is cached: every request asks.
-        known = self._configured
-        if known is not None and self.clock() - known[1] < self.cache_seconds:
-            configured = known[0]
-        else:
+        configured = self.configured_cached()
+        if configured is None:
             configured = await self.configured()
         if not configured:
             try:
