@@ -367,8 +367,7 @@ class Metrics:
         if series is None:
             series = self._http_series(key)
         labels, counts, total, http_error = series
-        requests = self.http_requests.values
-        requests[labels] = requests.get(labels, 0.0) + 1.0
+        self.http_requests.inc(labels)
         seconds = float(fields.get("duration_ms", 0)) / 1000
         counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         total[0] += seconds
@@ -417,14 +416,10 @@ class Metrics:
 
     def call_opened(self, ctx: CallContext, call: Call) -> None:
         """A chat call the key gate let through is streaming."""
-        labels = (call.route.provider.name,)
-        values = self.in_flight.values
-        values[labels] = values.get(labels, 0.0) + 1.0
+        self.in_flight.inc((call.route.provider.name,))
 
     def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
-        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed.
-        Counters and histograms are updated in place here, not through `inc` and `observe`:
-        this runs for every call."""
+        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed."""
         o = ctx.outcome
         status = record.status
         label, provider = self.chat_labels(record.model, record.provider)
@@ -439,19 +434,14 @@ class Metrics:
         if limit is not None:
             self.streams_cut.inc((limit,))
         by_provider = (provider,)
-        values = self.in_flight.values
-        values[by_provider] = values.get(by_provider, 0.0) - 1.0
-        tokens = self.tokens.values
-        key = (label, provider, "prompt")
-        tokens[key] = tokens.get(key, 0.0) + record.prompt_tokens
-        key = (label, provider, "completion")
-        tokens[key] = tokens.get(key, 0.0) + record.completion_tokens
+        self.in_flight.inc(by_provider, -1)
+        tokens = self.tokens
+        tokens.inc((label, provider, "prompt"), record.prompt_tokens)
+        tokens.inc((label, provider, "completion"), record.completion_tokens)
         if record.reasoning_tokens:
-            key = (label, provider, "reasoning")
-            tokens[key] = tokens.get(key, 0.0) + record.reasoning_tokens
+            tokens.inc((label, provider, "reasoning"), record.reasoning_tokens)
         if record.cached_tokens:
-            key = (label, provider, "cached")
-            tokens[key] = tokens.get(key, 0.0) + record.cached_tokens
+            tokens.inc((label, provider, "cached"), record.cached_tokens)
         if record.ttft_ms is not None:
             self.ttft.observe(by_provider, record.ttft_ms / 1000)
         tps = o.stats.tokens_per_second if o.stats is not None else None
@@ -479,9 +469,7 @@ class Metrics:
         else:
             outcome = "ok" if call.succeeded else (s.error_kind or "cancelled")
             seconds = (s.first_token_ms or 0.0) / 1000
-        attempts = self.attempts.values
-        key = (provider, outcome if outcome in OUTCOMES else OTHER)
-        attempts[key] = attempts.get(key, 0.0) + 1.0
+        self.attempts.inc((provider, outcome if outcome in OUTCOMES else OTHER))
         self.upstream_latency.observe((provider,), seconds)
 
     def _policy_metrics(self, policy: Resilience) -> list[_Metric]:
