@@ -393,19 +393,12 @@ def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> Respons
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
-    input_items: list[dict[str, Any]] = []
+    given: list[dict[str, Any]]
     if type(raw) is str:
         if not raw:
             return None
-        item: dict[str, Any] = {"type": "message", "role": "user", "content": raw}
-        messages.append({"role": "user", "content": raw})
-        parts = [{"type": "input_text", "text": raw}]
-        item_id = (
-            new_id(_MESSAGE_PREFIX)
-            if new_id is not None
-            else _fresh_id(None, "message", "input[0]", item)
-        )
-        input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
+        # A string is the one user message the walk makes of it (its id derived from this item).
+        given = [{"type": "message", "role": "user", "content": raw}]
     elif type(raw) is list and raw:
         for item in raw:
             if (
@@ -416,19 +409,21 @@ def _plain(body: dict[str, Any], new_id: Callable[[str], str] | None) -> Respons
                 or type(item.get("content")) is not str
             ):
                 return None
-        # Only now, every item taken: no id is made for a request the general walk translates.
-        for k, item in enumerate(raw):
-            content = item["content"]
-            messages.append({"role": "user", "content": content})
-            parts = [{"type": "input_text", "text": content}]
-            item_id = (
-                new_id(_MESSAGE_PREFIX)
-                if new_id is not None
-                else _fresh_id(None, "message", f"input[{k}]", item)
-            )
-            input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
+        given = raw
     else:
         return None
+    # Only now, every item taken: no id is made for a request the general walk translates.
+    input_items: list[dict[str, Any]] = []
+    for k, item in enumerate(given):
+        content = item["content"]
+        messages.append({"role": "user", "content": content})
+        parts = [{"type": "input_text", "text": content}]
+        item_id = (
+            new_id(_MESSAGE_PREFIX)
+            if new_id is not None
+            else _fresh_id(None, "message", f"input[{k}]", item)
+        )
+        input_items.append({"type": "message", "role": "user", "content": parts, "id": item_id})
     metadata: dict[str, str] = {}
     echo = _PLAIN_ECHO.copy()
     if instructions is not None:
