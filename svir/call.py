@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
+from svir.log import hundredths
+
 if TYPE_CHECKING:
     from svir.chat import CallStats
     from svir.keys.model import KeyRecord
@@ -124,7 +126,7 @@ class CallContext(msgspec.Struct, frozen=True):
         if s.first_token_ms is not None:
             fields["ttft_ms"] = s.first_token_ms
         if s.tokens_per_second is not None:
-            fields["tokens_per_second"] = round(s.tokens_per_second, 2)
+            fields["tokens_per_second"] = hundredths(s.tokens_per_second)
         if s.usage is not None:
             fields["prompt_tokens"] = s.usage.prompt_tokens
             fields["completion_tokens"] = s.usage.completion_tokens

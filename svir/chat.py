@@ -21,6 +21,7 @@ import msgspec
 
 from svir.config import PYPI_GEMMA, ProviderConfig, Timeouts
 from svir.errors import GatewayError, request_error
+from svir.log import hundredths
 from svir.providers import ProviderKind, build_upstream_body
 from svir.providers.adapt import answer_transform
 from svir.transport import StreamResponse, Transport
@@ -643,7 +644,7 @@ class ChatCall:
             if s.error_message is None:
                 s.error_message = self._scrub(d.error).message
         if d.rate.first is not None:
-            s.first_token_ms = round((d.rate.first - s.started) * 1000, 2)
+            s.first_token_ms = hundredths((d.rate.first - s.started) * 1000)
 
     @property
     def succeeded(self) -> bool:

@@ -276,6 +276,14 @@ def setup_logging(level: str = "info", stream: TextIO | None = None, fmt: str = 
     _direct = handler
 
 
+def hundredths(value: float) -> float:
+    """`value` to two decimals, as logs, metrics and the ledger give times and rates. The same
+    float as `round(value, 2)` but where `value * 100` lands on a tie that its binary form
+    misstates; without `round`'s exact decimal conversion (~1.5k instructions a call, and a
+    request makes about six)."""
+    return round(value * 100) / 100
+
+
 def now_ms(start: float) -> float:
-    """Milliseconds since `start` (a perf_counter reading), rounded for logs."""
-    return round((time.perf_counter() - start) * 1000, 2)
+    """Milliseconds since `start` (a perf_counter reading), to two decimals."""
+    return hundredths((time.perf_counter() - start) * 1000)

@@ -11,9 +11,18 @@ from collections.abc import Iterator
 from unittest import mock
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import svir.log
-from svir.log import BatchedHandler, JSONFormatter, hide_in_logs, log_request, setup_logging
+from svir.log import (
+    BatchedHandler,
+    JSONFormatter,
+    hide_in_logs,
+    hundredths,
+    log_request,
+    setup_logging,
+)
 
 
 class CountingStream(io.StringIO):
@@ -217,3 +226,23 @@ def test_an_app_hides_every_secret_its_config_names_without_the_keys_service() -
     line = JSONFormatter().format(record)
     assert line.count("[redacted]") == 4, line
     assert upstream not in line and admin not in line and metrics not in line
+
+
+@given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
+def test_hundredths_is_round_to_two_decimals_and_prints_as_such(value: float) -> None:
+    got = hundredths(value)
+    # round(value, 2) itself, but for a tie that value * 100 misstates: then one hundredth off.
+    assert abs(got - round(value, 2)) <= 0.01 + 1e-9 * value
+    assert got == round(value, 2) or abs(value * 100 % 1 - 0.5) < 1e-6 * max(1.0, value)
+    decimals = repr(got).partition(".")[2]
+    assert "e" in repr(got) or len(decimals) <= 2
+
+
+def test_hundredths_of_times_logs_give() -> None:
+    assert [hundredths(v) for v in (0.0, 1.234, 1.235001, 12.999, 152.604999)] == [
+        0.0,
+        1.23,
+        1.24,
+        13.0,
+        152.6,
+    ]

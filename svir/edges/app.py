@@ -38,7 +38,7 @@ from svir.errors import (
 from svir.frontends.http import request_id_of, send_json
 from svir.frontends.routes import ErrorShape, Hook, Routes
 from svir.gateway import Gateway
-from svir.log import log_request, request_id_var
+from svir.log import log_request, now_ms, request_id_var
 from svir.policy.catalog import Catalog
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
@@ -231,7 +231,7 @@ class App:
             ctx: CallContext | None = scope.get(CALL_CONTEXT)
             if ctx is not None:
                 ctx.log_into(fields)
-            fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+            fields["duration_ms"] = now_ms(started)
             for after in reversed(afters):
                 try:
                     after(fields)

@@ -31,6 +31,7 @@ from svir.config import LimitsConfig, PriceConfig
 from svir.errors import GatewayError, LimitsUnavailable
 from svir.gateway import OpenCall
 from svir.keys.model import KeyRecord, model_allowed
+from svir.log import hundredths, now_ms
 from svir.policy.limits import (
     Ask,
     Backend,
@@ -319,7 +320,7 @@ class Gate:
             cached_tokens=None,
             usage_source="none",
             cost_micros=None,
-            latency_ms=round((time.perf_counter() - started) * 1000, 2) if failed else 0.0,
+            latency_ms=now_ms(started) if failed else 0.0,
             ttft_ms=None,
             tokens_per_second=None,
             upstream_request_id=None,
@@ -499,7 +500,7 @@ class Meter:
             status = s.error_kind or "cancelled"
         ttft_ms = None
         if s.first_token_ms is not None:
-            ttft_ms = round((s.started - self.started) * 1000 + s.first_token_ms, 2)
+            ttft_ms = hundredths((s.started - self.started) * 1000 + s.first_token_ms)
         ctx = self.ctx
         if source == "counted":
             ctx.outcome.usage_source = "counted"
@@ -520,7 +521,7 @@ class Meter:
             cached_tokens=cached,
             usage_source=source,
             cost_micros=cost,
-            latency_ms=round((time.perf_counter() - self.started) * 1000, 2),
+            latency_ms=now_ms(self.started),
             ttft_ms=ttft_ms,
             tokens_per_second=(
                 round(s.tokens_per_second, 3) if s.tokens_per_second is not None else None
