@@ -22,7 +22,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext, CallRecord
@@ -177,8 +177,13 @@ class Gate:
                 return price
         return None
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+    def settle_later(self, grant: Grant, tokens: int, cost: int) -> None:
+        """Settle `grant` with what its call used, in a task of its own (the backend may be
+        remote), unless its limits have nothing a call's end corrects (`Limits.settles`): a
+        task a call, and for Redis a round trip, for nothing."""
+        if not grant.limits.settles:
+            return
+        task = asyncio.get_running_loop().create_task(self.settle(grant, tokens, cost))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -263,7 +268,7 @@ class Gate:
             call = await proceed(ctx, request)
         except BaseException as exc:
             if grant is not None:
-                self.spawn(self.settle(grant, 0, 0))
+                self.settle_later(grant, 0, 0)
             status = "cancelled"
             if isinstance(exc, GatewayError):
                 ce = exc.error
@@ -489,7 +494,7 @@ class Meter:
         cost = price.cost(prompt, completion, cached or 0) if price is not None else None
         gate = self.gate
         if self.grant is not None:
-            gate.spawn(gate.settle(self.grant, prompt + completion, cost or 0))
+            gate.settle_later(self.grant, prompt + completion, cost or 0)
         # A cut first: svir may have read the whole answer (the upstream succeeded) by the time
         # it ends the client's with an error.
         if cut:

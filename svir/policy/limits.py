@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
+
 __all__ = [
     "LIMIT_NAMES",
     "Ask",
@@ -96,6 +98,18 @@ class Limits:
         return self.cost_per_day is not None or self.cost_per_month is not None
 
     @property
+    def settles(self) -> bool:
+        """Whether a call's end corrects a counter (the per-minute tokens, a budget) or gives a
+        concurrency slot back: with a requests-per-minute limit alone, a call is done once
+        admitted."""
+        return (
+            self.tpm is not None
+            or self.token_budgets
+            or self.cost_budgets
+            or (self.concurrent is not None)
+        )
+
+    @property
     def counts_tokens(self) -> bool:
         """Whether anything here needs the call's tokens (an estimate before, usage after)."""
         return self.tpm is not None or self.token_budgets
@@ -105,8 +119,9 @@ class Limits:
         return value
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
+# Ask and Windows are made for every call a limit counts: msgspec Structs, immutable as a frozen
+# dataclass is, but made in C (~2k instructions where a frozen dataclass's __init__ costs ~11k).
+class Ask(msgspec.Struct, frozen=True, gc=False):
     """What a call wants to reserve. `tokens` is the prompt's estimate plus the answer's
     allowance; `floor` the least it can start with (the prompt and one token). Cost likewise."""
 
@@ -116,8 +131,7 @@ class Ask:
     cost_floor: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Windows:
+class Windows(msgspec.Struct, frozen=True, gc=False):
     """The windows a moment falls in: minute, UTC day and UTC month numbers, where it is inside
     the current minute (0 to 1), and when the day and the month end."""
 
@@ -131,12 +145,12 @@ class Windows:
 
 
 def windows_at(now: float) -> Windows:
+    global _calendar
     minute = math.floor(now / MINUTE)
-    day = math.floor(now / DAY)
-    date = datetime.datetime.fromtimestamp(now, datetime.UTC)
-    month = date.year * 12 + date.month - 1
-    next_year, next_month = divmod(month + 1, 12)
-    month_ends = datetime.datetime(next_year, next_month + 1, 1, tzinfo=datetime.UTC).timestamp()
+    calendar = _calendar  # one read: another thread may swap it meanwhile
+    if calendar[0] != minute:
+        calendar = _calendar = (minute, *_calendar_of(minute))
+    _, day, month, month_ends = calendar
     return Windows(
         now=now,
         minute=minute,
@@ -146,6 +160,22 @@ def windows_at(now: float) -> Windows:
         day_ends=(day + 1) * DAY,
         month_ends=month_ends,
     )
+
+
+def _calendar_of(minute: int) -> tuple[int, int, float]:
+    """The UTC day and month numbers of `minute`, and when its month ends."""
+    start = minute * MINUTE
+    day = math.floor(start / DAY)
+    date = datetime.datetime.fromtimestamp(start, datetime.UTC)
+    month = date.year * 12 + date.month - 1
+    next_year, next_month = divmod(month + 1, 12)
+    month_ends = datetime.datetime(next_year, next_month + 1, 1, tzinfo=datetime.UTC).timestamp()
+    return day, month, month_ends
+
+
+# The calendar of the last minute a call was admitted in (minute, day, month, month's end): the
+# datetime arithmetic cost ~25k instructions a call, and every call of a minute shares it.
+_calendar: tuple[int, int, int, float] = (-1, 0, 0, 0.0)
 
 
 @dataclass(slots=True)
@@ -455,11 +485,28 @@ class _Keys:
 
     @classmethod
     def at(cls, subject: str, w: Windows, prefix: str = "") -> _Keys:
-        return cls(subject, w.minute, w.day, w.month, prefix)
+        return cls.cached(subject, w.minute, w.day, w.month, prefix)
 
     @classmethod
     def of(cls, grant: Grant, prefix: str = "") -> _Keys:
-        return cls(grant.subject, grant.minute, grant.day, grant.month, prefix)
+        return cls.cached(grant.subject, grant.minute, grant.day, grant.month, prefix)
+
+    @classmethod
+    def cached(cls, subject: str, minute: int, day: int, month: int, prefix: str) -> _Keys:
+        """The keys of a subject's windows, made once a minute (their nine strings cost ~15k
+        instructions, and a call needs them at admission and at settlement)."""
+        at = (subject, minute, day, month, prefix)
+        found = _KEYS.get(at)
+        if found is None:
+            if len(_KEYS) >= _KEYS_KEPT:
+                _KEYS.clear()
+            found = _KEYS[at] = cls(subject, minute, day, month, prefix)
+        return found
+
+
+# The keys made lately, by what they are made of; past this many, the cache starts again.
+_KEYS_KEPT: Final = 4096
+_KEYS: dict[tuple[str, int, int, int, str], _Keys] = {}
 
 
 def ttls(lease_seconds: float) -> dict[str, int]:

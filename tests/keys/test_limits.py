@@ -9,9 +9,20 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from svir.errors import LimitsUnavailable
-from svir.policy.limits import Ask, Backend, Denied, Grant, Limits, MemoryBackend, windows_at
+from svir.policy.limits import (
+    LIMIT_NAMES,
+    Ask,
+    Backend,
+    Denied,
+    Grant,
+    Limits,
+    MemoryBackend,
+    windows_at,
+)
 from svir.policy.limits_redis import RedisBackend
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -274,3 +285,33 @@ async def test_redis_url_password_is_not_shown() -> None:
         await backend.start()
     assert "hunter2" not in str(info.value)
     await backend.close()
+
+
+@given(st.lists(st.floats(min_value=0, max_value=4_102_444_800), min_size=1, max_size=20))
+def test_windows_are_the_calendars_whatever_moments_came_before(moments: list[float]) -> None:
+    # windows_at keeps the last minute's calendar: each moment's windows must still be its own.
+    for now in moments:
+        w = windows_at(now)
+        # (The whole second: fromtimestamp rounds to microseconds, into the next month at worst.)
+        date = datetime.datetime.fromtimestamp(now // 1, datetime.UTC)
+        assert w.now == now and w.minute == int(now // 60) and w.day == int(now // 86400)
+        assert w.month == date.year * 12 + date.month - 1
+        year, month = divmod(w.month + 1, 12)
+        ends = datetime.datetime(year, month + 1, 1, tzinfo=datetime.UTC).timestamp()
+        assert w.month_ends == ends and w.day_ends == (w.day + 1) * 86400
+        assert 0 <= w.minute_fraction < 1
+
+
+@pytest.mark.parametrize("name", LIMIT_NAMES)
+async def test_a_settlement_is_skipped_only_when_it_would_change_nothing(name: str) -> None:
+    # The gate does not settle a grant whose limits say they need none (Limits.settles): for
+    # each limit alone, settling must then leave every counter and slot as it was.
+    clock = Clock(at(2026, 3, 4, 10, 0, second=30))
+    backend = MemoryBackend(clock=clock)
+    limits = Limits(**{name: 1_000})
+    s = subject()
+    g = granted(await backend.admit(s, limits, Ask(tokens=50, floor=5, cost=40, cost_floor=4), "a"))
+    before = (dict(backend._counters), {k: dict(v) for k, v in backend._leases.items()})
+    await backend.settle(g, 7, 3)
+    after = (dict(backend._counters), {k: dict(v) for k, v in backend._leases.items()})
+    assert (before == after) == (not limits.settles), name
