@@ -87,7 +87,9 @@ class Limits:
 
     @property
     def any(self) -> bool:
-        return any(getattr(self, name) is not None for name in LIMIT_NAMES)
+        # Asked for every request with a key: one comparison of the fields, not a look-up of each
+        # by name.
+        return self != _NO_LIMITS
 
     @property
     def token_budgets(self) -> bool:
@@ -117,6 +119,9 @@ class Limits:
     def value(self, name: str) -> int | None:
         value: int | None = getattr(self, name)
         return value
+
+
+_NO_LIMITS: Final = Limits()
 
 
 # Ask and Windows are made for every call a limit counts: msgspec Structs, immutable as a frozen

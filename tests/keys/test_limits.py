@@ -315,3 +315,9 @@ async def test_a_settlement_is_skipped_only_when_it_would_change_nothing(name: s
     await backend.settle(g, 7, 3)
     after = (dict(backend._counters), {k: dict(v) for k, v in backend._leases.items()})
     assert (before == after) == (not limits.settles), name
+
+
+def test_limits_any_names_every_limit() -> None:
+    assert not Limits().any
+    for name in LIMIT_NAMES:
+        assert Limits(**{name: 0}).any, name
