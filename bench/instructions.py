@@ -7,7 +7,8 @@ instrumentation off while it starts; after checked warm-up requests, instrumenta
 on (`callgrind_control`), `--requests` sequential requests of each kind (non-streamed; a 20-chunk
 stream) are sent on one keep-alive connection, and the instructions counted are divided by their
 number. Counted: every user-space instruction of svir's process (all its threads: the store's
-and the ledger's work is part of a request's cost); not counted: time in the kernel (system calls
+and the ledger's work is part of a request's cost; the count starts and ends LEDGER_SETTLE s after
+a request, so that it holds the ledger's writes of exactly the counted requests); not counted: time in the kernel (system calls
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
@@ -79,6 +80,10 @@ DRIP = ("drip", f"fake/drip-{STREAM_CHUNKS}")
 # Seconds between the drip stream's chunks: longer than svir takes for a chunk under callgrind
 # (~50x slower than without, more on a loaded machine), so that no read carries two.
 DRIP_INTERVAL = 0.025
+# Seconds to let the ledger write what it holds (it writes every second, from its own thread):
+# before a count starts, so that no earlier request's row is counted, and before it ends, so that
+# every counted request's row is.
+LEDGER_SETTLE = 1.5
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
 
 
@@ -232,12 +237,14 @@ def count_requests(
         pid = str(child.pid)
         for kind, body in bodies.items():
             before = set(out_dir.glob("callgrind.out.*"))
+            time.sleep(LEDGER_SETTLE)
             control("-z", pid)
             control("-i", "on", pid)
             for _ in range(requests):
                 status, _ = post(conn, body, headers, path=paths[kind])
                 if status != 200:
                     raise RuntimeError(f"{name} {kind}: {status}")
+            time.sleep(LEDGER_SETTLE)
             control("-d", pid)
             control("-i", "off", pid)
             result[kind] = counted(out_dir, child.pid, before) / requests
