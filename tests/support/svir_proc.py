@@ -71,13 +71,24 @@ class SvirProcess:
             stderr=subprocess.STDOUT,
             env=self.env,
         )  # fmt: skip
+        try:
+            self._wait_healthy(timeout)
+        except BaseException:
+            # Not a running svir to the caller (a `with` never reaches __exit__ when __enter__
+            # fails): stopped here, or it would outlive the test run.
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"svir exited {self.proc.returncode}: {self.log()}")
             try:
                 if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return self
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
