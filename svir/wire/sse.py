@@ -136,6 +136,18 @@ class SSEParser:
             return None
         if not (self._buf or chunk).startswith(b"data: "):
             return None  # (or a first line begun with fewer bytes: `feed` is right anyway)
+        if not self._buf:
+            # A read of one whole event, as a server that writes each token as it makes it is
+            # read: its only LFs are the last two.
+            last = len(chunk) - 2
+            if (
+                chunk.find(b"\n") == last
+                and chunk[-1] == 0x0A
+                and chunk.find(b"\r") < 0
+                and last <= self._max_line
+                and last <= self._max_event
+            ):
+                return [chunk[6:last]]
         buf = bytes(self._buf) + chunk if self._buf else chunk
         end = buf.rfind(b"\n\n")
         # Below the limits as a whole, no line or event can reach them.

@@ -174,11 +174,28 @@ def test_feed_plain_gives_what_feed_gives(
     assert fast == general
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(frames, max_size=12),
+    st.sampled_from([(1 << 20, 4 << 20), (64, 128), (200, 100), (40, 1000)]),
+)
+def test_feed_plain_gives_what_feed_gives_an_event_a_read(
+    events: list[bytes], limits: tuple[int, int]
+) -> None:
+    # Each frame its own read, as a server that writes each token as it makes it is read.
+    max_line, max_event = limits
+    general = _parse(SSEParser(max_line=max_line, max_event=max_event), events, False)
+    fast = _parse(SSEParser(max_line=max_line, max_event=max_event), events, True)
+    assert fast == general
+
+
 def test_feed_plain_takes_plain_events_and_keeps_the_unfinished_one() -> None:
     p = SSEParser()
     assert p.feed_plain(b'data: {"a":1}\n\ndata: [DONE]\n\ndata: {"b"') == [b'{"a":1}', b"[DONE]"]
     assert p.feed_plain(b":2}\n\n") == [b'{"b":2}']
     assert p.feed_plain(b": keepalive\n\n") is None  # a comment: `feed`'s
+    assert p.feed_plain(b'data: {"c":3}\n\n') == [b'{"c":3}']  # a read of one event
+    assert p.feed_plain(b"data: {}\r\n\r\n") is None  # CRs: `feed`'s
     assert p.feed(b": keepalive\n\n")[0].text == "keepalive"  # type: ignore[union-attr]
 
 
