@@ -222,6 +222,67 @@ async def test_a_bad_request_pipelined_behind_a_response_does_not_land_inside_it
     assert seen.sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b" 400 " not in seen.sent
 
 
+FORWARDED_HEADS = [
+    b"",
+    b"X-Forwarded-For: 203.0.113.7\r\n",
+    b"X-Forwarded-For: 203.0.113.7:4711, 10.0.0.2\r\nX-Forwarded-Proto: https\r\n",
+    b"X-Forwarded-For: [2001:db8::1]:80\r\nX-Forwarded-For: 127.0.0.1\r\n",
+    b"X-Forwarded-For: \r\nX-Forwarded-Proto: ftp\r\n",
+    b"X-Forwarded-Proto:  wss \r\n",
+]
+
+
+@pytest.mark.parametrize("allowed", [None, "10.0.0.0/8", "127.0.0.1,10.0.0.0/8", "*", "off"])
+async def test_forwarded_headers_are_read_as_uvicorns_proxy_headers_middleware_reads_them(
+    allowed: str | None,
+) -> None:
+    """The client address and scheme the app sees are what uvicorn's `ProxyHeadersMiddleware`
+    makes of the same scope, for each trust setting (None: the default; "off": proxy_headers
+    off) and each way of forwarding."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    seen_scopes: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen_scopes.append(dict(scope))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    options: dict[str, Any] = {"proxy_headers": allowed != "off"}
+    if allowed not in (None, "off"):
+        options["forwarded_allow_ips"] = allowed
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error", **options)
+    state = ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    for n, extra in enumerate(FORWARDED_HEADS, 1):
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: svir\r\n" + extra + b"\r\n")
+        for _ in range(6000):
+            if state.total_requests == n:
+                break
+            await asyncio.sleep(0.005)
+    protocol.connection_lost(None)
+    assert len(seen_scopes) == len(FORWARDED_HEADS)
+
+    async def reference(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        expected.append((scope["client"], scope["scheme"]))
+
+    middleware = ProxyHeadersMiddleware(reference, config.forwarded_allow_ips)
+    for scope in seen_scopes:
+        expected: list[Any] = []
+        plain = {**scope, "client": ("127.0.0.1", 50000), "scheme": "http"}
+        if allowed == "off":
+            await reference(plain, None, None)
+        else:
+            await middleware(plain, None, None)  # type: ignore[arg-type]
+        assert (scope["client"], scope["scheme"]) == expected[0], scope["headers"]
+    # The client (127.0.0.1) is trusted by the default, "*" and the list that names it.
+    forwarded = {scope["client"] for scope in seen_scopes}
+    trusted = allowed in (None, "*", "127.0.0.1,10.0.0.0/8")
+    assert len(forwarded) > 1 if trusted else forwarded == {("127.0.0.1", 50000)}
+
+
 @pytest.fixture(autouse=True)
 def _clean() -> None:
     app_state.clear()
@@ -310,6 +371,7 @@ async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             "path": path,
             "query": scope["query_string"].decode(),
             "client": scope["client"][0],
+            "scheme": scope["scheme"],
             "http_version": scope["http_version"],
             "length": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
@@ -534,8 +596,11 @@ def test_a_trusted_proxy_names_the_client(edge_port: int) -> None:
     with Client(edge_port) as sock:
         sock.sendall(post("/echo", b"", b"X-Forwarded-For: 203.0.113.7"))
         assert json.loads(sock.response()[2])["client"] == "203.0.113.7"
+        sock.sendall(post("/echo", b"", b"X-Forwarded-Proto: https"))
+        assert json.loads(sock.response()[2])["scheme"] == "https"
         sock.sendall(post("/echo", b""))
-        assert json.loads(sock.response()[2])["client"] == "127.0.0.1"
+        answer = json.loads(sock.response()[2])
+        assert answer["client"] == "127.0.0.1" and answer["scheme"] == "http"
 
 
 def test_an_upgrade_is_answered_as_http_and_the_connection_closes(edge_port: int) -> None:

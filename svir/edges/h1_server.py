@@ -12,8 +12,10 @@ What a client sees is uvicorn's behaviour: keep-alive and HTTP/1.0, pipelined re
 order, `Expect: 100-continue`, HEAD, chunked request and response bodies, a 400 for a request the
 parser refuses (among them a body framed both by Content-Length and Transfer-Encoding: llhttp's
 strict mode), a 500 when the app fails before its response starts, the `date` and `server`
-headers, and the client address from `X-Forwarded-For` of a trusted proxy (uvicorn's
-`ProxyHeadersMiddleware`, which `Config.loaded_app` wraps the app in).
+headers, and the client address and scheme from `X-Forwarded-For` and `X-Forwarded-Proto` of a
+trusted proxy (uvicorn's `ProxyHeadersMiddleware`, which `Config.loaded_app` wraps the app in when
+`proxy_headers` is on: its rule, with its trusted hosts (`forwarded_allow_ips`), is applied here
+as the scope is built, not as a coroutine around the app that every piece of a stream resumes).
 
 The writes one connection makes during one turn of the event loop go out together, in one write,
 when the turn ends, when the response is complete, at once past `FLUSH_AT` bytes, or before the
@@ -47,6 +49,7 @@ from typing import Any, Final
 import httptools
 import msgspec
 from uvicorn.config import Config
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from uvicorn.server import ServerState
 
@@ -323,6 +326,7 @@ class H1ServerProtocol(asyncio.Protocol):
         "loop",
         "parser",
         "pipeline",
+        "proxied",
         "read_paused",
         "root_path",
         "scheme",
@@ -330,6 +334,7 @@ class H1ServerProtocol(asyncio.Protocol):
         "server_state",
         "tasks",
         "transport",
+        "trusted",
         "url",
         "watch",
         "write_paused",
@@ -346,7 +351,13 @@ class H1ServerProtocol(asyncio.Protocol):
     ) -> None:
         if not config.loaded:
             config.load()
-        self.app = config.loaded_app
+        app = config.loaded_app
+        # uvicorn's proxy headers: its trusted hosts kept, its rule applied as the scope is built.
+        self.trusted: Any = None
+        if isinstance(app, ProxyHeadersMiddleware):
+            self.trusted = app.trusted_hosts
+            app = app.app
+        self.app = app
         self.loop = _loop or asyncio.get_event_loop()
         self.root_path = config.root_path
         self.keep_alive_timeout = config.timeout_keep_alive
@@ -363,6 +374,8 @@ class H1ServerProtocol(asyncio.Protocol):
         self.server: tuple[str, int | None] | None = None
         self.client: tuple[str, int] | None = None
         self.scheme = "http"
+        # The client is a trusted proxy: its requests' forwarded headers are read.
+        self.proxied = False
         self.watch = DisconnectWatch()
         # The request being answered, and requests read while it was (answered in order).
         self.cycle: _Cycle | None = None
@@ -405,6 +418,8 @@ class H1ServerProtocol(asyncio.Protocol):
         self.server = get_local_addr(self.transport)
         self.client = get_remote_addr(self.transport)
         self.scheme = "https" if is_ssl(self.transport) else "http"
+        if self.trusted is not None:
+            self.proxied = (self.client[0] if self.client else None) in self.trusted
         # Idle before its first request is idle too.
         self._idle(self.loop.time())
 
@@ -514,6 +529,8 @@ class H1ServerProtocol(asyncio.Protocol):
             "headers": self.headers,
             "state": self.app_state.copy(),
         }
+        if self.proxied:
+            _forwarded(scope, self.trusted)
         cycle = _Cycle(
             self,
             scope,
@@ -718,6 +735,26 @@ class H1ServerProtocol(asyncio.Protocol):
         out += (b"\r\n", body)
         self.write(b"".join(out))
         self.close()
+
+
+def _forwarded(scope: Scope, trusted: Any) -> None:
+    """The client address and scheme a trusted proxy forwarded, in `scope` (uvicorn's
+    `ProxyHeadersMiddleware`, for HTTP; `trusted` is its `trusted_hosts`)."""
+    proto: bytes | None = None
+    forwarded_for: list[bytes] = []
+    for name, value in scope["headers"]:
+        if name == b"x-forwarded-proto":
+            proto = value
+        elif name == b"x-forwarded-for":
+            forwarded_for.append(value)
+    if proto is not None:
+        scheme = proto.decode("latin1").strip()
+        if scheme in {"http", "https", "ws", "wss"}:
+            scope["scheme"] = scheme
+    if forwarded_for:
+        host, port = trusted.get_trusted_client_address(b", ".join(forwarded_for).decode("latin1"))
+        if host:  # an empty X-Forwarded-For names no one
+            scope["client"] = (host, port)
 
 
 _CODES = {408: "request_timeout", 431: "request_header_fields_too_large"}
