@@ -289,9 +289,11 @@ def _clean() -> None:
 
 
 async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() -> None:
-    """svir's protocol tells `until_disconnect` itself that the client went away: the request's
-    work is cancelled and answered 499, and no task was made to wait on `receive` for it."""
-    from svir.frontends.http import until_disconnect
+    """svir's protocol tells `UntilDisconnect` itself that the client went away: the request's
+    work is cancelled and leaves as ClientGone (answered 499), and no task was made to wait on
+    `receive` for it."""
+    from svir.errors import ClientGone
+    from svir.frontends.http import UntilDisconnect
 
     started = asyncio.Event()
     cancelled = asyncio.Event()
@@ -301,7 +303,7 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
         tasks_before = len(asyncio.all_tasks())
 
         async def work() -> int:
-            # Whatever until_disconnect made is running by now.
+            # Whatever UntilDisconnect made is running by now.
             app_state["tasks_made"] = len(asyncio.all_tasks()) - tasks_before
             started.set()
             try:
@@ -311,7 +313,11 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
                 raise
             return 200
 
-        app_state["status"] = await until_disconnect(receive, work())
+        try:
+            with UntilDisconnect(receive):
+                await work()
+        except ClientGone:
+            app_state["status"] = 499
 
     config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
     state = ServerState()

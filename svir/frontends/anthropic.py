@@ -40,13 +40,13 @@ from svir.frontends.http import (
     KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
+    UntilDisconnect,
     folded,
     merge_headers,
     new_call_context,
     open_early,
     read_json,
     send_json,
-    until_disconnect,
     warning_header,
 )
 from svir.frontends.routes import Host
@@ -137,8 +137,10 @@ class AnthropicMessages:
         ctx = new_call_context(
             scope, rid, "anthropic", client_user=translated.user_id, commit=early
         )
-        work = self._serve(ctx, request, encoder, early, model=model, send=send, headers=headers)
-        return await until_disconnect(receive, work)
+        with UntilDisconnect(receive):
+            return await self._serve(
+                ctx, request, encoder, early, model=model, send=send, headers=headers
+            )
 
     async def _serve(
         self,

@@ -42,6 +42,7 @@ from svir.frontends.embeddings import embed, prompt_tokens
 from svir.frontends.http import (
     NDJSON_HEADERS,
     EarlyStart,
+    UntilDisconnect,
     folded,
     headers_with,
     new_call_context,
@@ -49,7 +50,6 @@ from svir.frontends.http import (
     read_json,
     send_json,
     send_stream,
-    until_disconnect,
 )
 from svir.frontends.ollama_translate import (
     OLLAMA_API_VERSION,
@@ -209,10 +209,10 @@ class OllamaAPI:
                     relay=_relayed_blank,
                 )
             ctx = new_call_context(scope, rid, "ollama", commit=early)
-            work = self._serve_chat(
-                request, label, send, ctx, generate=generate, headers=headers, early=early
-            )
-            return await until_disconnect(receive, work)
+            with UntilDisconnect(receive):
+                return await self._serve_chat(
+                    request, label, send, ctx, generate=generate, headers=headers, early=early
+                )
         except OllamaError as exc:
             raise _refusal(exc) from None
         except GatewayError as exc:
@@ -421,9 +421,9 @@ class OllamaAPI:
         label = request["model"]
         request["model"] = model_name(label)
         ctx = new_call_context(scope, rid, OLLAMA_EMBED_API, operation=EMBEDDINGS)
-        work = self._serve_embedding(request, label, send, ctx, legacy=legacy)
         try:
-            return await until_disconnect(receive, work)
+            with UntilDisconnect(receive):
+                return await self._serve_embedding(request, label, send, ctx, legacy=legacy)
         except GatewayError as exc:
             if exc.error.code != "model_not_found":
                 raise
