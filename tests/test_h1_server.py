@@ -77,6 +77,10 @@ async def stream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
     await asyncio.sleep(0.01)  # the upstream is slow: what was sent must not wait for more
     app_state["mid_stream_writes"] = len(transport_of[0].writes)
+    await send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})
+    # A piece sent on its own (nothing waits to go with it) is written at once.
+    app_state["lone_piece_writes"] = len(transport_of[0].writes)
+    await asyncio.sleep(0.01)
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
@@ -116,9 +120,11 @@ async def test_a_whole_response_is_one_write_before_the_app_goes_on() -> None:
 async def test_a_stream_goes_out_piece_by_piece_as_the_app_sends() -> None:
     transport, _ = await serve_one(stream_app)
     assert app_state["mid_stream_writes"] == 1  # head and first piece together, not held back
-    assert len(transport.writes) == 2
+    assert app_state["lone_piece_writes"] == 2
+    assert len(transport.writes) == 3
     assert b"data: 1" in transport.writes[0] and transport.writes[0].startswith(b"HTTP/1.1 200")
-    assert transport.writes[1] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    assert transport.writes[1] == b"9\r\ndata: 2\n\n\r\n"
+    assert transport.writes[2] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 
 
 async def test_coalesced_writes_edges() -> None:
@@ -140,6 +146,21 @@ async def test_coalesced_writes_edges() -> None:
     protocol.write(b"late")
     await asyncio.sleep(0)
     assert inner.writes[-1] == b"last"  # a closing connection gets nothing more
+    protocol.connection_lost(None)
+
+
+async def test_a_piece_that_finds_nothing_waiting_goes_at_once() -> None:
+    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    inner = RecordingTransport()
+    protocol.connection_made(inner)
+    protocol.write_piece(b"a")
+    assert inner.writes == [b"a"]  # nothing waited: at once
+    protocol.write(b"head")
+    protocol.write_piece(b"b")
+    assert inner.writes == [b"a"]  # a head waits: the piece goes with it
+    await asyncio.sleep(0)
+    assert inner.writes == [b"a", b"headb"]
     protocol.connection_lost(None)
 
 

@@ -164,7 +164,8 @@ class AnthropicMessages:
                 answer = fold.message(id=ctx.request_id, model=model)
                 await send_json(send, 200, answer, headers)
                 return 200
-            await early.stream(_frames(call, encoder))
+            # The piece that ends the message goes with the body's end, in one write.
+            await early.stream(_frames(call, encoder), last=lambda _data: encoder.ended)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

@@ -298,7 +298,8 @@ class OllamaAPI:
             assert early is not None
             # Once started, a failure before the first line is a line too: the status is out.
             encoder.sent = early.started
-            await early.stream(_lines(call, encoder))
+            # The line that ends the answer goes with the body's end, in one write.
+            await early.stream(_lines(call, encoder), last=lambda _data: encoder.ended)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
