@@ -530,11 +530,18 @@ class ChatCall:
         assert self.state is _PRIMED, f"the output of a call {self.state.value}"
         self.state = _STREAMING
 
-    async def _next_batch(self) -> Batch | None:
+    def _next_batch(self) -> Awaitable[Batch | None]:
         """The next batch of the one output method: what opening read, then the rest as it
         arrives; None at the end (at once after a guard's cut). A coroutine, not a generator
         over the batches: each async generator costs a stream its registration with the loop
-        and its closing."""
+        and its closing. Not one itself: a stream's every batch but the primed ones, with no
+        guard, is the read's own coroutine (which scrubs a failure as this would), one level
+        fewer to make and resume for each chunk."""
+        if self.state is _STREAMING and not self._primed and self._guard is None:
+            return self._read_batch()
+        return self._next_vetted()
+
+    async def _next_vetted(self) -> Batch | None:
         if self.state is not _STREAMING:
             return None
         if self._primed:
@@ -551,12 +558,7 @@ class ChatCall:
     async def _vetted(self, batch: Batch) -> Batch:
         """The batch with its error scrubbed, or the guard's error in its place."""
         frames, events = batch
-        if _ends_in_error(batch):
-            last = events[-1]
-            assert isinstance(last, StreamError)
-            error = self._scrub(last.error)
-            if error is not last.error:
-                events = [*events[:-1], StreamError(error)]
+        events = self._scrubbed(events)
         if self._guard is not None:
             pending = self._guard.check(events)
             if pending is not None:
@@ -595,7 +597,7 @@ class ChatCall:
                 if not data:
                     self._body_read = True
                     events = decoder.close()
-                    return [], transform(events) if transform is not None else events
+                    return self._last([], transform(events) if transform is not None else events)
                 if self.relay_mode:
                     frames, events = decoder.feed_frames(data, self.include_usage)
                 else:
@@ -605,12 +607,28 @@ class ChatCall:
                 if decoder.error is not None or decoder.complete:
                     # The answer ended before the body did: what is left of it is not read.
                     self._body_read = True
-                    return (frames, events) if events or frames else None
+                    return self._last(frames, events) if events or frames else None
                 if events or frames:
                     return frames, events
         except UpstreamError as exc:
             self._body_read = True
-            return [], decoder.fail(exc)
+            return self._last([], decoder.fail(exc))
+
+    def _last(self, frames: list[bytes], events: list[Event]) -> Batch:
+        """The stream's last batch; read past opening, with its failure scrubbed: `_next_batch`
+        has no level of its own around the read to do it then (while opening, the failure is
+        raised by `_raise`, which scrubs it, or scrubbed when the primed batch is given out)."""
+        if self.state is not _OPENING:
+            return frames, self._scrubbed(events)
+        return frames, events
+
+    def _scrubbed(self, events: list[Event]) -> list[Event]:
+        """`events` with the failure that ends them (if one does) scrubbed."""
+        if events and type(last := events[-1]) is StreamError:
+            error = self._scrub(last.error)
+            if error is not last.error:
+                return [*events[:-1], StreamError(error)]
+        return events
 
     def close(self) -> None:
         """Let go of the upstream response (its connection kept for the next request when the

@@ -11,7 +11,9 @@ The tree (`+` a class here, `-` one elsewhere that it relates to):
 * OllamaError                  a request Ollama's translation refuses (a message and a status);
                                its front end raises it as a GatewayError, in Ollama's shape
 * BodyTooLarge                 the request body is over its route's limit; becomes a 413
-* ClientGone                   the client left before its body was read; nothing is answered
+* ClientGone                   the client left before its body was read or while its request's
+                               work ran (svir.frontends.http.UntilDisconnect); nothing is
+                               answered (499 in the log)
 * ConfigError                  a configuration that cannot be used (`<file>: <field>: <reason>`)
 * LimitsUnavailable            the limits' backend is unreachable: calls are refused
 * StoreError                   the thread store's errors raised on purpose
@@ -148,7 +150,7 @@ class BodyTooLarge(Exception):
 
 
 class ClientGone(Exception):
-    """The client disconnected before the body was read."""
+    """The client disconnected before the body was read, or while the request's work ran."""
 
 
 class OllamaError(Exception):

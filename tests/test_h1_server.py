@@ -77,6 +77,10 @@ async def stream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
     await asyncio.sleep(0.01)  # the upstream is slow: what was sent must not wait for more
     app_state["mid_stream_writes"] = len(transport_of[0].writes)
+    await send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})
+    # A piece sent on its own (nothing waits to go with it) is written at once.
+    app_state["lone_piece_writes"] = len(transport_of[0].writes)
+    await asyncio.sleep(0.01)
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
@@ -116,9 +120,11 @@ async def test_a_whole_response_is_one_write_before_the_app_goes_on() -> None:
 async def test_a_stream_goes_out_piece_by_piece_as_the_app_sends() -> None:
     transport, _ = await serve_one(stream_app)
     assert app_state["mid_stream_writes"] == 1  # head and first piece together, not held back
-    assert len(transport.writes) == 2
+    assert app_state["lone_piece_writes"] == 2
+    assert len(transport.writes) == 3
     assert b"data: 1" in transport.writes[0] and transport.writes[0].startswith(b"HTTP/1.1 200")
-    assert transport.writes[1] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    assert transport.writes[1] == b"9\r\ndata: 2\n\n\r\n"
+    assert transport.writes[2] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 
 
 async def test_coalesced_writes_edges() -> None:
@@ -140,6 +146,21 @@ async def test_coalesced_writes_edges() -> None:
     protocol.write(b"late")
     await asyncio.sleep(0)
     assert inner.writes[-1] == b"last"  # a closing connection gets nothing more
+    protocol.connection_lost(None)
+
+
+async def test_a_piece_that_finds_nothing_waiting_goes_at_once() -> None:
+    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    inner = RecordingTransport()
+    protocol.connection_made(inner)
+    protocol.write_piece(b"a")
+    assert inner.writes == [b"a"]  # nothing waited: at once
+    protocol.write(b"head")
+    protocol.write_piece(b"b")
+    assert inner.writes == [b"a"]  # a head waits: the piece goes with it
+    await asyncio.sleep(0)
+    assert inner.writes == [b"a", b"headb"]
     protocol.connection_lost(None)
 
 
@@ -222,15 +243,78 @@ async def test_a_bad_request_pipelined_behind_a_response_does_not_land_inside_it
     assert seen.sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b" 400 " not in seen.sent
 
 
+FORWARDED_HEADS = [
+    b"",
+    b"X-Forwarded-For: 203.0.113.7\r\n",
+    b"X-Forwarded-For: 203.0.113.7:4711, 10.0.0.2\r\nX-Forwarded-Proto: https\r\n",
+    b"X-Forwarded-For: [2001:db8::1]:80\r\nX-Forwarded-For: 127.0.0.1\r\n",
+    b"X-Forwarded-For: \r\nX-Forwarded-Proto: ftp\r\n",
+    b"X-Forwarded-Proto:  wss \r\n",
+]
+
+
+@pytest.mark.parametrize("allowed", [None, "10.0.0.0/8", "127.0.0.1,10.0.0.0/8", "*", "off"])
+async def test_forwarded_headers_are_read_as_uvicorns_proxy_headers_middleware_reads_them(
+    allowed: str | None,
+) -> None:
+    """The client address and scheme the app sees are what uvicorn's `ProxyHeadersMiddleware`
+    makes of the same scope, for each trust setting (None: the default; "off": proxy_headers
+    off) and each way of forwarding."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    seen_scopes: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen_scopes.append(dict(scope))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    options: dict[str, Any] = {"proxy_headers": allowed != "off"}
+    if allowed not in (None, "off"):
+        options["forwarded_allow_ips"] = allowed
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error", **options)
+    state = ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    for n, extra in enumerate(FORWARDED_HEADS, 1):
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: svir\r\n" + extra + b"\r\n")
+        for _ in range(6000):
+            if state.total_requests == n:
+                break
+            await asyncio.sleep(0.005)
+    protocol.connection_lost(None)
+    assert len(seen_scopes) == len(FORWARDED_HEADS)
+
+    async def reference(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        expected.append((scope["client"], scope["scheme"]))
+
+    middleware = ProxyHeadersMiddleware(reference, config.forwarded_allow_ips)
+    for scope in seen_scopes:
+        expected: list[Any] = []
+        plain = {**scope, "client": ("127.0.0.1", 50000), "scheme": "http"}
+        if allowed == "off":
+            await reference(plain, None, None)
+        else:
+            await middleware(plain, None, None)  # type: ignore[arg-type]
+        assert (scope["client"], scope["scheme"]) == expected[0], scope["headers"]
+    # The client (127.0.0.1) is trusted by the default, "*" and the list that names it.
+    forwarded = {scope["client"] for scope in seen_scopes}
+    trusted = allowed in (None, "*", "127.0.0.1,10.0.0.0/8")
+    assert len(forwarded) > 1 if trusted else forwarded == {("127.0.0.1", 50000)}
+
+
 @pytest.fixture(autouse=True)
 def _clean() -> None:
     app_state.clear()
 
 
 async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() -> None:
-    """svir's protocol tells `until_disconnect` itself that the client went away: the request's
-    work is cancelled and answered 499, and no task was made to wait on `receive` for it."""
-    from svir.frontends.http import until_disconnect
+    """svir's protocol tells `UntilDisconnect` itself that the client went away: the request's
+    work is cancelled and leaves as ClientGone (answered 499), and no task was made to wait on
+    `receive` for it."""
+    from svir.errors import ClientGone
+    from svir.frontends.http import UntilDisconnect
 
     started = asyncio.Event()
     cancelled = asyncio.Event()
@@ -240,7 +324,7 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
         tasks_before = len(asyncio.all_tasks())
 
         async def work() -> int:
-            # Whatever until_disconnect made is running by now.
+            # Whatever UntilDisconnect made is running by now.
             app_state["tasks_made"] = len(asyncio.all_tasks()) - tasks_before
             started.set()
             try:
@@ -250,7 +334,11 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
                 raise
             return 200
 
-        app_state["status"] = await until_disconnect(receive, work())
+        try:
+            with UntilDisconnect(receive):
+                await work()
+        except ClientGone:
+            app_state["status"] = 499
 
     config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
     state = ServerState()
@@ -310,6 +398,7 @@ async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             "path": path,
             "query": scope["query_string"].decode(),
             "client": scope["client"][0],
+            "scheme": scope["scheme"],
             "http_version": scope["http_version"],
             "length": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
@@ -534,8 +623,11 @@ def test_a_trusted_proxy_names_the_client(edge_port: int) -> None:
     with Client(edge_port) as sock:
         sock.sendall(post("/echo", b"", b"X-Forwarded-For: 203.0.113.7"))
         assert json.loads(sock.response()[2])["client"] == "203.0.113.7"
+        sock.sendall(post("/echo", b"", b"X-Forwarded-Proto: https"))
+        assert json.loads(sock.response()[2])["scheme"] == "https"
         sock.sendall(post("/echo", b""))
-        assert json.loads(sock.response()[2])["client"] == "127.0.0.1"
+        answer = json.loads(sock.response()[2])
+        assert answer["client"] == "127.0.0.1" and answer["scheme"] == "http"
 
 
 def test_an_upgrade_is_answered_as_http_and_the_connection_closes(edge_port: int) -> None:

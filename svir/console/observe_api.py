@@ -29,7 +29,7 @@ from svir.console.capture import Capturer
 from svir.console.observe import Observer, Subscriber
 from svir.edges.app import App
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import query_params, send_json, until_disconnect
+from svir.frontends.http import UntilDisconnect, query_params, send_json
 from svir.keys.service import KeysService, admin_access, parse_since
 from svir.providers import KINDS
 from svir.store.captures import CaptureRecord, CaptureStore, LedgerFilter, ledger_page, ledger_rows
@@ -133,7 +133,8 @@ class Console:
         admin_access(scope)
         sub = self.observer.subscribe()
         try:
-            return await until_disconnect(receive, self._feed(send, sub, rid))
+            with UntilDisconnect(receive):
+                return await self._feed(send, sub, rid)
         finally:
             self.observer.unsubscribe(sub)
 

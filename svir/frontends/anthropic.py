@@ -40,13 +40,13 @@ from svir.frontends.http import (
     KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
+    UntilDisconnect,
     folded,
     merge_headers,
     new_call_context,
     open_early,
     read_json,
     send_json,
-    until_disconnect,
     warning_header,
 )
 from svir.frontends.routes import Host
@@ -137,8 +137,10 @@ class AnthropicMessages:
         ctx = new_call_context(
             scope, rid, "anthropic", client_user=translated.user_id, commit=early
         )
-        work = self._serve(ctx, request, encoder, early, model=model, send=send, headers=headers)
-        return await until_disconnect(receive, work)
+        with UntilDisconnect(receive):
+            return await self._serve(
+                ctx, request, encoder, early, model=model, send=send, headers=headers
+            )
 
     async def _serve(
         self,
@@ -162,7 +164,8 @@ class AnthropicMessages:
                 answer = fold.message(id=ctx.request_id, model=model)
                 await send_json(send, 200, answer, headers)
                 return 200
-            await early.stream(_frames(call, encoder))
+            # The piece that ends the message goes with the body's end, in one write.
+            await early.stream(_frames(call, encoder), last=lambda _data: encoder.ended)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client

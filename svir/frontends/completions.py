@@ -19,12 +19,12 @@ from svir.call import CallContext
 from svir.errors import GatewayError, request_error
 from svir.frontends.http import (
     EarlyStart,
+    UntilDisconnect,
     new_call_context,
     open_early,
     read_json,
     send_json,
     sse_early_start,
-    until_disconnect,
 )
 from svir.frontends.routes import Host
 from svir.wire.completions import CompletionRequestError, parse_completion_request
@@ -61,7 +61,8 @@ class Completions:
         headers = {"x-request-id": rid}
         early = sse_early_start(send, headers) if request["stream"] else None
         ctx = new_call_context(scope, rid, "completions", None, user, commit=early)
-        return await until_disconnect(receive, self._serve(request, send, ctx, headers, early))
+        with UntilDisconnect(receive):
+            return await self._serve(request, send, ctx, headers, early)
 
     async def _serve(
         self,

@@ -15,7 +15,7 @@ from svir.asgi import Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
 from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import new_call_context, read_json, send_json, until_disconnect
+from svir.frontends.http import UntilDisconnect, new_call_context, read_json, send_json
 from svir.frontends.routes import Host
 from svir.gateway import Gateway
 from svir.wire.embeddings import EmbeddingInputError, check_openai_request, openai_answer
@@ -74,7 +74,8 @@ class OpenAIEmbeddings:
         ctx = new_call_context(
             scope, rid, API, client_user=request.get("user"), operation=EMBEDDINGS
         )
-        return await until_disconnect(receive, self._serve(request, send, ctx))
+        with UntilDisconnect(receive):
+            return await self._serve(request, send, ctx)
 
     async def _serve(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
         call, headers = await embed(self.gateway, ctx, request)

@@ -40,6 +40,7 @@ __all__ = [
     "SSE_HEADERS",
     "WARNING_HEADER",
     "EarlyStart",
+    "UntilDisconnect",
     "folded",
     "headers_with",
     "merge_headers",
@@ -53,7 +54,6 @@ __all__ = [
     "send_json",
     "send_stream",
     "sse_early_start",
-    "until_disconnect",
     "warning_header",
 ]
 
@@ -200,53 +200,65 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
         pass
 
 
-async def until_disconnect(receive: Receive, work: Awaitable[int]) -> int:
-    """Run `work`, cancelling it the moment the client disconnects.
+class UntilDisconnect:
+    """`with UntilDisconnect(receive): return await work`: the work the block awaits is cancelled
+    the moment the client disconnects, and that cancellation leaves the block as ClientGone (the
+    app answers it 499: nothing is left to answer); a client gone before the block is ClientGone
+    at once, before the work starts.
 
-    `work` runs in the calling task (no second task per request): when the client goes, this
-    task is cancelled, and the cancellation is answered here as a 499. svir's own server says
-    so itself (a `DisconnectWatch` on the connection); under any other, a watcher task waits on
-    `receive` for the disconnect.
+    The work runs in the calling task (no second task per request), and the watch is no coroutine
+    around it (one level fewer that every chunk of a stream resumes). svir's own server says that
+    the client went (a `DisconnectWatch` on the connection); under any other, a watcher task waits
+    on `receive` for the disconnect.
     """
-    task = asyncio.current_task()
-    assert task is not None
-    gone = False
 
-    def on_gone() -> None:
-        nonlocal gone
-        gone = True
-        task.cancel()
+    __slots__ = ("_gone", "_receive", "_task", "_watch", "_watcher")
 
-    watch = disconnect_watch(receive)
-    watcher: asyncio.Future[None] | None = None
-    if watch is None:
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._gone = False
+        self._watch = disconnect_watch(receive)
+        self._watcher: asyncio.Future[None] | None = None
 
-        async def watch_receive() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    on_gone()
-                    return
+    def _went(self) -> None:
+        self._gone = True
+        self._task.cancel()
 
-        watcher = asyncio.ensure_future(watch_receive())
-    elif watch.gone:
-        close = getattr(work, "close", None)
-        if close is not None:
-            close()  # never started: the client left before it could
-        return 499
-    else:
-        watch.callback = on_gone
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if gone and task.uncancel() == 0:
-            return 499  # the client went away: nothing is left to answer
-        raise
-    finally:
+    async def _watch_receive(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._went()
+                return
+
+    def __enter__(self) -> None:
+        watch = self._watch
+        if watch is None:
+            self._watcher = asyncio.ensure_future(self._watch_receive())
+        elif watch.gone:
+            raise ClientGone  # the client left before the work could start
+        else:
+            watch.callback = self._went
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        watch, watcher = self._watch, self._watcher
         if watcher is not None:
+            self._watcher = None  # it refers to this, through its coroutine: no cycle left
             watcher.cancel()
-        elif watch is not None and watch.callback is on_gone:
+        elif watch is not None and watch.callback == self._went:  # not kept: a cycle
             watch.callback = None
+        if (
+            self._gone
+            and kind is not None
+            and issubclass(kind, asyncio.CancelledError)
+            and self._task.uncancel() == 0
+        ):
+            raise ClientGone from None  # the client went away, and nothing else cancelled
 
 
 async def folded(call: ChatCall, fold: Fold) -> Fold:

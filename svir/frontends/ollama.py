@@ -42,6 +42,7 @@ from svir.frontends.embeddings import embed, prompt_tokens
 from svir.frontends.http import (
     NDJSON_HEADERS,
     EarlyStart,
+    UntilDisconnect,
     folded,
     headers_with,
     new_call_context,
@@ -49,7 +50,6 @@ from svir.frontends.http import (
     read_json,
     send_json,
     send_stream,
-    until_disconnect,
 )
 from svir.frontends.ollama_translate import (
     OLLAMA_API_VERSION,
@@ -209,10 +209,10 @@ class OllamaAPI:
                     relay=_relayed_blank,
                 )
             ctx = new_call_context(scope, rid, "ollama", commit=early)
-            work = self._serve_chat(
-                request, label, send, ctx, generate=generate, headers=headers, early=early
-            )
-            return await until_disconnect(receive, work)
+            with UntilDisconnect(receive):
+                return await self._serve_chat(
+                    request, label, send, ctx, generate=generate, headers=headers, early=early
+                )
         except OllamaError as exc:
             raise _refusal(exc) from None
         except GatewayError as exc:
@@ -298,7 +298,8 @@ class OllamaAPI:
             assert early is not None
             # Once started, a failure before the first line is a line too: the status is out.
             encoder.sent = early.started
-            await early.stream(_lines(call, encoder))
+            # The line that ends the answer goes with the body's end, in one write.
+            await early.stream(_lines(call, encoder), last=lambda _data: encoder.ended)
             return 200
         finally:
             call.close()  # at once, also when cancelled: the upstream stops with the client
@@ -421,9 +422,9 @@ class OllamaAPI:
         label = request["model"]
         request["model"] = model_name(label)
         ctx = new_call_context(scope, rid, OLLAMA_EMBED_API, operation=EMBEDDINGS)
-        work = self._serve_embedding(request, label, send, ctx, legacy=legacy)
         try:
-            return await until_disconnect(receive, work)
+            with UntilDisconnect(receive):
+                return await self._serve_embedding(request, label, send, ctx, legacy=legacy)
         except GatewayError as exc:
             if exc.error.code != "model_not_found":
                 raise

@@ -20,16 +20,14 @@ import os
 from typing import Any
 
 from svir.asgi import Receive, Scope, Send, header
-from svir.call import CallContext
 from svir.errors import GatewayError, RequestError
 from svir.frontends.http import (
-    EarlyStart,
+    UntilDisconnect,
     new_call_context,
     open_early,
     read_body,
     send_json,
     sse_early_start,
-    until_disconnect,
 )
 from svir.frontends.routes import Host
 from svir.providers import validate_chat_request
@@ -108,28 +106,19 @@ class OpenAIChat:
         ctx = new_call_context(
             scope, rid, "openai", blobs, user if isinstance(user, str) else None, commit=early
         )
-        work = self._serve_chat(request, send, ctx, headers, early)
-        return await until_disconnect(receive, work)
-
-    async def _serve_chat(
-        self,
-        request: dict[str, Any],
-        send: Send,
-        ctx: CallContext,
-        headers: dict[str, str],
-        early: EarlyStart | None,
-    ) -> int:
-        opening = self.gateway.open_chat(ctx, request)
-        call = await open_early(opening, early)
-        if call is None:
-            return 200  # the started stream ended with the failure
-        headers.update(call.headers)
-        try:
-            if early is None:
-                completion = await call.complete()
-                await send_json(send, 200, completion, headers)
+        # The call is made and streamed here, not in a coroutine of its own: one level fewer
+        # that every chunk of a stream resumes.
+        with UntilDisconnect(receive):
+            call = await open_early(self.gateway.open_chat(ctx, request), early)
+            if call is None:
+                return 200  # the started stream ended with the failure
+            headers.update(call.headers)
+            try:
+                if early is None:
+                    completion = await call.complete()
+                    await send_json(send, 200, completion, headers)
+                    return 200
+                await early.stream(call.stream())
                 return 200
-            await early.stream(call.stream())
-            return 200
-        finally:
-            call.close()  # at once, also when cancelled: the upstream stops with the client
+            finally:
+                call.close()  # at once, also when cancelled: the upstream stops with the client

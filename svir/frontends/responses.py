@@ -48,6 +48,7 @@ from svir.frontends.http import (
     KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
+    UntilDisconnect,
     merge_headers,
     new_call_context,
     open_early,
@@ -55,7 +56,6 @@ from svir.frontends.http import (
     query_params,
     read_json,
     send_json,
-    until_disconnect,
     warning_header,
 )
 from svir.frontends.routes import Host
@@ -300,8 +300,8 @@ class ResponsesAPI:
             client_user=user if isinstance(user, str) else None,
             commit=early,
         )
-        work = self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
-        return await until_disconnect(receive, work)
+        with UntilDisconnect(receive):
+            return await self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
 
     async def _serve(
         self,

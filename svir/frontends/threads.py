@@ -37,6 +37,7 @@ from svir.errors import GatewayError, ThreadError, request_error
 from svir.frontends.http import (
     ANONYMOUS,
     EarlyStart,
+    UntilDisconnect,
     headers_with,
     new_call_context,
     open_early,
@@ -45,7 +46,6 @@ from svir.frontends.http import (
     read_body,
     read_json,
     send_json,
-    until_disconnect,
 )
 from svir.frontends.routes import Handler, Host
 from svir.threads import frames
@@ -295,7 +295,8 @@ class ThreadsAPI:
             finally:
                 await run.close()
 
-        return await until_disconnect(r.receive, work())
+        with UntilDisconnect(r.receive):
+            return await work()
 
 
 async def _stream(
