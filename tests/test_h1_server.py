@@ -127,11 +127,17 @@ async def test_a_stream_goes_out_piece_by_piece_as_the_app_sends() -> None:
     assert transport.writes[2] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 
 
-async def test_coalesced_writes_edges() -> None:
+def _connected() -> tuple[H1ServerProtocol, RecordingTransport]:
+    """A server protocol on a recording transport, nothing read yet (a running loop's)."""
     config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
     protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     inner = RecordingTransport()
     protocol.connection_made(inner)
+    return protocol, inner
+
+
+async def test_coalesced_writes_edges() -> None:
+    protocol, inner = _connected()
     protocol.write(b"a")
     protocol.write(b"b")
     assert inner.writes == []
@@ -150,10 +156,7 @@ async def test_coalesced_writes_edges() -> None:
 
 
 async def test_a_piece_that_finds_nothing_waiting_goes_at_once() -> None:
-    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
-    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
-    inner = RecordingTransport()
-    protocol.connection_made(inner)
+    protocol, inner = _connected()
     protocol.write_piece(b"a")
     assert inner.writes == [b"a"]  # nothing waited: at once
     protocol.write(b"head")
