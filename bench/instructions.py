@@ -21,8 +21,9 @@ fake upstream answers it on its own `/v1/completions` with `text_completion` chu
 compared must serve them.
 
 `--relays` also counts the reference relays of `bench.suite` (`bench.relay_asgi`: svir's server
-stack with no svir logic; `bench.relay_raw`: asyncio protocols only) on the same two requests, and
-prints each svir tree's distance to them in instructions (kernel time is in neither).
+stack with no svir logic; `bench.relay_raw`: asyncio protocols only; `bench.relay_json`: the ASGI
+relay decoding and encoding again every JSON it relays, each SSE event's) on the same requests, and
+prints each svir tree's distance to them in instructions (kernel time is in none).
 
 `--drip` adds the same 20-chunk chat stream paced by the upstream (`drip-20`, a chunk every
 DRIP_INTERVAL s), so that each chunk arrives in a read of its own and leaves in a write of its own,
@@ -257,7 +258,7 @@ def count_requests(
 def measure_relay(
     name: str, module: str, up_port: int, tmp: Path, requests: int, *, drip: bool = False
 ) -> dict[str, float]:
-    """Instructions per request of a reference relay (bench.relay_asgi, bench.relay_raw): the
+    """Instructions per request of a reference relay (`RELAYS`): the
     same non-streamed and streamed chat requests (and the drip stream), forwarded to the same
     fake upstream."""
     port = free_port()
@@ -286,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         "--features", action="store_true", help="this tree once per configuration of FEATURES"
     )
     parser.add_argument(
-        "--relays", action="store_true", help="also the reference relays (bench.relay_asgi, raw)"
+        "--relays",
+        action="store_true",
+        help="also the reference relays (bench.relay_asgi, raw, json)",
     )
     parser.add_argument(
         "--drip", action="store_true", help="also the chat stream paced, a chunk a read"
@@ -362,14 +365,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | {r[kind]:,.0f} | {r[kind] / r['stream']:.3f}x |")
     if args.drip:
         kind = DRIP[0]
-        against = f" / {relays[0][0]} |" if relays else ""
+        against = "".join(f" / {name} |" for name, _ in relays)
         print(
             f"\n| | chat stream, a chunk a read ({DRIP[1]}) | vs the stream of one read |{against}"
         )
-        print("|---|---|---|" + ("---|" if relays else ""))
+        print("|---|---|---|" + "---|" * len(relays))
         for name, r in rows + relays:
-            ratio = f"{r[kind] / relays[0][1][kind]:.2f}x" if relays else ""
-            print(f"| {name} | {r[kind]:,.0f} | {r[kind] / r['stream']:.3f}x | {ratio} |")
+            ratios = "".join(f" {r[kind] / x[kind]:.2f}x |" for _, x in relays)
+            print(f"| {name} | {r[kind]:,.0f} | {r[kind] / r['stream']:.3f}x |{ratios}")
     return 0
 
 

@@ -7,8 +7,11 @@ Targets (each started on a free loopback port, all pointing at the same scripted
 - `svir`: `svir serve`, one worker (and `svir x2` with `--svir-workers 2`);
 - the reference relays (unless `--no-relays`): `relay asgi` (`bench.relay_asgi`: svir's server
   stack, uvicorn + httptools + uvloop and a pooled keep-alive upstream client, with no svir
-  logic and no JSON) and `relay raw` (`bench.relay_raw`: asyncio protocols and httptools, no
-  ASGI, no tasks), so that every run shows how far svir's CPU per request is from both floors;
+  logic and no JSON), `relay raw` (`bench.relay_raw`: asyncio protocols and httptools, no
+  ASGI, no tasks) and `relay json` (`bench.relay_json`: `relay asgi` that also decodes and
+  encodes again the request's and the answer's JSON, every SSE event's: the floor of a gateway
+  that reads what it relays), so that every run shows how far svir's CPU per request is from
+  each floor;
 - with `--peers` (installed on first use into bench/.peers/, never into .venv):
   `nginx` (`apt-get install -y nginx`; one worker process, `proxy_buffering off`, upstream
   keep-alive), `portkey` (`npm install @portkey-ai/gateway`, headers `x-portkey-provider: openai`
@@ -337,7 +340,11 @@ def svir_python(version: str) -> str:
     return str(py)
 
 
-RELAYS = {"relay asgi": "bench.relay_asgi", "relay raw": "bench.relay_raw"}
+RELAYS = {
+    "relay asgi": "bench.relay_asgi",
+    "relay raw": "bench.relay_raw",
+    "relay json": "bench.relay_json",
+}
 
 
 def start_relay(
@@ -849,7 +856,8 @@ def relay_lines(targets: list[Target], wrk32: dict[tuple[str, str], list[WrkRun]
     out = [
         "",
         "Distance to the reference relays (target CPU µs per request at c=32, medians over runs;"
-        " `relay asgi` is svir's server stack with no svir logic, `relay raw` asyncio protocols):",
+        " `relay asgi` is svir's server stack with no svir logic, `relay raw` asyncio protocols,"
+        " `relay json` relay asgi decoding and encoding the JSON it relays):",
         "",
         f"| target | CPU µs json / stream | {heads} |",
         "|---|---|" + "---|" * len(relays),
