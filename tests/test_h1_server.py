@@ -369,6 +369,17 @@ seen: dict[str, Any] = {}
 disconnected = threading.Event()
 
 
+# Response heads an app may not send: each would split the response or break its head.
+BAD_HEADERS: dict[str, list[tuple[bytes, bytes]]] = {
+    "/bad-header": [(b"x-reflected", b"a\r\nx-injected: 1")],
+    # A control in a value after good ones: every value is checked, not only the first.
+    "/bad-header-late": [(b"x-a", b"1"), (b"x-b", b"2"), (b"x-reflected", b"a\nx-injected: 1")],
+    "/bad-header-nul": [(b"x-a", b"1"), (b"x-reflected", b"a\x00x-injected")],
+    "/bad-header-del": [(b"x-reflected", b"x-injected\x7f")],
+    "/bad-header-name": [(b"x-a", b"1"), (b"x-injected: 1\r\nx-b", b"2")],
+}
+
+
 async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """What each path of the edge-case tests asks of the server."""
     path = scope["path"]
@@ -385,9 +396,13 @@ async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         seen["after_body"] = (await receive())["type"]
         disconnected.set()
         return
-    if path == "/bad-header":
-        headers = [(b"x-reflected", b"a\r\nx-injected: 1")]
+    if path in BAD_HEADERS:
+        await send({"type": "http.response.start", "status": 200, "headers": BAD_HEADERS[path]})
+        return
+    if path == "/tab-in-value":
+        headers = [(b"x-a", b"1"), (b"x-tabbed", b"a\tb"), (b"content-length", b"0")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
         return
     if path == "/stream":
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -601,7 +616,7 @@ def test_a_request_the_parser_refuses_gets_400_and_the_connection_closes(
     assert b"connection: close\r\n" in answer and answer.count(b"HTTP/1.1") == 1
 
 
-@pytest.mark.parametrize("path", ["/fail", "/bad-header"])
+@pytest.mark.parametrize("path", ["/fail", *BAD_HEADERS])
 def test_an_app_failure_before_its_response_is_a_500_and_the_connection_closes(
     edge_port: int, path: str
 ) -> None:
@@ -610,6 +625,13 @@ def test_an_app_failure_before_its_response_is_a_500_and_the_connection_closes(
         answer = sock.until_closed()
     assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
     assert b"x-injected" not in answer and answer.endswith(b"\r\n\r\nInternal Server Error")
+
+
+def test_a_tab_in_a_header_value_is_sent_as_it_is(edge_port: int) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post("/tab-in-value", b""))
+        status, headers, _ = sock.response()
+    assert status == 200 and headers["x-tabbed"] == "a\tb" and headers["x-a"] == "1"
 
 
 def test_after_the_body_receive_waits_for_the_client_to_leave(edge_port: int) -> None:
