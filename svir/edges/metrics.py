@@ -308,8 +308,8 @@ class Metrics:
         # Which models have a model label of their own (`chat_labels`); set by `watch_attempts`.
         self.router: Router | None = None
         self._unlisted: set[str] = set()
-        # (route, method, status) -> `request_ended`'s labels and histogram entry (bounded: the
-        # route is svir's, the method one of METHODS or "other", the status svir's answer's).
+        # (route, method, status) -> `request_ended`'s counter cell and histogram entry (bounded:
+        # the route is svir's, the method one of METHODS or "other", the status svir's answer's).
         self._http: dict[tuple[str | None, str, Any], Any] = {}
         # The hot paths' cells, each bounded as the series it points into (which stay anyway):
         # per (operation, model label, provider label) of a settled call (`call_settled`); per
@@ -409,8 +409,8 @@ class Metrics:
 
     def request_ended(self, scope: Any, fields: dict[str, Any]) -> None:
         """Count an HTTP request that ended (an App end hook: `fields` has its status and
-        duration). The label tuples and the duration histogram's entry of each (route, method,
-        status) are made once: this runs for every request."""
+        duration). The requests counter's cell and the duration histogram's entry of each
+        (route, method, status) are taken once: this runs for every request."""
         status = fields.get("status") or 500
         method = scope["method"]
         key = (scope.get("svir.route"), method if method in METHODS else OTHER, status)
