@@ -158,17 +158,31 @@ class Counter(_Metric):
 
     def __init__(self, name: str, help: str, labels: Labels = ()) -> None:
         super().__init__(name, help, labels)
-        self.values: dict[Labels, float] = {}
+        # labels -> [value]: a one-element list, so that a hot path may keep a series' cell
+        # (`cell`) and add to it in place.
+        self.values: dict[Labels, list[float]] = {}
 
     def inc(self, labels: Labels = (), amount: float = 1.0) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) + amount
+        cell = self.values.get(labels)
+        if cell is None:
+            cell = self.cell(labels)
+        cell[0] += amount
 
     def get(self, labels: Labels = ()) -> float:
-        return self.values.get(labels, 0.0)
+        cell = self.values.get(labels)
+        return cell[0] if cell is not None else 0.0
+
+    def cell(self, labels: Labels) -> list[float]:
+        """The series of `labels` (made at 0 if new, so it is rendered from now on): a
+        one-element list, which a hot path may keep and update in place as `inc` does."""
+        cell = self.values.get(labels)
+        if cell is None:
+            cell = self.values[labels] = [0.0]
+        return cell
 
     def samples(self) -> list[str]:
         return [
-            f"{self.name}{_labels(self.labelnames, k)} {_number(v)}"
+            f"{self.name}{_labels(self.labelnames, k)} {_number(v[0])}"
             for k, v in sorted(self.values.items())
         ]
 
@@ -177,7 +191,11 @@ class Gauge(Counter):
     kind = "gauge"
 
     def set(self, labels: Labels, value: float) -> None:
-        self.values[labels] = value
+        self.cell(labels)[0] = value
+
+
+# A histogram's series: its counts per bucket (not cumulative) and +Inf's, and its sum.
+Entry = tuple[list[int], list[float]]
 
 
 class Histogram(_Metric):
@@ -192,8 +210,7 @@ class Histogram(_Metric):
     ) -> None:
         super().__init__(name, help, labels)
         self.buckets = buckets
-        # labels -> [count per bucket (not cumulative) ..., +Inf count], sum
-        self.values: dict[Labels, tuple[list[int], list[float]]] = {}
+        self.values: dict[Labels, Entry] = {}
 
     def observe(self, labels: Labels, value: float) -> None:
         entry = self.values.get(labels)
@@ -202,7 +219,7 @@ class Histogram(_Metric):
         entry[0][bisect.bisect_left(self.buckets, value)] += 1
         entry[1][0] += value
 
-    def entry(self, labels: Labels) -> tuple[list[int], list[float]]:
+    def entry(self, labels: Labels) -> Entry:
         """The series of `labels` (made empty if new): its counts per bucket and its sum, which
         a hot path may update in place as `observe` does."""
         entry = self.values.get(labels)
@@ -254,6 +271,34 @@ class Registry:
         return ("\n".join(lines) + "\n").encode()
 
 
+class _CallSeries:
+    """The cells a settled call of one (operation, model label, provider label) updates, each
+    taken from its metric when first needed (taking one makes its series, which must not show
+    before a call counted in it)."""
+
+    __slots__ = ("cached", "calls", "labels", "outcomes", "reasoning", "served", "tps", "ttft")
+
+    def __init__(self, calls: Counter, label: str, provider: str) -> None:
+        self.calls = calls
+        self.labels = (label, provider)
+        # Outcome (one of OUTCOMES) -> the cell of the calls that came to it.
+        self.outcomes: dict[str, list[float]] = {}
+        # What every served call updates: the streams in flight, the prompt and completion tokens.
+        self.served: tuple[list[float], list[float], list[float]] | None = None
+        self.reasoning: list[float] | None = None
+        self.cached: list[float] | None = None
+        self.ttft: Entry | None = None
+        self.tps: Entry | None = None
+
+    def outcome(self, status: str) -> list[float]:
+        """The cell of the calls that came to `status` ("other" unless one of OUTCOMES: only
+        those are kept, so that invented statuses cannot grow `outcomes`)."""
+        if status not in OUTCOMES:
+            return self.calls.cell((*self.labels, OTHER))
+        cell = self.outcomes[status] = self.calls.cell((*self.labels, status))
+        return cell
+
+
 class Metrics:
     """svir's metrics; the App's end of each request (`request_ended`), the policy's attempts
     and the key gate's calls (opened, then settled) feed them."""
@@ -263,9 +308,15 @@ class Metrics:
         # Which models have a model label of their own (`chat_labels`); set by `watch_attempts`.
         self.router: Router | None = None
         self._unlisted: set[str] = set()
-        # (route, method, status) -> `request_ended`'s labels and histogram entry (bounded: the
-        # route is svir's, the method one of METHODS or "other", the status svir's answer's).
+        # (route, method, status) -> `request_ended`'s counter cell and histogram entry (bounded:
+        # the route is svir's, the method one of METHODS or "other", the status svir's answer's).
         self._http: dict[tuple[str | None, str, Any], Any] = {}
+        # The hot paths' cells, each bounded as the series it points into (which stay anyway):
+        # per (operation, model label, provider label) of a settled call (`call_settled`); per
+        # provider of an opened call; per (provider, outcome) of an upstream attempt.
+        self._calls: dict[tuple[str, str, str], _CallSeries] = {}
+        self._opened: dict[str, list[float]] = {}
+        self._attempts: dict[tuple[str, str], tuple[list[float], Entry]] = {}
         r = self.registry = Registry()
         self.http_requests = r.add(
             Counter(
@@ -358,16 +409,16 @@ class Metrics:
 
     def request_ended(self, scope: Any, fields: dict[str, Any]) -> None:
         """Count an HTTP request that ended (an App end hook: `fields` has its status and
-        duration). The label tuples and the duration histogram's entry of each (route, method,
-        status) are made once: this runs for every request."""
+        duration). The requests counter's cell and the duration histogram's entry of each
+        (route, method, status) are taken once: this runs for every request."""
         status = fields.get("status") or 500
         method = scope["method"]
         key = (scope.get("svir.route"), method if method in METHODS else OTHER, status)
         series = self._http.get(key)
         if series is None:
             series = self._http_series(key)
-        labels, counts, total, http_error = series
-        self.http_requests.inc(labels)
+        cell, counts, total, http_error = series
+        cell[0] += 1.0
         seconds = float(fields.get("duration_ms", 0)) / 1000
         counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         total[0] += seconds
@@ -387,13 +438,14 @@ class Metrics:
 
     def _http_series(
         self, key: tuple[str | None, str, Any]
-    ) -> tuple[Labels, list[int], list[float], Labels | None]:
+    ) -> tuple[list[float], list[int], list[float], Labels | None]:
         route, method, raw = key
         endpoint = route or OTHER
         status = int(raw)
+        cell = self.http_requests.cell((endpoint, method, str(status)))
         counts, total = self.http_duration.entry((endpoint,))
         http_error = (f"http_{status}",) if status >= 400 else None
-        series = self._http[key] = ((endpoint, method, str(status)), counts, total, http_error)
+        series = self._http[key] = (cell, counts, total, http_error)
         return series
 
     def chat_labels(self, model: str, provider: str | None) -> tuple[str, str]:
@@ -416,37 +468,81 @@ class Metrics:
 
     def call_opened(self, ctx: CallContext, call: Call) -> None:
         """A chat call the key gate let through is streaming."""
-        self.in_flight.inc((call.route.provider.name,))
+        name = call.route.provider.name
+        cell = self._opened.get(name)
+        if cell is None:
+            cell = self._opened[name] = self.in_flight.cell((name,))
+        cell[0] += 1.0
 
     def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
-        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed."""
+        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed.
+        The labels are worked out anew for each call (they follow the router's config); the
+        cells they lead to are kept (`_CallSeries`)."""
         o = ctx.outcome
         status = record.status
         label, provider = self.chat_labels(record.model, record.provider)
-        calls = self.embedding_requests if ctx.operation == EMBEDDINGS else self.chat_requests
-        calls.inc((label, provider, status if status in OUTCOMES else OTHER))
+        key = (ctx.operation, label, provider)
+        series = self._calls.get(key)
+        if series is None:
+            calls = self.embedding_requests if key[0] == EMBEDDINGS else self.chat_requests
+            series = self._calls[key] = _CallSeries(calls, label, provider)
+        cell = series.outcomes.get(status)
+        if cell is None:
+            cell = series.outcome(status)
+        cell[0] += 1.0
         # The key's limit that refused the call, or cut its answer.
-        limit = o.limit if o.limit is not None and status == f"{o.limit}_exceeded" else None
+        limit = o.limit
+        if limit is not None and status != f"{limit}_exceeded":
+            limit = None
         if o.served_model is None:
             if limit is not None:
                 self.limit_rejections.inc((limit,))
             return
         if limit is not None:
             self.streams_cut.inc((limit,))
-        by_provider = (provider,)
-        self.in_flight.inc(by_provider, -1)
-        tokens = self.tokens
-        tokens.inc((label, provider, "prompt"), record.prompt_tokens)
-        tokens.inc((label, provider, "completion"), record.completion_tokens)
+        served = series.served
+        if served is None:
+            served = self._serve(series)
+        in_flight, prompt, completion = served
+        in_flight[0] -= 1.0
+        prompt[0] += record.prompt_tokens
+        completion[0] += record.completion_tokens
         if record.reasoning_tokens:
-            tokens.inc((label, provider, "reasoning"), record.reasoning_tokens)
+            reasoning = series.reasoning
+            if reasoning is None:
+                reasoning = series.reasoning = self.tokens.cell((label, provider, "reasoning"))
+            reasoning[0] += record.reasoning_tokens
         if record.cached_tokens:
-            tokens.inc((label, provider, "cached"), record.cached_tokens)
+            cached = series.cached
+            if cached is None:
+                cached = series.cached = self.tokens.cell((label, provider, "cached"))
+            cached[0] += record.cached_tokens
         if record.ttft_ms is not None:
-            self.ttft.observe(by_provider, record.ttft_ms / 1000)
+            entry = series.ttft
+            if entry is None:
+                entry = series.ttft = self.ttft.entry((provider,))
+            seconds = record.ttft_ms / 1000
+            entry[0][bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            entry[1][0] += seconds
         tps = o.stats.tokens_per_second if o.stats is not None else None
         if tps is not None:  # unrounded, unlike the record's
-            self.tps.observe(by_provider, tps)
+            entry = series.tps
+            if entry is None:
+                entry = series.tps = self.tps.entry((provider,))
+            entry[0][bisect.bisect_left(RATE_BUCKETS, tps)] += 1
+            entry[1][0] += tps
+
+    def _serve(self, series: _CallSeries) -> tuple[list[float], list[float], list[float]]:
+        """Take the cells every served call of `series` updates (the first one makes their
+        series)."""
+        label, provider = series.labels
+        tokens = self.tokens
+        served = series.served = (
+            self.in_flight.cell((provider,)),
+            tokens.cell((label, provider, "prompt")),
+            tokens.cell((label, provider, "completion")),
+        )
+        return served
 
     def watch_attempts(self, policy: Resilience) -> None:
         """Count every upstream attempt, and read the policy's state at scrape time."""
@@ -469,8 +565,17 @@ class Metrics:
         else:
             outcome = "ok" if call.succeeded else (s.error_kind or "cancelled")
             seconds = (s.first_token_ms or 0.0) / 1000
-        self.attempts.inc((provider, outcome if outcome in OUTCOMES else OTHER))
-        self.upstream_latency.observe((provider,), seconds)
+        key = (provider, outcome if outcome in OUTCOMES else OTHER)
+        series = self._attempts.get(key)
+        if series is None:
+            series = self._attempts[key] = (
+                self.attempts.cell(key),
+                self.upstream_latency.entry((provider,)),
+            )
+        cell, (counts, total) = series
+        cell[0] += 1.0
+        counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        total[0] += seconds
 
     def _policy_metrics(self, policy: Resilience) -> list[_Metric]:
         retries = Counter("svir_retries_total", "Upstream attempts retried.")
