@@ -19,6 +19,7 @@ With `"stream": false` the response is the last frame's object alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ __all__ = [
     "delta",
     "done",
     "encode",
+    "encode_all",
     "error",
     "keepalive",
     "reasoning",
@@ -98,3 +100,8 @@ def encode(frame: Frame) -> bytes:
 
 def keepalive() -> bytes:
     return encode_comment("keepalive")
+
+
+def encode_all(items: Iterable[Frame | None]) -> bytes:
+    """Frames as one piece of the stream (those of one upstream read); None is a keep-alive."""
+    return b"".join([keepalive() if f is None else encode(f) for f in items])
