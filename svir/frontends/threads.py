@@ -309,12 +309,23 @@ async def _stream(
     frame is still an HTTP error with its own status, unless the stream started early (its
     upstream silent past the commit deadline); after it, the error is the stream's last frame."""
 
+    ended = False  # the piece just given ends with the stream's last frame
+
+    def piece(batch: list[frames.Frame | None]) -> bytes:
+        nonlocal ended
+        ended = frames.is_last(batch[-1])
+        return frames.encode_all(batch)
+
+    def last(_data: bytes) -> bool:
+        # The last piece goes out with the response's end, in one write.
+        return ended
+
     async def rest() -> AsyncIterator[bytes]:
         async for batch, _ in batches:
-            yield frames.encode_all(batch)
+            yield piece(batch)
 
     if early.started:
-        await early.stream(rest())
+        await early.stream(rest(), last=last)
         return 200
     first: list[frames.Frame | None] = []
     status = 200
@@ -334,9 +345,9 @@ async def _stream(
         return status
 
     async def body() -> AsyncIterator[bytes]:
-        yield frames.encode_all(first)
+        yield piece(first)
         async for data in rest():
             yield data
 
-    await early.stream(body())
+    await early.stream(body(), last=last)
     return 200

@@ -35,6 +35,7 @@ __all__ = [
     "encode",
     "encode_all",
     "error",
+    "is_last",
     "keepalive",
     "reasoning",
     "refusal",
@@ -45,6 +46,8 @@ __all__ = [
 _encode = msgspec.json.encode
 
 Frame = dict[str, Any]
+
+_LAST = frozenset({"done", "error"})
 
 
 def delta(text: str) -> Frame:
@@ -100,6 +103,11 @@ def encode(frame: Frame) -> bytes:
 
 def keepalive() -> bytes:
     return encode_comment("keepalive")
+
+
+def is_last(frame: Frame | None) -> bool:
+    """Whether `frame` ends the stream (a `done` or an `error` frame)."""
+    return frame is not None and frame["type"] in _LAST
 
 
 def encode_all(items: Iterable[Frame | None]) -> bytes:

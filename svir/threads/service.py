@@ -597,10 +597,10 @@ class Continuation:
     async def frames(self) -> AsyncIterator[tuple[list[Frame | None], int]]:
         """The frames of each upstream read as one list, with the HTTP status of its last frame:
         a front end sends a list in one piece (one write for the events of one read). The last
-        frame of all is a `done` or an `error` frame, alone in its list with what the commit
-        adds (`tool_call`s, `usage`): it waits on the store, and the frames before it in its
-        read go out first. None is a keep-alive, given only once a frame went out; a read that
-        makes no frame gives no list."""
+        frame of all, a `done` or an `error` frame, waits on the store (the answer's commit, the
+        lease given back): the frames of its read before it go out first, and its own list
+        holds only what the commit adds (`tool_call`s, `usage`) and it. None is a keep-alive,
+        given only once a frame went out; a read that makes no frame gives no list."""
         call = self.call
         assert call is not None
         answer = AnswerFold()

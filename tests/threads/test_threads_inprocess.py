@@ -1,7 +1,8 @@
 """A continue stream in this process (svir.testing.MockTransport as the upstream, the app driven
 as raw ASGI so that every message it sends is seen): the frames of one upstream read reach the
 server as one piece, as every other front end sends them (one write for a read of many events,
-not one per frame), with the bytes the client reads unchanged."""
+not one per frame), and the last frame with the response's end, with the bytes the client reads
+unchanged."""
 
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ async def test_the_frames_of_one_read_are_one_piece(tmp_path: Path) -> None:
         done = {"type": "done", "message_id": stored["id"], "finish_reason": "stop"}
         end = frame({**done, "appended": text})
         # The second read's frames (a keep-alive among them) in one send; the final frame waits
-        # on the answer's commit; then the response's end.
-        assert pieces == [words[0], read, end, b""]
+        # on the answer's commit, and goes with the response's end.
+        assert pieces == [words[0], read, end]
         assert sent[-1]["more_body"] is False
 
         # Not streamed: the same upstream, the last frame alone.
@@ -117,9 +118,10 @@ async def test_the_frames_of_one_read_are_one_piece(tmp_path: Path) -> None:
 async def test_an_error_in_the_read_ends_the_stream_after_its_frames(tmp_path: Path) -> None:
     async with serve(tmp_path, CONFIG, broken) as svir:
         thread = await new_thread(svir)
-        pieces = bodies(await continue_raw(svir, thread))
+        sent = await continue_raw(svir, thread)
+        pieces = bodies(sent)
         assert pieces[0] == b"".join(frame({"type": "delta", "text": w}) for w in WORDS[:3])
-        assert len(pieces) == 3 and pieces[2] == b""
+        assert len(pieces) == 2 and sent[-1]["more_body"] is False  # the error ends it
         error = json.loads(pieces[1].removeprefix(b"data: "))
         assert error["type"] == "error" and error["appended"] is None
         assert error["error"]["message"].startswith("boom")
