@@ -283,11 +283,11 @@ class ThreadsAPI:
                 if run.call is not None:
                     r.headers.update(run.call.headers)
                 if early is None:
+                    # The answer is the last frame (`done` or `error`), last in its list.
                     last: frames.Frame | None = None
                     status = 200
-                    async for frame, code in run.frames():
-                        if frame is not None:
-                            last, status = frame, code
+                    async for batch, code in run.frames():
+                        last, status = batch[-1], code
                     assert last is not None
                     await send_json(r.send, status, last, r.headers)
                     return status
@@ -301,38 +301,53 @@ class ThreadsAPI:
 
 async def _stream(
     send: Send,
-    items: AsyncIterator[tuple[frames.Frame | None, int]],
+    batches: AsyncIterator[tuple[list[frames.Frame | None], int]],
     headers: dict[str, str],
     early: EarlyStart,
 ) -> int:
-    """The frames as SSE. A failure before the first frame is still an HTTP error with its own
-    status, unless the stream started early (its upstream silent past the commit deadline);
-    after it, the error is the stream's last frame."""
+    """The frames as SSE, those of one upstream read in one piece. A failure before the first
+    frame is still an HTTP error with its own status, unless the stream started early (its
+    upstream silent past the commit deadline); after it, the error is the stream's last frame."""
+
+    ended = False  # the piece just given ends with the stream's last frame
+
+    def piece(batch: list[frames.Frame | None]) -> bytes:
+        nonlocal ended
+        ended = frames.is_last(batch[-1])
+        return frames.encode_all(batch)
+
+    def last(_data: bytes) -> bool:
+        # The last piece goes out with the response's end, in one write.
+        return ended
 
     async def rest() -> AsyncIterator[bytes]:
-        async for item, _ in items:
-            yield frames.keepalive() if item is None else frames.encode(item)
+        async for batch, _ in batches:
+            yield piece(batch)
 
     if early.started:
-        await early.stream(rest())
+        await early.stream(rest(), last=last)
         return 200
-    first = await anext(items, None)
-    while first is not None and first[0] is None:
-        first = await anext(items, None)  # no keep-alive before the first frame
-    if first is None:
-        raise RuntimeError("the continuation produced no frame")
-    frame, status = first
+    first: list[frames.Frame | None] = []
+    status = 200
+    while not first:
+        item = await anext(batches, None)
+        if item is None:
+            raise RuntimeError("the continuation produced no frame")
+        first, status = item
+        while first and first[0] is None:
+            first = first[1:]  # no keep-alive before the first frame
+    frame = first[0]
     assert frame is not None
     if frame["type"] == "error":
         await send_json(send, status, frame, headers)
-        async for _ in items:
+        async for _ in batches:
             pass
         return status
 
     async def body() -> AsyncIterator[bytes]:
-        yield frames.encode(frame)
+        yield piece(first)
         async for data in rest():
             yield data
 
-    await early.stream(body())
+    await early.stream(body(), last=last)
     return 200

@@ -19,6 +19,7 @@ With `"stream": false` the response is the last frame's object alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -32,7 +33,9 @@ __all__ = [
     "delta",
     "done",
     "encode",
+    "encode_all",
     "error",
+    "is_last",
     "keepalive",
     "reasoning",
     "refusal",
@@ -43,6 +46,8 @@ __all__ = [
 _encode = msgspec.json.encode
 
 Frame = dict[str, Any]
+
+_LAST = frozenset({"done", "error"})
 
 
 def delta(text: str) -> Frame:
@@ -98,3 +103,13 @@ def encode(frame: Frame) -> bytes:
 
 def keepalive() -> bytes:
     return encode_comment("keepalive")
+
+
+def is_last(frame: Frame | None) -> bool:
+    """Whether `frame` ends the stream (a `done` or an `error` frame)."""
+    return frame is not None and frame["type"] in _LAST
+
+
+def encode_all(items: Iterable[Frame | None]) -> bytes:
+    """Frames as one piece of the stream (those of one upstream read); None is a keep-alive."""
+    return b"".join([keepalive() if f is None else encode(f) for f in items])

@@ -594,9 +594,13 @@ class Continuation:
                 self.abort("cancelled" if state == "cancelled" else "lost")
                 return
 
-    async def frames(self) -> AsyncIterator[tuple[Frame | None, int]]:
-        """(frame, HTTP status) pairs; the last is a `done` or `error` frame. None is a
-        keep-alive, given only once a frame went out."""
+    async def frames(self) -> AsyncIterator[tuple[list[Frame | None], int]]:
+        """The frames of each upstream read as one list, with the HTTP status of its last frame:
+        a front end sends a list in one piece (one write for the events of one read). The last
+        frame of all, a `done` or an `error` frame, waits on the store (the answer's commit, the
+        lease given back): the frames of its read before it go out first, and its own list
+        holds only what the commit adds (`tool_call`s, `usage`) and it. None is a keep-alive,
+        given only once a frame went out; a read that makes no frame gives no list."""
         call = self.call
         assert call is not None
         answer = AnswerFold()
@@ -624,29 +628,35 @@ class Continuation:
                     err = UpstreamError(ErrorKind.INCOMPLETE, "the upstream stream ended early")
                     yield await self._error_frame(self._failed(to_client_error(err), None))
                     return
+                out: list[Frame | None] = []
                 for ev in batch:
                     answer.add(ev)
                     kind = type(ev)
                     if kind is TextDelta:
                         started = True
-                        yield frames.delta(ev.text), 200
+                        out.append(frames.delta(ev.text))
                     elif kind is ReasoningDelta:
                         started = True
-                        yield frames.reasoning(ev.text), 200
+                        out.append(frames.reasoning(ev.text))
                     elif kind is RefusalDelta:
                         started = True
-                        yield frames.refusal(ev.text), 200
+                        out.append(frames.refusal(ev.text))
                     elif kind is Keepalive:
                         if started:
-                            yield None, 200
+                            out.append(None)
                     elif isinstance(ev, StreamError):
                         ce = to_client_error(ev.error, before_first_byte=not started)
+                        if out:  # what the read showed goes out before the lease is given back
+                            yield out, 200
                         yield await self._error_frame(self._failed(ce, ev.error.details))
                         return
                     elif kind is Done:
-                        async for item in self._complete(answer):
-                            yield item
+                        if out:  # what the read showed goes out before the answer's commit
+                            yield out, 200
+                        yield await self._complete(answer)
                         return
+                if out:
+                    yield out, 200
         finally:
             aborted.cancel()
             if pending is not None and not pending.done():
@@ -658,15 +668,18 @@ class Continuation:
                 with contextlib.suppress(Exception):
                     await closer()
 
-    async def _error_frame(self, exc: ThreadError) -> tuple[Frame, int]:
-        """The final error frame, once the upstream is closed and the lease given back."""
+    async def _error_frame(self, exc: ThreadError) -> tuple[list[Frame | None], int]:
+        """The final error frame (alone in its list), once the upstream is closed and the lease
+        given back."""
         self.fields["error"] = exc.error.code or exc.error.type
         if self.call is not None:
             self.call.close()
         await self.release()
-        return frames.error(exc.error, **exc.extra), exc.error.status
+        return [frames.error(exc.error, **exc.extra)], exc.error.status
 
-    async def _complete(self, answer: AnswerFold) -> AsyncIterator[tuple[Frame | None, int]]:
+    async def _complete(self, answer: AnswerFold) -> tuple[list[Frame | None], int]:
+        """The answer committed to the thread: its final frames (`tool_call`s, `usage`, `done`),
+        or the error frame when the commit failed."""
         call = self.call
         assert call is not None
         text = "".join(answer.text)
@@ -702,20 +715,18 @@ class Continuation:
             state, stored = await self.store.finish(self.thread_id, self.lease_id, message)
         except StoreError as exc:
             err = store_errors(self.thread_id, exc)
-            yield await self._error_frame(ThreadError(err.error))
-            return
+            return await self._error_frame(ThreadError(err.error))
         if stored is None:
             self.abort("cancelled" if state == "cancelled" else "lost")
-            yield await self._error_frame(self._abort_error())
-            return
+            return await self._error_frame(self._abort_error())
         self._held = False
         await self.release()  # the commit gave the lease back; this stops the renewals
         self.fields["message_id"] = stored.id
-        for c in calls:
-            yield frames.tool_call(c), 200
+        out: list[Frame | None] = [frames.tool_call(c) for c in calls]
         if usage is not None:
-            yield frames.usage(usage), 200
-        yield frames.done(stored.id, finish_reason, text), 200
+            out.append(frames.usage(usage))
+        out.append(frames.done(stored.id, finish_reason, text))
+        return out, 200
 
     async def release(self) -> None:
         """Stop renewing, and give the lease back unless the answer's commit already did. Done
