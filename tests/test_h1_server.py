@@ -399,6 +399,11 @@ async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if path in BAD_HEADERS:
         await send({"type": "http.response.start", "status": 200, "headers": BAD_HEADERS[path]})
         return
+    if path == "/bad-header-iterator":
+        # Headers are any iterable: one read once is refused as a list is.
+        headers = iter(BAD_HEADERS["/bad-header-late"])
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        return
     if path == "/tab-in-value":
         headers = [(b"x-a", b"1"), (b"x-tabbed", b"a\tb"), (b"content-length", b"0")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -616,7 +621,7 @@ def test_a_request_the_parser_refuses_gets_400_and_the_connection_closes(
     assert b"connection: close\r\n" in answer and answer.count(b"HTTP/1.1") == 1
 
 
-@pytest.mark.parametrize("path", ["/fail", *BAD_HEADERS])
+@pytest.mark.parametrize("path", ["/fail", *BAD_HEADERS, "/bad-header-iterator"])
 def test_an_app_failure_before_its_response_is_a_500_and_the_connection_closes(
     edge_port: int, path: str
 ) -> None:

@@ -128,6 +128,8 @@ def _check_values(fields: Iterable[Iterable[tuple[bytes, bytes]]], values: list[
     for name, value in chain.from_iterable(fields):
         if len(value.translate(None, _VALUE_CONTROLS)) != len(value):
             raise RuntimeError(f"Invalid HTTP header value for {name!r}.")
+    # Headers given as an iterator are spent by now: refused all the same, without the name.
+    raise RuntimeError("Invalid HTTP header value.")
 
 
 class _Cycle:
@@ -234,7 +236,7 @@ class _Cycle:
         """The ASGI `send`: the message written at once, and a future already done to await
         (the connection's `sent`); a coroutine only while the client is not reading
         (`write_paused`), which waits for it first. Not a coroutine function: a stream sends
-        each chunk, and a coroutine made and run for each cost ~2.5k instructions."""
+        each chunk, and a coroutine made and run for each cost ~400 instructions more."""
         conn = self._conn
         if conn.write_paused and not self.disconnected:
             return self._send_drained(message)
