@@ -115,21 +115,27 @@ class UpstreamResponse:
         timeout or a broken read.
 
         The idle clock runs only while waiting on the upstream, never while the reader is busy
-        (a slow client is not the upstream's silence). One timer serves the whole body, armed at
-        the first read for the task that reads.
+        (a slow client is not the upstream's silence) nor when the bytes are already here. One
+        timer serves the whole body, armed at the first read that has to wait, for the task that
+        reads: a body that arrived with its head (a short answer) never arms one.
         """
-        timer = self._timer
-        if timer is None:
-            task = asyncio.current_task()
-            assert task is not None
-            timer = self._timer = _IdleTimer(task, self._idle)
-        timer.waiting_since = timer.loop.time()
         resp = self._resp
+        timer = self._timer
         try:
-            while (data := resp.read_nowait()) is None:
+            if (data := resp.read_nowait()) is None:
+                # In this coroutine, not one of its own: a stream's reader waits once a chunk, and
+                # each level between the task and the future is resumed every time.
+                if timer is None:
+                    task = asyncio.current_task()
+                    assert task is not None
+                    timer = self._timer = _IdleTimer(task, self._idle)
+                timer.waiting_since = timer.loop.time()
                 await resp.wait()
+                while (data := resp.read_nowait()) is None:
+                    await resp.wait()
+                timer.waiting_since = None
         except asyncio.CancelledError:
-            if timer.expired:
+            if timer is not None and timer.expired:
                 timer.task.uncancel()  # this cancellation was ours, and is answered here
                 self._stop_timer()
                 raise idle_timeout(self._idle) from None
@@ -139,7 +145,6 @@ class UpstreamResponse:
             raise UpstreamError(
                 ErrorKind.INCOMPLETE, f"upstream connection broke: {exc}", in_stream=True
             ) from None
-        timer.waiting_since = None
         if not data:
             self._stop_timer()
         return data
