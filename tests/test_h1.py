@@ -1,4 +1,5 @@
-"""svir.edges.h1: the minimal HTTP/1.1 upstream client, against a scripted asyncio server."""
+"""svir.edges.h1: the minimal HTTP/1.1 upstream client, against a scripted asyncio server; and
+svir.edges.upstream's idle clock over it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from svir.config import Timeouts
 from svir.edges import h1
 from svir.edges.h1 import H1Pool, H1Response, Headers
+from svir.edges.upstream import UpstreamClient
 from svir.errors import H1Error
+from svir.wire.errors import ErrorKind, UpstreamError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -295,3 +299,34 @@ async def test_close_after_the_whole_message_arrived_keeps_the_connection(serve)
         resp.close()
     assert server.connections == 1
     pool.close()
+
+
+async def test_silence_after_a_read_that_did_not_wait_is_an_idle_timeout(serve) -> None:
+    # The head and the first event in one write, then nothing: the first read finds its bytes
+    # already there (no idle clock is armed for it); the second waits, and the idle limit ends it.
+    stop = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        event = b"data: {}\n\n"
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        writer.write(head + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(event), event))
+        await writer.drain()
+        await stop.wait()
+
+    server, url = await serve(handler)
+    client = UpstreamClient()
+    timeouts = Timeouts(connect=5, first_byte=30, idle=0.2)
+    resp = await client.open_stream(url, headers={}, body=b"{}", timeouts=timeouts)
+    try:
+        assert await resp.read() == b"data: {}\n\n"
+        with pytest.raises(UpstreamError) as info:
+            async with asyncio.timeout(60):  # an idle clock that never runs fails, not hangs
+                await resp.read()
+        assert info.value.kind is ErrorKind.TIMEOUT and info.value.in_stream
+        assert "sent nothing for 0.2 s" in info.value.message
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    finally:
+        resp.close()
+        stop.set()
+        await client.close()
