@@ -299,8 +299,14 @@ class ChatDecoder:
     def _tick(self) -> None:
         # What one feed brought arrived at one time: the clock is read once per feed, not per
         # chunk (the time spent decoding a read is not the server's generation time).
-        if self._clock is not None:
-            self.rate.tick(self._clock(), self._visible)
+        clock = self._clock
+        if clock is not None:
+            rate = self.rate  # TokenRate.tick in place: a call fewer on every read
+            now = clock()
+            if rate.first is None:
+                rate.first = now
+            rate.last = now
+            rate.count += self._visible
         self._visible = 0
 
     def close(self) -> list[Event]:
