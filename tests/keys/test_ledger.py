@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import msgspec
 import pytest
@@ -153,6 +154,44 @@ async def test_a_batch_is_written_whole_or_not_at_all(sql_store: SqlStore) -> No
         stored = await tx.fetch(f"SELECT {', '.join(COLUMNS)} FROM usage_ledger ORDER BY id")
     assert [tuple(r[c] for c in COLUMNS) for r in stored] == [
         msgspec.structs.astuple(r) for r in rows
+    ]
+
+
+# The row's columns that may be NULL (a key, a price, reasoning, the upstream's ids, the user).
+NULLABLE = tuple(
+    name for name, hint in get_type_hints(CallRecord).items() if type(None) in get_args(hint)
+)
+
+
+async def test_none_patterns_round_trip(sql_store: SqlStore) -> None:
+    # Batches whose None columns vary: None in every row (the column is left out of the INSERT),
+    # in the first row only, in all but the first, at random; each batch reads back as written.
+    rng = random.Random(20)
+    ledger = Ledger(sql_store, flush_seconds=3600)
+    written: list[CallRecord] = []
+    for batch in range(24):
+        size = rng.choice([1, 2, 11, 63])
+        always = set(rng.sample(NULLABLE, rng.randrange(len(NULLABLE) + 1)))
+        first_only = set(rng.sample(NULLABLE, 2)) - always
+        rows = []
+        for i in range(size):
+            record = row(request_id=f"b{batch}-{i}", ts=1e9 + len(written) + i)
+            for name in NULLABLE:
+                if (
+                    name in always
+                    or (name in first_only and i == 0)
+                    or (name not in first_only and rng.random() < 0.3)
+                ):
+                    setattr(record, name, None)
+            rows.append(record)
+        for record in rows:
+            ledger.record(record)
+        assert await ledger.flush() == size
+        written += rows
+    async with sql_store.transaction(write=False) as tx:
+        stored = await tx.fetch(f"SELECT {', '.join(COLUMNS)} FROM usage_ledger ORDER BY ts")
+    assert [tuple(r[c] for c in COLUMNS) for r in stored] == [
+        msgspec.structs.astuple(r) for r in written
     ]
 
 
