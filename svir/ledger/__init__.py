@@ -95,8 +95,7 @@ class Ledger:
             return len(rows)
 
     async def _insert(self, rows: list[CallRecord]) -> None:
-        if not rows:
-            return
+        # `flush` calls this with one row at least.
         values: list[tuple[Any, ...]] = list(map(_values, rows))
         columns: Sequence[str] = COLUMNS
         # A column that is None in every row of the batch is left out: the table's default for
