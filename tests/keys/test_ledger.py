@@ -16,7 +16,7 @@ import pytest
 
 from svir.call import CallRecord
 from svir.errors import Unavailable
-from svir.ledger import COLUMNS, Ledger
+from svir.ledger import COLUMNS, SLICE_ROWS, Ledger
 from svir.ledger.queries import ALL_KEYS, summarize
 from svir.store import make_store
 from svir.store.base import SqlStore
@@ -154,6 +154,43 @@ async def test_a_batch_is_written_whole_or_not_at_all(sql_store: SqlStore) -> No
         stored = await tx.fetch(f"SELECT {', '.join(COLUMNS)} FROM usage_ledger ORDER BY id")
     assert [tuple(r[c] for c in COLUMNS) for r in stored] == [
         msgspec.structs.astuple(r) for r in rows
+    ]
+
+
+async def test_a_large_flush_is_written_in_slices_each_whole(sql_store: SqlStore) -> None:
+    # More rows than a slice: each slice is a write of its own, so no loop turn turns more than
+    # SLICE_ROWS rows into values. A failure in the second slice keeps the first one written and
+    # puts the rest back, in order; the next flush writes them, none twice.
+    ledger = Ledger(sql_store, flush_seconds=3600)
+    sizes: list[int] = []
+    insert_rows = sql_store.insert_rows
+
+    async def noted(table: str, columns: Any, values: Any) -> None:
+        sizes.append(len(values))
+        await insert_rows(table, columns, values)
+
+    sql_store.insert_rows = noted  # type: ignore[method-assign]
+    total = 2 * SLICE_ROWS + 234
+    rows = [row(request_id=f"r{i}", ts=1e9 + i, prompt_tokens=i) for i in range(total)]
+    bad = SLICE_ROWS + 7
+    rows[bad].status = None  # type: ignore[assignment]  # NOT NULL: the database refuses it
+    for r in rows:
+        ledger.record(r)
+    with pytest.raises(Unavailable):
+        await ledger.flush()
+    assert sizes == [SLICE_ROWS, SLICE_ROWS]
+    assert await count_rows(sql_store) == SLICE_ROWS
+    assert ledger.pending == rows[SLICE_ROWS:]
+    assert (ledger.written, ledger.failures, ledger.dropped) == (SLICE_ROWS, 1, 0)
+    rows[bad].status = "ok"
+    ledger.record(extra := row(request_id="later", ts=2e9))
+    assert await ledger.flush() == total - SLICE_ROWS + 1
+    assert sizes[2:] == [SLICE_ROWS, total - 2 * SLICE_ROWS + 1]
+    assert ledger.written == total + 1 and ledger.pending == []
+    async with sql_store.transaction(write=False) as tx:
+        stored = await tx.fetch(f"SELECT {', '.join(COLUMNS)} FROM usage_ledger ORDER BY ts")
+    assert [tuple(r[c] for c in COLUMNS) for r in stored] == [
+        msgspec.structs.astuple(r) for r in [*rows, extra]
     ]
 
 
