@@ -53,18 +53,23 @@ class BoundedMap(Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         """The entry, now the most recently used; None if there is none."""
-        return self._touch(key) if key in self else None
+        kept = self._kept
+        if key in kept:
+            return kept[key]
+        return self._touch_other(key) if key in self._others else None
 
     def setdefault(self, key: K, make: Callable[[], V]) -> V:
         """The entry for `key`, made with `make()` if there is none."""
-        if key in self:
-            return self._touch(key)
+        # A kept key first, inline: every call of a configured or listed model asks for one.
+        kept = self._kept
+        if key in kept:
+            return kept[key]
+        if key in self._others:
+            return self._touch_other(key)
         value = self[key] = make()
         return value
 
-    def _touch(self, key: K) -> V:
-        if key in self._kept:
-            return self._kept[key]
+    def _touch_other(self, key: K) -> V:
         if self.keep(key):
             # Listed since it came (discovery ran): held from now on as the configured ones are.
             value = self._kept[key] = self._others.pop(key)

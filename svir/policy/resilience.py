@@ -276,7 +276,9 @@ class Resilience:
             _, d = probe[0]
             d.probing = True
             return d
-        if affinity is not None and len(fresh) > 1:
+        if len(fresh) == 1:  # a route of one target, the usual case: no draw to make
+            return fresh[0][1]
+        if affinity is not None:
             return min(fresh, key=lambda x: _rendezvous(affinity, x[0]))[1]
         if strategy == "least-in-flight":
             least = min(d.in_flight / t.weight for t, d in fresh)
