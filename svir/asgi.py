@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_CONTEXT",
     "DISCONNECT_WATCH",
+    "RESPONSE_STATUS",
     "SERVER_STOPPING",
     "DisconnectWatch",
     "Message",
@@ -84,3 +85,9 @@ def disconnect_watch(receive: Receive) -> DisconnectWatch | None:
     """The DisconnectWatch of the connection `receive` reads, if its server keeps one."""
     watch = getattr(getattr(receive, "__self__", None), DISCONNECT_WATCH, None)
     return watch if isinstance(watch, DisconnectWatch) else None
+
+
+# The attribute by which such a server notes, on the object a request's `send` is bound to, the
+# status its response started with (None before it starts): an app that must know reads it there
+# instead of wrapping `send` to see it go by, a call fewer for every piece of a stream.
+RESPONSE_STATUS: Final = "svir_response_status"

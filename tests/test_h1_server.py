@@ -10,6 +10,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -21,8 +22,11 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from svir.config import ServerConfig
+from svir.asgi import Receive, Scope, Send
+from svir.config import ServerConfig, parse_config
+from svir.edges.app import App
 from svir.edges.h1_server import FLUSH_AT, H1ServerProtocol
+from svir.errors import request_error
 
 
 class RecordingTransport(asyncio.Transport):
@@ -125,6 +129,75 @@ async def test_a_stream_goes_out_piece_by_piece_as_the_app_sends() -> None:
     assert b"data: 1" in transport.writes[0] and transport.writes[0].startswith(b"HTTP/1.1 200")
     assert transport.writes[1] == b"9\r\ndata: 2\n\n\r\n"
     assert transport.writes[2] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+
+
+def failing_mid_stream_app() -> App:
+    """svir's app with one route that starts a 200 stream, then fails with a GatewayError."""
+
+    async def half(scope: Scope, receive: Receive, send: Send, rid: str, fields: Any) -> int:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        raise request_error("gone", status=503, type="server_error", code="upstream_unavailable")
+
+    app = App(parse_config(""), {})
+    app.routes.add("GET", "/", half)
+    return app
+
+
+def access_status(caplog: pytest.LogCaptureFixture) -> list[Any]:
+    return [r.fields["status"] for r in caplog.records if r.name == "svir.access"]
+
+
+async def test_a_failure_after_the_response_started_is_not_answered_on_svir_s_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # svir's server notes the status on the object its `send` is bound to (RESPONSE_STATUS): the
+    # app reads it there, with no wrapper around `send`, and says nothing more on a started
+    # response; the log line has the status the client got.
+    caplog.set_level(logging.INFO)
+    config = Config(app=failing_mid_stream_app(), http=H1ServerProtocol, lifespan="off")
+    state = ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(REQUEST)
+    for _ in range(6000):  # until the request's task is done (a slow machine gets up to 30 s)
+        await asyncio.sleep(0.005)
+        if not state.tasks:
+            break
+    out = b"".join(transport.writes)
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and out.count(b"HTTP/1.1") == 1
+    assert b"data: 1" in out and b"upstream_unavailable" not in out
+    assert transport.closed  # cut short: the connection cannot be reused
+    assert access_status(caplog) == [200]
+    assert [r.getMessage() for r in caplog.records if r.name == "svir.app"] == [
+        "the request failed after its response started"
+    ]
+    protocol.connection_lost(None)
+
+
+async def test_a_failure_after_the_response_started_is_not_answered_on_another_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A server whose `send` notes no status (a plain function here): the app wraps `send` to
+    # see the response start, with the same outcome.
+    caplog.set_level(logging.INFO)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""}
+    await failing_mid_stream_app()(scope, receive, send)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 200 and sent[1]["body"] == b"data: 1\n\n"
+    assert access_status(caplog) == [200]
+    assert [r.getMessage() for r in caplog.records if r.name == "svir.app"] == [
+        "the request failed after its response started"
+    ]
 
 
 def _connected() -> tuple[H1ServerProtocol, RecordingTransport]:

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT, SERVER_STOPPING, Message, Receive, Scope, Send
+from svir.asgi import CALL_CONTEXT, RESPONSE_STATUS, SERVER_STOPPING, Message, Receive, Scope, Send
 from svir.call import CallContext
 from svir.config import Config
 from svir.edges.upstream import UpstreamClient
@@ -219,7 +219,14 @@ class App:
         route = self.routes.match(scope)
         scope["svir.route"] = route.template
         shape = route.errors
-        response = _Response(send)
+        # Whether (and with which status) the response started: noted by svir's own server on
+        # the object its `send` is bound to, else by a wrapper around `send`.
+        owner = getattr(send, "__self__", None)
+        if hasattr(owner, RESPONSE_STATUS):
+            response, noted = send, owner
+        else:
+            response = noted = _Response(send)
+        reply = (response, noted)
         afters: list[Callable[[dict[str, Any]], None]] = []
         try:
             try:
@@ -229,14 +236,14 @@ class App:
                         afters.append(after)
                 status = await route.handler(scope, receive, response, rid, fields)
             except GatewayError as exc:
-                status = await _answer(response, shape, exc, rid, fields)
+                status = await _answer(reply, shape, exc, rid, fields)
             except RequestError as exc:
-                status = await _answer(response, shape, invalid_request(exc), rid, fields)
+                status = await _answer(reply, shape, invalid_request(exc), rid, fields)
             except BadJSON as exc:
                 error = request_error(exc.message, code=exc.code)
-                status = await _answer(response, shape, error, rid, fields)
+                status = await _answer(reply, shape, error, rid, fields)
             except BodyTooLarge as exc:
-                status = await _answer(response, shape, body_too_large(exc.limit), rid, fields)
+                status = await _answer(reply, shape, body_too_large(exc.limit), rid, fields)
             except ClientGone:
                 status = 499
             except Exception:
@@ -244,7 +251,7 @@ class App:
                 failures.exception(
                     "unexpected failure", extra={"fields": {"method": method, "path": path}}
                 )
-                status = await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
+                status = await _answer(reply, shape, INTERNAL_ERROR, rid, fields, logged=True)
             fields["status"] = status
         finally:
             # The one place the log fields about the request's chat call are written.
@@ -291,22 +298,23 @@ async def _ignored() -> None:
 
 
 class _Response:
-    """A request's `send`, noting the status it started the response with (None: not yet)."""
+    """A request's `send`, noting the status it started the response with (None: not yet) under
+    RESPONSE_STATUS, for a server that does not note it itself."""
 
-    __slots__ = ("_send", "status")
+    __slots__ = ("_send", "svir_response_status")
 
     def __init__(self, send: Send) -> None:
         self._send = send
-        self.status: int | None = None
+        self.svir_response_status: int | None = None
 
     def __call__(self, message: Message) -> Awaitable[None]:
-        if self.status is None:  # the first message starts the response
-            self.status = message.get("status", 200)
+        if self.svir_response_status is None:  # the first message starts the response
+            self.svir_response_status = message.get("status", 200)
         return self._send(message)
 
 
 async def _answer(
-    response: _Response,
+    reply: tuple[Send, object],
     shape: ErrorShape,
     error: GatewayError,
     rid: str,
@@ -314,17 +322,20 @@ async def _answer(
     *,
     logged: bool = False,
 ) -> int:
-    """Answer `error` in `shape` (noted in the request's log `fields`), unless the response has
-    started: then nothing more can be said, and the connection is left to close (said once in
-    the log, unless `logged`)."""
+    """Answer `error` in `shape` (noted in the request's log `fields`) with `reply`'s send, unless
+    the response has started (its RESPONSE_STATUS, on `reply`'s other object, says): then nothing
+    more can be said, and the connection is left to close (said once in the log, unless
+    `logged`)."""
+    response, noted = reply
     ce = error.error
     fields["error"] = ce.code or ce.type
-    if response.status is not None:
+    status: int | None = getattr(noted, RESPONSE_STATUS)
+    if status is not None:
         if not logged:
             failures.error(
                 "the request failed after its response started",
                 extra={"fields": {"error": ce.message}},
             )
-        return response.status
+        return status
     await send_json(response, ce.status, shape(error), {"x-request-id": rid, **ce.headers})
     return ce.status

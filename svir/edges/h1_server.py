@@ -59,6 +59,7 @@ from uvicorn.server import ServerState
 
 from svir.asgi import (
     DISCONNECT_WATCH,
+    RESPONSE_STATUS,
     SERVER_STOPPING,
     DisconnectWatch,
     Message,
@@ -138,6 +139,7 @@ class _Cycle:
 
     __slots__ = (
         DISCONNECT_WATCH,
+        RESPONSE_STATUS,
         "_body_read",
         "_conn",
         "_waiter",
@@ -175,6 +177,7 @@ class _Cycle:
         # What answers it (the app, or a refusal), kept while it waits its turn (pipelined).
         self.app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
         setattr(self, DISCONNECT_WATCH, conn.watch)
+        setattr(self, RESPONSE_STATUS, None)
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -296,6 +299,7 @@ class _Cycle:
                 out.append(b"transfer-encoding: chunked\r\n")
             out.append(b"\r\n")
             self.response_started = True
+            setattr(self, RESPONSE_STATUS, status)
             self.continue_owed = False
             conn.write(b"".join(out))
             return
