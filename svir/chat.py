@@ -705,7 +705,13 @@ class ChatCall:
         self._start_output()
         try:
             while (batch := await self._next_batch()) is not None:
-                out = b"".join([encode(ev) for ev in batch[1]])
+                events = batch[1]
+                # A read of one event (a stream that arrives as it is made) is encoded without
+                # the list comprehension's frame.
+                if len(events) == 1:
+                    out = encode(events[0])
+                else:
+                    out = b"".join([encode(ev) for ev in events])
                 if out:
                     yield out
             if tail is not None and (out := tail()):
