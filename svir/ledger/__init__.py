@@ -32,8 +32,8 @@ COLUMNS: Final = CallRecord.__struct_fields__
 # A record's values in COLUMNS' order (its fields' order), 4x faster than an attrgetter of them.
 _values = msgspec.structs.astuple
 # The most rows one write takes. Turning rows into a statement's values runs on the event loop
-# and holds it: at a busy second's 6,000 rows, 4-16 ms at once, which every request in flight
-# waited for (c=16 p99 doubled, BENCHMARKS.md). A slice of 500 holds it under a millisecond, and a
+# and holds it: a busy second's 6,000 rows held it 3-23 ms at once, and every request in flight
+# waited (c=16 p99 doubled, BENCHMARKS.md). A slice of 500 holds it under a millisecond, and a
 # row costs the same in slices of 500 as in batches of thousands (bench.ledger_rows).
 SLICE_ROWS: Final = 500
 
@@ -90,10 +90,10 @@ class Ledger:
             start = 0
             try:
                 while start < len(rows):
-                    end = start + SLICE_ROWS
-                    await asyncio.shield(self._insert(rows[start:end]))
-                    self.written += len(rows[start:end])
-                    start = end
+                    batch = rows[start : start + SLICE_ROWS]
+                    await asyncio.shield(self._insert(batch))
+                    self.written += len(batch)
+                    start += len(batch)
             except BaseException:
                 self.failures += 1
                 rows = rows[start:]
