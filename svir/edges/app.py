@@ -220,13 +220,10 @@ class App:
         scope["svir.route"] = route.template
         shape = route.errors
         # Whether (and with which status) the response started: noted by svir's own server on
-        # the object its `send` is bound to, else by a wrapper around `send`.
-        owner = getattr(send, "__self__", None)
-        if hasattr(owner, RESPONSE_STATUS):
-            response, noted = send, owner
-        else:
-            response = noted = _Response(send)
-        reply = (response, noted)
+        # the object its `send` is bound to, else by a wrapper around `send` (`_answer` reads it).
+        response = (
+            send if hasattr(getattr(send, "__self__", None), RESPONSE_STATUS) else _Response(send)
+        )
         afters: list[Callable[[dict[str, Any]], None]] = []
         try:
             try:
@@ -236,14 +233,14 @@ class App:
                         afters.append(after)
                 status = await route.handler(scope, receive, response, rid, fields)
             except GatewayError as exc:
-                status = await _answer(reply, shape, exc, rid, fields)
+                status = await _answer(response, shape, exc, rid, fields)
             except RequestError as exc:
-                status = await _answer(reply, shape, invalid_request(exc), rid, fields)
+                status = await _answer(response, shape, invalid_request(exc), rid, fields)
             except BadJSON as exc:
                 error = request_error(exc.message, code=exc.code)
-                status = await _answer(reply, shape, error, rid, fields)
+                status = await _answer(response, shape, error, rid, fields)
             except BodyTooLarge as exc:
-                status = await _answer(reply, shape, body_too_large(exc.limit), rid, fields)
+                status = await _answer(response, shape, body_too_large(exc.limit), rid, fields)
             except ClientGone:
                 status = 499
             except Exception:
@@ -251,7 +248,7 @@ class App:
                 failures.exception(
                     "unexpected failure", extra={"fields": {"method": method, "path": path}}
                 )
-                status = await _answer(reply, shape, INTERNAL_ERROR, rid, fields, logged=True)
+                status = await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
             fields["status"] = status
         finally:
             # The one place the log fields about the request's chat call are written.
@@ -314,7 +311,7 @@ class _Response:
 
 
 async def _answer(
-    reply: tuple[Send, object],
+    response: Send,
     shape: ErrorShape,
     error: GatewayError,
     rid: str,
@@ -322,14 +319,13 @@ async def _answer(
     *,
     logged: bool = False,
 ) -> int:
-    """Answer `error` in `shape` (noted in the request's log `fields`) with `reply`'s send, unless
-    the response has started (its RESPONSE_STATUS, on `reply`'s other object, says): then nothing
-    more can be said, and the connection is left to close (said once in the log, unless
-    `logged`)."""
-    response, noted = reply
+    """Answer `error` in `shape` (noted in the request's log `fields`), unless the response has
+    started: then nothing more can be said, and the connection is left to close (said once in
+    the log, unless `logged`)."""
     ce = error.error
     fields["error"] = ce.code or ce.type
-    status: int | None = getattr(noted, RESPONSE_STATUS)
+    # Noted on the object svir's server's bound `send` belongs to, or on the `_Response` wrapper.
+    status: int | None = getattr(getattr(response, "__self__", response), RESPONSE_STATUS)
     if status is not None:
         if not logged:
             failures.error(
