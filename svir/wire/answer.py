@@ -23,6 +23,7 @@ from svir.wire.events import (
     ReasoningSignature,
     RedactedReasoning,
     RefusalDelta,
+    Role,
     StreamError,
     TextDelta,
     ToolCallDelta,
@@ -75,9 +76,19 @@ class AnswerFold:
 
     def add(self, event: Event) -> None:
         """Take one event (Role and Keepalive carry nothing for the answer)."""
-        # On the exact type: see svir.wire.events.
+        # On the exact type: see svir.wire.events. The kinds every answer has come first (a
+        # non-streamed one is a role, its text, a finish, usage and its end): a kind further down
+        # costs a test of each kind above it.
         if type(event) is TextDelta:
             self.text.append(event.text)
+        elif type(event) is Role:
+            return
+        elif type(event) is Finish:
+            self.finish_reason = event.reason
+        elif type(event) is Usage:
+            self.usage = event
+        elif type(event) is Done:
+            self.done = True
         elif type(event) is ReasoningDelta:
             self.reasoning.append(event.text)
             self._by_carrier.setdefault(event.carrier, []).append(event.text)
@@ -96,14 +107,8 @@ class AnswerFold:
             )
         elif type(event) is RedactedReasoning:
             self.thinking_blocks.append({"type": "redacted_thinking", "data": event.data})
-        elif type(event) is Finish:
-            self.finish_reason = event.reason
-        elif type(event) is Usage:
-            self.usage = event
         elif type(event) is StreamError:
             self.error = event.error
-        elif type(event) is Done:
-            self.done = True
         elif type(event) is ContentFilter:
             self.filters.append(event)
 
