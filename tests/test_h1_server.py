@@ -191,6 +191,40 @@ async def test_a_failure_after_the_response_started_is_not_answered_on_another_s
     ]
 
 
+async def test_the_servers_default_fields_are_in_every_head_as_they_are_at_its_start() -> None:
+    """uvicorn swaps in a new list of default fields (`date`, `server`) once a second: each head
+    has the list of its moment, and a default field that frames or closes the response still
+    does."""
+    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
+    state = ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    transport = RecordingTransport()
+    transport_of[:] = [transport]
+    protocol.connection_made(transport)
+
+    async def head_of_next(defaults: list[tuple[bytes, bytes]]) -> list[bytes]:
+        state.default_headers = defaults
+        before = len(transport.writes)
+        protocol.data_received(REQUEST)
+        for _ in range(6000):  # until answered (a slow machine gets up to 30 s)
+            await asyncio.sleep(0.005)
+            if not state.tasks and len(transport.writes) > before:
+                break
+        head = b"".join(transport.writes[before:]).partition(b"\r\n\r\n")[0]
+        return head.split(b"\r\n")[1:]
+
+    first = await head_of_next([(b"date", b"Thu, 03 Dec 2026 09:00:00 GMT"), (b"Server", b"x")])
+    assert first[:2] == [b"date: Thu, 03 Dec 2026 09:00:00 GMT", b"server: x"]
+    second = await head_of_next([(b"date", b"Thu, 03 Dec 2026 09:00:01 GMT")])
+    assert second[0] == b"date: Thu, 03 Dec 2026 09:00:01 GMT"
+    assert not any(line.startswith(b"server:") for line in second)
+    assert not transport.closed
+    closing = await head_of_next([(b"Connection", b"close")])
+    assert closing[0] == b"connection: close" and closing.count(b"connection: close") == 1
+    assert transport.closed
+    protocol.connection_lost(None)
+
+
 def _connected() -> tuple[H1ServerProtocol, RecordingTransport]:
     """A server protocol on a recording transport, nothing read yet (a running loop's)."""
     config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")

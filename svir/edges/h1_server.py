@@ -133,6 +133,27 @@ def _check_values(fields: Iterable[Iterable[tuple[bytes, bytes]]], values: list[
     raise RuntimeError("Invalid HTTP header value.")
 
 
+# uvicorn's default fields (`date`, `server`), a new list once a second (its tick): the list last
+# seen and its lines, made once for every response in that second. None: the loop over each
+# response's fields must see them (a field that frames or closes the response, or one it refuses).
+_DEFAULTS: list[Any] = [None, None]
+_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+
+
+def _render_defaults(fields: list[tuple[bytes, bytes]]) -> bytes | None:
+    rendered: bytes | None = None
+    if all(
+        name
+        and not _BAD_NAME.search(name)
+        and name.lower() not in _FRAMING
+        and len(value.translate(None, _VALUE_CONTROLS)) == len(value)
+        for name, value in fields
+    ):
+        rendered = b"".join([name.lower() + b": " + value + b"\r\n" for name, value in fields])
+    _DEFAULTS[:] = [fields, rendered]
+    return rendered
+
+
 class _Cycle:
     """One request on a connection and its response: the ASGI `receive` and `send` of the app's
     call for it."""
@@ -265,7 +286,15 @@ class _Cycle:
             # response, which is then a 500.
             self.chunked = False
             self.length_left = -1
-            head_fields = (conn.server_state.default_headers, message.get("headers", ()))
+            defaults = conn.server_state.default_headers
+            rendered = _DEFAULTS[1] if _DEFAULTS[0] is defaults else _render_defaults(defaults)
+            if rendered is not None:
+                out.append(rendered)
+                head_fields: tuple[Iterable[tuple[bytes, bytes]], ...] = (
+                    message.get("headers", ()),
+                )
+            else:
+                head_fields = (defaults, message.get("headers", ()))
             values: list[bytes] = []
             for fields in head_fields:
                 for given, value in fields:
