@@ -134,7 +134,11 @@ def query_params(scope: Scope) -> dict[str, str]:
 def headers_with(
     base: Iterable[tuple[bytes, bytes]], extra: dict[str, str]
 ) -> list[tuple[bytes, bytes]]:
-    return [*base, *((k.lower().encode(), v.encode()) for k, v in extra.items())]
+    # A loop, not a generator in the list: a generator is made, then resumed once per field.
+    fields = list(base)
+    for name, value in extra.items():
+        fields.append((name.lower().encode(), value.encode()))
+    return fields
 
 
 async def send_json(
