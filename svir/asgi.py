@@ -14,6 +14,7 @@ __all__ = [
     "CALL_CONTEXT",
     "DISCONNECT_WATCH",
     "RESPONSE_STATUS",
+    "SEND_PIECE",
     "SERVER_STOPPING",
     "DisconnectWatch",
     "Message",
@@ -23,6 +24,7 @@ __all__ = [
     "call_context",
     "disconnect_watch",
     "header",
+    "piece_sender",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -91,3 +93,24 @@ def disconnect_watch(receive: Receive) -> DisconnectWatch | None:
 # status its response started with (None before it starts): an app that must know reads it there
 # instead of wrapping `send` to see it go by, a call fewer for every piece of a stream.
 RESPONSE_STATUS: Final = "svir_response_status"
+
+
+# The method by which such a server sends a piece of a body with more to come: `send_piece(body)`
+# is `send({"type": "http.response.body", "body": body, "more_body": True})` without the message
+# built for each of a stream's chunks, then taken apart again.
+SEND_PIECE: Final = "svir_send_piece"
+
+
+def piece_sender(send: Send) -> Callable[[bytes], Awaitable[None]]:
+    """What sends a piece of a response's body with more to come on `send`: its server's own
+    method (SEND_PIECE) when it has one, else an ASGI message through `send`."""
+    own: Callable[[bytes], Awaitable[None]] | None = getattr(
+        getattr(send, "__self__", None), SEND_PIECE, None
+    )
+    if own is not None:
+        return own
+
+    def send_piece(body: bytes) -> Awaitable[None]:
+        return send({"type": "http.response.body", "body": body, "more_body": True})
+
+    return send_piece

@@ -22,7 +22,7 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from svir.asgi import Receive, Scope, Send
+from svir.asgi import SEND_PIECE, Receive, Scope, Send, piece_sender
 from svir.config import ServerConfig, parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import FLUSH_AT, H1ServerProtocol
@@ -94,14 +94,16 @@ transport_of: list[RecordingTransport] = []
 REQUEST = b"GET / HTTP/1.1\r\nHost: svir\r\n\r\n"
 
 
-async def serve_one(app: Any) -> tuple[RecordingTransport, H1ServerProtocol]:
+async def serve_one(
+    app: Any, request: bytes = REQUEST
+) -> tuple[RecordingTransport, H1ServerProtocol]:
     config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
     state = ServerState()
     protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
     transport = RecordingTransport()
     transport_of[:] = [transport]
     protocol.connection_made(transport)
-    protocol.data_received(REQUEST)
+    protocol.data_received(request)
     # Until the request's task is done, answered whole or cut short (a slow machine gets up to
     # 30 s).
     for _ in range(6000):
@@ -130,6 +132,65 @@ async def test_a_stream_goes_out_piece_by_piece_as_the_app_sends() -> None:
     assert b"data: 1" in transport.writes[0] and transport.writes[0].startswith(b"HTTP/1.1 200")
     assert transport.writes[1] == b"9\r\ndata: 2\n\n\r\n"
     assert transport.writes[2] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+
+
+PIECES = (b"data: 1\n\n", b"", b"data: 2\n\n")
+LAST = b"data: [DONE]\n\n"
+
+
+def pieces_app(own: bool, fields: list[tuple[bytes, bytes]], *, start: bool = True) -> Any:
+    """An app that sends PIECES (more to come) and then LAST: through the server's own piece
+    sender (`own`), or as ASGI messages through `send`."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        if own:
+            piece = piece_sender(send)
+            assert piece == getattr(send.__self__, SEND_PIECE)  # type: ignore[attr-defined]
+        else:
+
+            async def piece(body: bytes) -> None:
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+
+        if start:
+            await send({"type": "http.response.start", "status": 200, "headers": fields})
+        for body in PIECES:
+            await piece(body)
+        await send({"type": "http.response.body", "body": LAST, "more_body": False})
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "fields", "start"),
+    [
+        (REQUEST, [(b"content-type", b"text/event-stream")], True),  # chunked
+        (REQUEST, [(b"content-length", b"%d" % len(b"".join((*PIECES, LAST))))], True),
+        # No body goes out, even one the app says is chunked.
+        (REQUEST.replace(b"GET", b"HEAD"), [(b"transfer-encoding", b"chunked")], True),
+        (REQUEST, [], False),  # a piece before the start: the app fails, a 500
+    ],
+    ids=["chunked", "content-length", "head", "not-started"],
+)
+async def test_the_servers_piece_sender_writes_what_send_writes(
+    request_bytes: bytes, fields: list[tuple[bytes, bytes]], start: bool
+) -> None:
+    # svir.asgi.SEND_PIECE: a chunk of a chunked response goes out without an ASGI message;
+    # whatever the response, the client gets the same bytes as from `send`.
+    own, _ = await serve_one(pieces_app(True, fields, start=start), request_bytes)
+    plain, _ = await serve_one(pieces_app(False, fields, start=start), request_bytes)
+    assert b"".join(own.writes) == b"".join(plain.writes)
+    assert b"".join(own.writes).startswith(b"HTTP/1.1 200" if start else b"HTTP/1.1 500")
+
+
+async def test_a_piece_sender_on_another_server_sends_the_asgi_message() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await piece_sender(send)(b"data: 1\n\n")
+    assert sent == [{"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True}]
 
 
 def failing_mid_stream_app() -> App:

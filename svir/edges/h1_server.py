@@ -267,6 +267,22 @@ class _Cycle:
         self._send(message)
         return conn.sent
 
+    def svir_send_piece(self, body: bytes) -> Awaitable[None]:
+        """`send` of a body piece with more to come (svir.asgi.SEND_PIECE): a chunk of a chunked
+        response under way goes out with no message to build and take apart; anything else (the
+        response not started or over, HEAD, a length given, an empty piece, the client gone or
+        not reading) goes through `send`, which knows what to do with it."""
+        conn = self._conn
+        if (
+            self.chunked
+            and body
+            and self.response_started
+            and not (self.head or self.response_complete or self.disconnected or conn.write_paused)
+        ):
+            conn.write_piece(b"%x\r\n%s\r\n" % (len(body), body))
+            return conn.sent
+        return self.send({"type": "http.response.body", "body": body, "more_body": True})
+
     async def _send_drained(self, message: Message) -> None:
         await self._conn.drain()
         self._send(message)

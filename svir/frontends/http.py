@@ -20,7 +20,15 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.asgi import CALL_CONTEXT, Receive, Scope, Send, disconnect_watch, header
+from svir.asgi import (
+    CALL_CONTEXT,
+    Receive,
+    Scope,
+    Send,
+    disconnect_watch,
+    header,
+    piece_sender,
+)
 from svir.call import CHAT, CLIENT_USER_CHARS, CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import BodyTooLarge, ClientGone, GatewayError
@@ -171,6 +179,7 @@ async def send_stream(
     the stream is then run to its end.
     """
     is_last = last or _ends_done
+    piece = piece_sender(send)
     first = await anext(stream, None)
     await send(
         {
@@ -184,13 +193,13 @@ async def send_stream(
             await send({"type": "http.response.body", "body": first, "more_body": False})
             await _drain(stream)
             return
-        await send({"type": "http.response.body", "body": first, "more_body": True})
+        await piece(first)
         async for data in stream:
             if is_last(data):
                 await send({"type": "http.response.body", "body": data, "more_body": False})
                 await _drain(stream)
                 return
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            await piece(data)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -515,12 +524,13 @@ class EarlyStart:
     ) -> None:
         is_last = last or _ends_done
         send = self._send
+        piece = piece_sender(send)
         async for data in pieces:
             if is_last(data):
                 await send({"type": "http.response.body", "body": data, "more_body": False})
                 await _drain(pieces)
                 return
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            await piece(data)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
