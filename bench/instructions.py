@@ -12,7 +12,7 @@ a request, so that it holds the ledger's writes of exactly the counted requests)
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
-        [--responses] [--ollama] [--completions] [--drip] [--relays] [--features]
+        [--responses] [--ollama] [--completions] [--drip] [--relays] [--features [--only TEXT]]
 
 `--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`,
 `--responses` through OpenAI's `/v1/responses` (`store: false`), `--ollama` through Ollama's
@@ -32,7 +32,9 @@ its chunks at once, so its reads carry many. The relays (with `--relays`) are co
 
 `--features` measures this tree once per configuration of `FEATURES` instead (each feature off
 against the default `svir serve` runs, and the key check with a key issued and used), for the
-table of what each feature costs a request.
+table of what each feature costs a request. `--only TEXT` keeps the configurations whose label
+holds TEXT, and measures each on this tree and on each `--compare-src` (a feature's own change,
+before and after).
 
 Needs valgrind (`apt-get install -y valgrind`).
 """
@@ -143,8 +145,10 @@ FEATURES: dict[str, Feature] = {
     ),
     "a key issued and used (no limits)": Feature(key_args=()),
     "a key with an rpm limit (memory backend)": Feature(key_args=("--rpm", "1000000")),
+    # Exported to the fake upstream, which answers 404: each batch is encoded and sent once, as to
+    # a collector, without the retries and their back-off that a closed port would cost.
     "tracing on (OpenTelemetry, 100% sampled)": Feature(
-        '[telemetry]\notel = true\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\n'
+        '[telemetry]\notel = true\notlp_endpoint = "http://127.0.0.1:{upstream}/v1/traces"\n'
     ),
 }
 
@@ -181,7 +185,7 @@ def measure(
         SVIR_CONFIG.format(
             upstream=up_port, slow=up_port, max_body=1 << 20, tmp=store, max_connections=1000
         )
-        + feature.toml
+        + feature.toml.replace("{upstream}", str(up_port))
     )
     headers: dict[str, str] = {}
     if feature.key_args is not None:
@@ -287,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         "--features", action="store_true", help="this tree once per configuration of FEATURES"
     )
     parser.add_argument(
+        "--only",
+        help="with --features: only the configurations whose label holds this text, measured on "
+        "this tree and on each --compare-src",
+    )
+    parser.add_argument(
         "--relays",
         action="store_true",
         help="also the reference relays (bench.relay_asgi, raw, json)",
@@ -309,14 +318,29 @@ def main(argv: list[str] | None = None) -> int:
         beside += (DRIP[0],)
     try:
         if args.features:
-            for i, (label, feature) in enumerate(FEATURES.items()):
-                print(f"{label} under callgrind ...", flush=True)
-                measured = measure(
-                    ROOT, f"f{i}", up_port, tmp, args.requests, beside=beside, feature=feature
-                )
-                rows.append((label, measured))
+            chosen = [(k, v) for k, v in FEATURES.items() if args.only is None or args.only in k]
+            # With --only, each configuration on each tree (this one first).
+            sources = [("", ROOT)]
+            if args.only is not None:
+                sources += [
+                    (f"other{i + 1}: ", p.resolve()) for i, p in enumerate(args.compare_src)
+                ]
+            for j, (tree, src) in enumerate(sources):
+                for i, (label, feature) in enumerate(chosen):
+                    print(f"{tree}{label} under callgrind ...", flush=True)
+                    measured = measure(
+                        src,
+                        f"f{j}-{i}",
+                        up_port,
+                        tmp,
+                        args.requests,
+                        beside=beside,
+                        feature=feature,
+                    )
+                    rows.append((tree + label, measured))
         trees = [] if args.features else [("svir", ROOT)]
-        trees += [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
+        if args.only is None:
+            trees += [(f"other{i + 1}", p) for i, p in enumerate(args.compare_src)]
         for name, src in trees:
             print(f"{name} ({src}) under callgrind ...", flush=True)
             measured = measure(src.resolve(), name, up_port, tmp, args.requests, beside=beside)
