@@ -22,6 +22,7 @@ Request span: `http.request.method`, `http.route`, `url.path`, `http.response.st
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -115,20 +116,22 @@ class Tracing:
             def after(done: dict[str, Any]) -> None:
                 try:
                     status = int(done.get("status") or 500)
-                    span.set_attribute("http.response.status_code", status)
+                    # Set in one go: the SDK takes its locks and checks the span once, not once
+                    # an attribute.
+                    ended: dict[str, Any] = {"http.response.status_code": status}
                     rid = _request_id(done)
                     if rid:
-                        span.set_attribute("svir.request_id", rid)
+                        ended["svir.request_id"] = rid
                     key_id = done.get("key_id")
                     if isinstance(key_id, str):
-                        span.set_attribute("svir.key_id", key_id)
+                        ended["svir.key_id"] = key_id
                     error = done.get("error")
                     call = call_context(scope)
                     if call is None:
                         # A request about a model that made no call (Ollama's /api/show).
                         model = done.get("model")
                         if isinstance(model, str):
-                            span.set_attribute("gen_ai.request.model", model)
+                            ended["gen_ai.request.model"] = model
                     else:
                         o = call.outcome
                         s = o.stats
@@ -139,13 +142,13 @@ class Tracing:
                             ("svir.upstream_request_id", s.upstream_request_id if s else None),
                         ):
                             if value is not None:
-                                span.set_attribute(dst, value)
+                                ended[dst] = value
                         if not error and s is not None:
                             error = s.error_kind
                     if status >= 500 or error:
-                        kind = closed(error, ERROR_CLASSES) if error else str(status)
-                        span.set_attribute("error.type", kind)
+                        ended["error.type"] = closed(error, ERROR_CLASSES) if error else str(status)
                         span.set_status(trace.Status(trace.StatusCode.ERROR))
+                    span.set_attributes(ended)
                     span.end()
                 finally:
                     context.detach(token)
@@ -159,7 +162,7 @@ class Tracing:
         client = trace.SpanKind.CLIENT
 
         def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
-            url = urlsplit(route.base_url)
+            address, port = _server_address(route.base_url)
             # OpenTelemetry's names: "chat", "embeddings", "text_completion".
             operation = "text_completion" if is_completion(request) else ctx.operation
             attributes: dict[str, Any] = {
@@ -170,9 +173,8 @@ class Tracing:
                 "svir.provider": route.provider.name,
                 "svir.request_id": ctx.request_id,
             }
-            if url.hostname:
-                attributes["server.address"] = url.hostname
-            port = url.port or (443 if url.scheme == "https" else 80)
+            if address:
+                attributes["server.address"] = address
             attributes["server.port"] = port
             max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
             if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
@@ -194,32 +196,43 @@ class Tracing:
 
 def _end_attempt(trace: Any, span: Any, call: Call) -> None:
     s = call.stats
+    ended: dict[str, Any] = {}  # set in one go, as the request span's
     if s.upstream_id:
-        span.set_attribute("gen_ai.response.id", s.upstream_id)
+        ended["gen_ai.response.id"] = s.upstream_id
     model = call.response_model
     if model:
-        span.set_attribute("gen_ai.response.model", model)
+        ended["gen_ai.response.model"] = model
     if s.finish_reason:
-        span.set_attribute("gen_ai.response.finish_reasons", [s.finish_reason])
+        ended["gen_ai.response.finish_reasons"] = [s.finish_reason]
     if s.first_token_ms is not None:
-        span.set_attribute("gen_ai.response.time_to_first_chunk", s.first_token_ms / 1000)
+        ended["gen_ai.response.time_to_first_chunk"] = s.first_token_ms / 1000
     if s.tokens_per_second is not None:
-        span.set_attribute("svir.tokens_per_second", s.tokens_per_second)
+        ended["svir.tokens_per_second"] = s.tokens_per_second
     if s.upstream_request_id:
-        span.set_attribute("svir.upstream_request_id", s.upstream_request_id)
+        ended["svir.upstream_request_id"] = s.upstream_request_id
     u = s.usage
     if u is not None:
-        span.set_attribute("gen_ai.usage.input_tokens", u.prompt_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", u.completion_tokens)
+        ended["gen_ai.usage.input_tokens"] = u.prompt_tokens
+        ended["gen_ai.usage.output_tokens"] = u.completion_tokens
         if u.reasoning_tokens is not None:
-            span.set_attribute("gen_ai.usage.reasoning.output_tokens", u.reasoning_tokens)
+            ended["gen_ai.usage.reasoning.output_tokens"] = u.reasoning_tokens
         if u.cached_tokens is not None:
-            span.set_attribute("gen_ai.usage.cache_read.input_tokens", u.cached_tokens)
+            ended["gen_ai.usage.cache_read.input_tokens"] = u.cached_tokens
     if not call.succeeded:
-        span.set_attribute("error.type", closed(s.error_kind or "cancelled", OUTCOMES))
+        ended["error.type"] = closed(s.error_kind or "cancelled", OUTCOMES)
         if s.error_kind:
             span.set_status(trace.Status(trace.StatusCode.ERROR))
+    if ended:
+        span.set_attributes(ended)
     span.end()
+
+
+@functools.lru_cache(maxsize=256)
+def _server_address(base_url: str) -> tuple[str | None, int]:
+    """The host and port of an upstream's base URL (`server.address`, `server.port`), parsed
+    once per URL rather than once per attempt."""
+    url = urlsplit(base_url)
+    return url.hostname, url.port or (443 if url.scheme == "https" else 80)
 
 
 def _request_id(fields: dict[str, Any]) -> str | None:

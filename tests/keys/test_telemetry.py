@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -240,6 +241,7 @@ async def test_spans_per_request_and_attempt(
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("stop",)
     assert a["gen_ai.response.id"] == CHUNK_ID
     assert a["server.address"] == "127.0.0.1"
+    assert a["server.port"] == urlsplit(upstream.base_url).port
     assert a["svir.request_id"] == "trace-me-1"
     assert a["gen_ai.response.time_to_first_chunk"] > 0
     assert "error.type" not in a
