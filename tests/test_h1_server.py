@@ -94,15 +94,24 @@ transport_of: list[RecordingTransport] = []
 REQUEST = b"GET / HTTP/1.1\r\nHost: svir\r\n\r\n"
 
 
-async def serve_one(
-    app: Any, request: bytes = REQUEST
-) -> tuple[RecordingTransport, H1ServerProtocol]:
-    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
+def _connected(
+    app: Any = json_app, **options: Any
+) -> tuple[H1ServerProtocol, RecordingTransport, ServerState]:
+    """A server protocol for `app` (uvicorn's config `options` added) on a recording transport,
+    nothing read yet (a running loop's), and the server state it shares."""
+    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error", **options)
     state = ServerState()
     protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
     transport = RecordingTransport()
     transport_of[:] = [transport]
     protocol.connection_made(transport)
+    return protocol, transport, state
+
+
+async def serve_one(
+    app: Any, request: bytes = REQUEST
+) -> tuple[RecordingTransport, H1ServerProtocol]:
+    protocol, transport, state = _connected(app)
     protocol.data_received(request)
     # Until the request's task is done, answered whole or cut short (a slow machine gets up to
     # 30 s).
@@ -256,12 +265,7 @@ async def test_the_servers_default_fields_are_in_every_head_as_they_are_at_its_s
     """uvicorn swaps in a new list of default fields (`date`, `server`) once a second: each head
     has the list of its moment, and a default field that frames or closes the response still
     does."""
-    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
-    state = ServerState()
-    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
-    transport = RecordingTransport()
-    transport_of[:] = [transport]
-    protocol.connection_made(transport)
+    protocol, transport, state = _connected()
 
     async def head_of_next(defaults: list[tuple[bytes, bytes]]) -> list[bytes]:
         state.default_headers = defaults
@@ -286,17 +290,8 @@ async def test_the_servers_default_fields_are_in_every_head_as_they_are_at_its_s
     protocol.connection_lost(None)
 
 
-def _connected() -> tuple[H1ServerProtocol, RecordingTransport]:
-    """A server protocol on a recording transport, nothing read yet (a running loop's)."""
-    config = Config(app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error")
-    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
-    inner = RecordingTransport()
-    protocol.connection_made(inner)
-    return protocol, inner
-
-
 async def test_coalesced_writes_edges() -> None:
-    protocol, inner = _connected()
+    protocol, inner, _ = _connected()
     protocol.write(b"a")
     protocol.write(b"b")
     assert inner.writes == []
@@ -315,7 +310,7 @@ async def test_coalesced_writes_edges() -> None:
 
 
 async def test_a_piece_that_finds_nothing_waiting_goes_at_once() -> None:
-    protocol, inner = _connected()
+    protocol, inner, _ = _connected()
     protocol.write_piece(b"a")
     assert inner.writes == [b"a"]  # nothing waited: at once
     protocol.write(b"head")
@@ -331,12 +326,7 @@ async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_a_busy
 ):
     """The one idle timer: it closes a connection idle for the whole timeout, waits again for
     what is left of it after a request, and leaves a connection with a request under way."""
-    config = Config(
-        app=json_app, http=H1ServerProtocol, lifespan="off", log_level="error", timeout_keep_alive=5
-    )
-    protocol = H1ServerProtocol(config, ServerState(), {}, asyncio.get_running_loop())
-    transport = RecordingTransport()
-    protocol.connection_made(transport)
+    protocol, transport, _ = _connected(timeout_keep_alive=5)
     now = protocol.loop.time()
     assert protocol._idle_timer is not None  # idle from the start
     protocol._idle_timer.cancel()
@@ -437,8 +427,7 @@ async def test_forwarded_headers_are_read_as_uvicorns_proxy_headers_middleware_r
     config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error", **options)
     state = ServerState()
     protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
-    transport = RecordingTransport()
-    protocol.connection_made(transport)
+    protocol.connection_made(RecordingTransport())
     for n, extra in enumerate(FORWARDED_HEADS, 1):
         protocol.data_received(b"GET / HTTP/1.1\r\nHost: svir\r\n" + extra + b"\r\n")
         for _ in range(6000):
@@ -502,11 +491,7 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
         except ClientGone:
             app_state["status"] = 499
 
-    config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error")
-    state = ServerState()
-    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
-    transport = RecordingTransport()
-    protocol.connection_made(transport)
+    protocol, transport, _ = _connected(app)
     protocol.data_received(REQUEST)
     await asyncio.wait_for(started.wait(), 30)
     protocol.connection_lost(None)  # the client went away
