@@ -976,6 +976,12 @@ def main(argv: list[str] | None = None) -> int:
         default=600.0,
         help="keep_alive_timeout (s) of the svir and relay holding the idle connections",
     )
+    parser.add_argument(
+        "--idle-rounds",
+        type=int,
+        default=2,
+        help="rounds of the idle connections left to svir's keep-alive timeout (RSS after each)",
+    )
     parser.add_argument("--profile", type=Path, help="py-spy raw stacks of svir, streamed load")
     parser.add_argument(
         "--svir-src", type=Path, help="run svir from this source tree (default: this one)"
@@ -1224,7 +1230,9 @@ def main(argv: list[str] | None = None) -> int:
             timeout = ServerConfig().keep_alive_timeout
             print(f"{n} idle connections left to svir's keep-alive timeout ...", flush=True)
             er = uvloop_run(
-                expire_idle(svir.child, svir.port, svir.models["json"], n, timeout=timeout)
+                expire_idle(
+                    svir.child, svir.port, svir.models["json"], n, timeout, args.idle_rounds
+                )
             )
             out += expiry_lines("svir", er)
             failed = failed or er.closed_by_server != er.held or bool(er.errors)
