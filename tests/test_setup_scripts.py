@@ -161,7 +161,8 @@ def test_prerequisites_missing_are_named(tmp_path: Path) -> None:
 def fake_uv(tmp_path: Path) -> str:
     """A `uv` whose `uv cache dir` names tmp_path/uv-cache, as prerequisites.sh asks it."""
     uv = tmp_path / "fake-uv"
-    uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo "{tmp_path / 'uv-cache'}"\n')
+    cache = tmp_path / "uv-cache"
+    uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo "{cache}"\n')
     uv.chmod(0o755)
     return str(uv)
 
@@ -169,6 +170,7 @@ def fake_uv(tmp_path: Path) -> str:
 # scripts/chromium.sh: the browser of the console's tests (tests/console/test_browser.py).
 FAKE_APT = """#!/bin/sh
 echo "$@" >> "$APT_LOG"
+case "$*" in *=*) [ "$APT_HAS_PINNED" = 0 ] && exit 100 ;; esac
 if [ "$1" = install ] && [ "$APT_WORKS" = 1 ]; then
   printf '#!/bin/sh\\nexit 0\\n' > "$SVIR_CHROMIUM"
   /bin/chmod +x "$SVIR_CHROMIUM"
@@ -210,6 +212,68 @@ def test_chromium_missing_is_installed_with_apt_as_root(tmp_path: Path) -> None:
     assert target.is_file()
 
 
+def test_chromium_the_pinned_version_is_installed(tmp_path: Path) -> None:
+    log = tmp_path / "apt.log"
+    done = run("chromium.sh", {
+        "PATH": str(chromium_tools(tmp_path, 0, apt=True)),
+        "SVIR_CHROMIUM": str(tmp_path / "chromium"), "APT_LOG": str(log), "APT_WORKS": "1",
+        "CHROMIUM_VERSION": "156.0-1~deb12u1",
+    })  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == [
+        "install -y -q chromium=156.0-1~deb12u1 chromium-common=156.0-1~deb12u1"
+    ]
+
+
+def test_chromium_a_pin_apt_no_longer_has_installs_the_newest_and_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "apt.log"
+    done = run("chromium.sh", {
+        "PATH": str(chromium_tools(tmp_path, 0, apt=True)),
+        "SVIR_CHROMIUM": str(tmp_path / "chromium"), "APT_LOG": str(log), "APT_WORKS": "1",
+        "APT_HAS_PINNED": "0", "CHROMIUM_VERSION": "150.0-1",
+    })  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == [
+        "install -y -q chromium=150.0-1 chromium-common=150.0-1",
+        "update -q",
+        "install -y -q chromium=150.0-1 chromium-common=150.0-1",
+        "install -y -q chromium",
+    ]
+    assert "apt-get has no chromium 150.0-1 any more" in done.stderr
+
+
+def test_chromium_installed_at_another_version_is_replaced_by_the_pin_or_kept(
+    tmp_path: Path,
+) -> None:
+    for uid, has_pinned, said in (
+        (0, "1", "installed Debian's chromium 156.0-1 in place of 157.1-1"),
+        (0, "0", "chromium 157.1-1 is installed; the suite was last green with 156.0-1"),
+        (1000, "1", "chromium 157.1-1 is installed; the suite was last green with 156.0-1"),
+    ):
+        place = tmp_path / f"{uid}-{has_pinned}"
+        place.mkdir()
+        bin_dir = chromium_tools(place, uid, apt=True)
+        (bin_dir / "dpkg-query").write_text("#!/bin/sh\nprintf 157.1-1\n")
+        (bin_dir / "dpkg-query").chmod(0o755)
+        chromium = place / "chromium"
+        chromium.write_text("#!/bin/sh\nexit 0\n")
+        chromium.chmod(0o755)
+        env = {"PATH": str(bin_dir), "SVIR_CHROMIUM": str(chromium), "APT_LOG": str(place / "log"),
+               "APT_WORKS": "1", "APT_HAS_PINNED": has_pinned}  # fmt: skip
+        done = run("chromium.sh", {**env, "CHROMIUM_VERSION": "156.0-1"})
+        assert done.returncode == 0, done.stderr
+        assert said in done.stderr
+        tried = (place / "log").read_text().splitlines() if (place / "log").exists() else []
+        assert tried == (
+            ["install -y -q chromium=156.0-1 chromium-common=156.0-1"] if uid == 0 else []
+        )
+        # At the pinned version already: nothing done, nothing said.
+        (place / "log").unlink(missing_ok=True)
+        done = run("chromium.sh", {**env, "CHROMIUM_VERSION": "157.1-1"})
+        assert done.returncode == 0 and done.stderr == ""
+        assert not (place / "log").exists()
+
+
 def test_chromium_a_failed_install_refreshes_the_lists_once_then_stops(tmp_path: Path) -> None:
     log = tmp_path / "apt.log"
     done = run("chromium.sh", {
@@ -238,3 +302,31 @@ def test_chromium_missing_without_root_or_apt_is_named(tmp_path: Path) -> None:
         assert "apt-get install chromium" in done.stderr
         assert "SVIR_CHROMIUM" in done.stderr and "Not running the tests" in done.stderr
         assert not log.exists()  # apt-get was not run
+
+
+# `make lock-check`: uv.lock in step with pyproject.toml, the first thing `make test` checks.
+def lock_check(where: Path) -> subprocess.CompletedProcess[str]:
+    """`make lock-check` in `where`, offline, with an empty uv cache: what the lock holds is
+    enough to say whether it matches pyproject.toml."""
+    env = {**os.environ, "UV_OFFLINE": "1", "UV_CACHE_DIR": str(where / "uv-cache")}
+    return subprocess.run(["make", "--no-print-directory", "lock-check"], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+
+
+def test_the_lock_check_passes_on_the_checkout_and_fails_on_a_changed_pyproject(
+    tmp_path: Path,
+) -> None:
+    for name in ("Makefile", "pyproject.toml", "uv.lock", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    done = lock_check(tmp_path)
+    assert done.returncode == 0, done.stderr
+    pyproject = tmp_path / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '    "cryptography>=42",\n' in text
+    pyproject.write_text(
+        text.replace('    "cryptography>=42",\n', '    "cryptography>=42",\n    "six",\n')
+    )
+    done = lock_check(tmp_path)
+    assert done.returncode != 0
+    assert "uv.lock does not match pyproject.toml: run 'make upgrade'" in done.stderr

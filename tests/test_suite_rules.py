@@ -22,7 +22,9 @@ def pytest_on(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_skip_fails_a_run_that_is_otherwise_green(tmp_path: Path) -> None:
-    done = pytest_on(tmp_path, "import pytest\ndef test_a(): pass\ndef test_b(): pytest.skip('x')\n")
+    done = pytest_on(
+        tmp_path, "import pytest\ndef test_a(): pass\ndef test_b(): pytest.skip('x')\n"
+    )
     assert done.returncode == 1, done.stdout
     assert "1 test(s) skipped or xfailed, which fails the run" in done.stdout
     assert "test_throwaway.py::test_b" in done.stdout

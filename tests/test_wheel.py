@@ -1,7 +1,7 @@
 """svir installed like a Python tool (issue 19, "Install like a Python tool"): a wheel built from
-the source (`python -m build --wheel`, or `pip wheel --no-deps` where `build` is not installed),
-holding its templates and the web console's files, installed into a fresh virtualenv without the `[local]` extra, serves a
-chat request from that virtualenv alone, over the scripted upstream.
+the source (`python -m build --wheel`), holding its templates and the web console's files,
+installed into a fresh virtualenv without the `[local]` extra, serves a chat request from that
+virtualenv alone, over the scripted upstream.
 
 Slow (a virtualenv and svir's dependencies, from pip's cache or its index) but bounded by
 generous timeouts only: nothing here is timed.
@@ -9,13 +9,13 @@ generous timeouts only: nothing here is timed.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -53,11 +53,9 @@ def build_wheel(out: Path) -> Path:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "svir", src / "svir", ignore=shutil.ignore_patterns("__pycache__"))
     dist = out / "dist"
-    if importlib.util.find_spec("build") is not None:
-        run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(src)], cwd=out)
-    else:
-        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
-            cwd=out)  # fmt: skip
+    # `build` is a dev dependency, and this runs outside the checkout, where a build/ folder the
+    # README's own wheel step leaves would stand in for the package.
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(src)], cwd=out)
     [wheel] = dist.glob("svir-*.whl")
     return wheel
 
@@ -70,9 +68,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     venv = tmp / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=tmp)
     bin_dir = venv / "bin"
-    # Its dependencies from pip's cache where it has them, else from the index; never [local].
-    run([str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheel)], cwd=tmp)
+    # Its dependencies from pip's cache where it has them, else from the index; never [local]; at
+    # the versions of uv.lock, which the rest of the suite runs on.
+    constraints = tmp / "constraints.txt"
+    constraints.write_text("".join(f"{name}=={version}\n" for name, version in locked()))
+    run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "-c", str(constraints),
+         str(wheel)], cwd=tmp)  # fmt: skip
     return wheel, bin_dir
+
+
+def locked() -> list[tuple[str, str]]:
+    """(name, version) of every package uv.lock takes from an index."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    return [(p["name"], p["version"]) for p in lock["package"] if "registry" in p["source"]]
 
 
 def test_the_wheel_holds_the_templates_the_command_and_the_extras(

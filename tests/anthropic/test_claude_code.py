@@ -1,5 +1,5 @@
 """Claude Code itself (`claude -p`, npm's @anthropic-ai/claude-code, installed by `make test` through
-scripts/claude-code.sh) pointed at a real `svir serve` by `ANTHROPIC_BASE_URL`: a task that makes
+scripts/agents.sh) pointed at a real `svir serve` by `ANTHROPIC_BASE_URL`: a task that makes
 it call a tool and finish, through svir to a scripted model server, and a plain question through
 svir to the real llama.cpp server (Gemma 3 270M, managed by svir).
 
@@ -28,7 +28,7 @@ SMALL_MODEL = "claude-haiku-4-5"
 
 
 def claude_binary() -> Path:
-    return npm_binary("CLAUDE_CODE_VERSION", "claude-code", "claude")
+    return npm_binary("claude")
 
 
 def routes(target_main: str, target_small: str) -> str:

@@ -36,7 +36,9 @@ def models(embedder: Path, chat_model: Path) -> str:
 
 
 def sdk(svir: SvirProcess) -> openai.OpenAI:
-    return openai.OpenAI(api_key="k", base_url=svir.base_url, max_retries=0, timeout=TIMEOUT)
+    # The SDK's own Timeout: httpx's up to openai 2, httpx2's since 3 (which refuses httpx's).
+    timeout = openai.Timeout(TIMEOUT.read, connect=TIMEOUT.connect)
+    return openai.OpenAI(api_key="k", base_url=svir.base_url, max_retries=0, timeout=timeout)
 
 
 def test_the_embedder_serves_vectors_and_swaps_with_a_chat_model(

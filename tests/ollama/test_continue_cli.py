@@ -1,5 +1,5 @@
 """The Continue CLI itself (`cn -p`, npm's @continuedev/cli, installed by `make test` through
-scripts/continue.sh) with a local config.yaml pointed at a real `svir serve`: a model of provider
+scripts/agents.sh) with a local config.yaml pointed at a real `svir serve`: a model of provider
 `ollama` (whose apiBase is svir's root: the CLI speaks OpenAI's API under its `/v1`) and one of
 provider `openai` (apiBase svir's `/v1`), to a scripted upstream and to the real llama.cpp server.
 
@@ -26,7 +26,7 @@ KNOWN_CALLS_HOME = {"api.continue.dev"}
 
 
 def cn_binary() -> Path:
-    return npm_binary("CONTINUE_CLI_VERSION", "continue-cli", "cn")
+    return npm_binary("cn")
 
 
 def config_yaml(provider: str, model: str, api_base: str, max_tokens: int = 64) -> str:

@@ -1,5 +1,5 @@
 """The Codex CLI itself (`codex exec`, npm's @openai/codex, installed by `make test` through
-scripts/codex.sh) pointed at a real `svir serve` by a custom model provider with
+scripts/agents.sh) pointed at a real `svir serve` by a custom model provider with
 `wire_api = "responses"`: a task that makes it run its shell tool and finish, through svir to a
 scripted chat-completions model server, and a plain question through svir to the real llama.cpp
 server (Gemma 3 270M, managed by svir).
@@ -55,7 +55,7 @@ NO_TOOLS = (
 
 
 def codex_binary() -> Path:
-    return npm_binary("CODEX_VERSION", "codex", "codex")
+    return npm_binary("codex")
 
 
 def run_codex(

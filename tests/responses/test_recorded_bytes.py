@@ -3,7 +3,15 @@ for each of a few thousand generated cases (a request body, translated; the enco
 run of events, keep-alives and looks at the response object, and an end), a digest of the
 translation, every byte of the stream and each response object taken. The cases come from a
 seeded generator, so the recording holds only their digests; a change of the encoder or of the
-translation that moves one byte fails here, naming the case."""
+translation that moves one byte fails here, naming the case.
+
+What this catches is change, not wrongness: the digests are of svir's own output, written by
+running this file (`python -m tests.responses.test_recorded_bytes`) from a tree taken to be right,
+so a bug present when they were written is recorded as right. The judges of right are elsewhere
+and independent of svir: the official SDK's stream accumulator over svir's bytes
+(tests/responses/test_stream.py, test_sdk.py), the recorded servers of the conformance corpus
+(test_corpus.py), and real clients (the Agents SDK in test_agents.py, Codex in test_codex.py).
+When a change moves bytes on purpose, check it there first, then write the digests anew."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ an agent on loopback."""
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -18,16 +18,16 @@ from tests.support.svir_proc import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def npm_binary(variable: str, package: str, name: str) -> Path:
-    """The binary `name` of `$CACHE/<package>-<version>`, the version being the Makefile's
-    `variable` (the script of the Makefile's target `package` installs it there)."""
-    version = re.search(rf"^{variable} := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert version is not None, f"no {variable} in the Makefile"
+def npm_binary(name: str) -> Path:
+    """The agent's binary `name` as scripts/agents.sh installs the lock
+    scripts/agents/package-lock.json: in `$CACHE/agents-<the first 16 hex digits of the lock's
+    sha256>`."""
+    digest = hashlib.sha256((ROOT / "scripts" / "agents" / "package-lock.json").read_bytes())
     cache = Path(os.environ.get("CACHE", Path.home() / ".cache" / "svir"))
-    binary = cache / f"{package}-{version.group(1)}" / "node_modules" / ".bin" / name
+    binary = cache / f"agents-{digest.hexdigest()[:16]}" / "node_modules" / ".bin" / name
     if not binary.exists():
         pytest.fail(
-            f"{name} is not installed at {binary}: run `make test` (or `make {package}`).",
+            f"{name} is not installed at {binary}: run `make test` (or `make agents`).",
             pytrace=False,
         )
     return binary
