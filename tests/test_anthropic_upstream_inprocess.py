@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import openai
 import pytest
 
@@ -220,6 +222,50 @@ async def test_tool_calls_streamed(svir: Svir) -> None:
     assert json.loads(args[0]) == {"location": "San Francisco, CA", "unit": "fahrenheit"}
     assert args[1] == "{}"
     assert finish == "tool_calls"
+
+
+async def test_a_paused_turn_is_a_stop_in_chat_completions(svir: Svir) -> None:
+    # pause_turn: Anthropic paused a server tool's long turn (web search). The answer so far is
+    # an ordinary stop, and the server tool's blocks are no tool call for the client to run.
+    paused = "claude/pause-turn"
+    completion = await svir.client.chat.completions.create(model=paused, messages=[user("x")])
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"
+    assert choice.message.content == "I'll search for that." and not choice.message.tool_calls
+    stream = await svir.client.chat.completions.create(
+        model=paused, messages=[user("x")], stream=True
+    )
+    finishes = [c.choices[0].finish_reason async for c in stream if c.choices]
+    assert [f for f in finishes if f is not None] == ["stop"]
+
+
+async def test_a_paused_turn_ends_the_turn_for_the_other_front_ends(svir: Svir) -> None:
+    paused = "claude/pause-turn"
+    # The Messages API: a stop is `end_turn`, streamed or not.
+    http2 = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=svir.app), base_url="http://svir", timeout=20
+    )
+    messages = anthropic.AsyncAnthropic(
+        api_key="unused", base_url="http://svir", max_retries=0, http_client=http2
+    ).messages
+    try:
+        message = await messages.create(model=paused, max_tokens=64, messages=[user("x")])
+        assert message.stop_reason == "end_turn"
+        assert [b.type for b in message.content] == ["text"]
+        async with messages.stream(model=paused, max_tokens=64, messages=[user("x")]) as s:
+            streamed = await s.get_final_message()
+        assert streamed.stop_reason == "end_turn"
+    finally:
+        await http2.aclose()
+    # The Responses API: a completed response, not an incomplete one.
+    response = await svir.client.responses.create(model=paused, input="x", store=False)
+    assert response.status == "completed" and response.incomplete_details is None
+    assert response.output_text == "I'll search for that."
+    # Ollama's API: `done_reason` stop.
+    r = await svir.http.post(
+        "/api/chat", json={"model": paused, "messages": [user("x")], "stream": False}
+    )
+    assert r.status_code == 200 and r.json()["done_reason"] == "stop"
 
 
 async def test_an_overloaded_api_is_retried_then_a_server_error(svir: Svir) -> None:

@@ -63,6 +63,11 @@ name = "f/filtered"
 fallbacks = ["g/ok"]
 
 [[routes]]
+name = "p/filtered"
+fallbacks = ["g/ok"]
+fallback_on_content_filter = true
+
+[[routes]]
 name = "g/missing"
 fallbacks = ["g/ok"]
 
@@ -198,6 +203,18 @@ async def test_content_filter_never_falls_back_by_default(svir: Svir) -> None:
         await svir.ask("f/filtered")
     assert info.value.code == "content_filter"
     assert svir.faults.hits["ok"] == 0
+    # The block is the answer, as the server gave it: its words, not retried.
+    assert info.value.status_code == 400 and "filtered" in info.value.message
+    assert svir.faults.hits["filtered"] == 1
+
+
+async def test_content_filter_falls_back_when_the_route_asks(svir: Svir) -> None:
+    # p/filtered's route sets fallback_on_content_filter: the block goes to the next target.
+    raw = await svir.ask("p/filtered")
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "hello world"
+    assert completion.model == "g/ok" and raw.headers["x-svir-served-model"] == "g/ok"
+    assert [b["model"] for b in svir.bodies()] == ["filtered", "ok"]  # tried once, no retry
 
 
 async def test_breaker_opens_rests_and_probes_back(svir: Svir) -> None:

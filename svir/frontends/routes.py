@@ -160,7 +160,7 @@ def _not_allowed(methods: dict[str, Route]) -> Route:
 
 class Host(Protocol):
     """What a front end is installed on: the app's config, environment and gateway, its route
-    table, its start-up and shut-down hooks, and the models a request may see listed."""
+    table, its start-up, stopping and shut-down hooks, and the models a request may see listed."""
 
     config: Config
     environ: Mapping[str, str]
@@ -174,5 +174,7 @@ class Host(Protocol):
     def on_startup(self, hook: Hook) -> None: ...
 
     def on_shutdown(self, hook: Hook) -> None: ...
+
+    def on_stopping(self, hook: Callable[[], None]) -> None: ...
 
     async def models(self) -> list[tuple[str, str]]: ...

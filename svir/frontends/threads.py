@@ -71,6 +71,7 @@ def install(app: Host, service: ThreadService) -> ThreadsAPI:
         shape = continue_error if template.endswith("/continue") else thread_error
         app.routes.add(method, PREFIX + template, api.handler(handler), shape)
     app.on_startup(api.startup)
+    app.on_stopping(api.stopping)
     app.on_shutdown(api.shutdown)
     return api
 
@@ -124,6 +125,13 @@ class ThreadsAPI:
         await store.open()
         self.service = self._service
         log.info("thread store open", extra={"fields": {"store": store.dialect}})
+
+    def stopping(self) -> None:
+        # The server waits a grace period for open responses, then cuts them: a continuation
+        # still running ends now, its client told (503 server_shutting_down), its lease given
+        # back, rather than be cut without a word.
+        if self.service is not None:
+            self.service.abort_running()
 
     async def shutdown(self) -> None:
         service, self.service = self.service, None

@@ -423,12 +423,16 @@ class ThreadService:
             local.abort("cancelled")
         return {"id": thread_id, "object": "thread.cancel", "cancelled": marked}
 
+    def abort_running(self) -> None:
+        """End every running continuation with 503 `server_shutting_down`: svir stops."""
+        for run in list(self.running.values()):
+            run.abort("shutdown")
+
     async def shutdown(self) -> None:
         """Give back the leases of the continuations still running, before the store closes: on
         a graceful stop their threads are free at once rather than after lease_seconds."""
         running = list(self.running.values())
-        for run in running:
-            run.abort("shutdown")
+        self.abort_running()
         await asyncio.gather(*(run.release() for run in running), return_exceptions=True)
 
     def continuation(

@@ -40,7 +40,7 @@ def test_corpus_is_complete() -> None:
     assert required <= set(CASES), sorted(required - set(CASES))
     anthropic = {
         "text", "thinking", "redacted-thinking", "tool-use", "error-overloaded", "max-tokens",
-        "refusal", "truncated",
+        "refusal", "truncated", "pause-turn",
     }  # fmt: skip
     assert {f"anthropic/{n}" for n in anthropic} <= set(CASES)
     for name in CASES:

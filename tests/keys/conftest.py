@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -70,6 +73,55 @@ def redis_prefix() -> Iterator[str]:
     prefix = f"svirtest{uuid.uuid4().hex[:8]}"
     yield prefix
     drop_redis_prefix(prefix)
+
+
+class OwnRedis:
+    """A redis-server of one test's own, on a free port: the Redis a test may stop (the shared
+    one on 6379 is never stopped)."""
+
+    def __init__(self, tmp: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(tmp)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    assert self.proc.poll() is None, "redis-server exited at start"
+                    assert time.monotonic() < deadline, f"redis-server never answered on {self.url}"
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(tmp_path)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

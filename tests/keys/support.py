@@ -47,6 +47,7 @@ def config_text(
     redis_prefix: str = "svir",
     extra: str = "",
     api_key_env: str | None = None,
+    redis_url: str = REDIS_URL,
 ) -> str:
     key_line = f'api_key_env = "{api_key_env}"\n' if api_key_env else ""
     return f"""
@@ -55,6 +56,7 @@ url = "{store_url}"
 
 [limits]
 backend = "{backend}"
+redis_url = "{redis_url}"
 redis_prefix = "{redis_prefix}"
 default_completion_tokens = 64
 extend_tokens = 4
@@ -90,6 +92,7 @@ class Harness:
         store_url: str | None = None,
         backend: str = "memory",
         redis_prefix: str = "svir",
+        redis_url: str = REDIS_URL,
         extra: str = "",
         environ: dict[str, str] | None = None,
         client_host: str = "127.0.0.1",
@@ -98,7 +101,12 @@ class Harness:
     ) -> None:
         url = store_url or f"sqlite:///{self.default_tmp / 'svir.db'}"
         self.text = text or config_text(
-            self.default_upstream, url, backend=backend, redis_prefix=redis_prefix, extra=extra
+            self.default_upstream,
+            url,
+            backend=backend,
+            redis_prefix=redis_prefix,
+            redis_url=redis_url,
+            extra=extra,
         )
         self.config: Config = parse_config(self.text)
         self.environ = {"SVIR_ADMIN_KEY": ADMIN_KEY, **(environ or {})}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from svir.wire.tokens import estimate_prompt_tokens
+from tests.keys.conftest import OwnRedis
 from tests.keys.support import Harness, frames
 from tests.support.upstream import PROMPT_TOKENS, ScriptedServer
 
@@ -49,6 +50,27 @@ async def test_rpm_429_names_the_limit_with_retry_after(make: Make) -> None:
     assert r.headers["x-svir-limit"] == "rpm"
     assert r.headers["x-ratelimit-limit-requests"] == "2"
     assert r.headers["x-request-id"]
+
+
+async def test_limits_redis_gone_refuses_limited_keys_with_503(
+    harness_factory: type[Harness], own_redis: OwnRedis
+) -> None:
+    # Fail closed: with its Redis gone, a key with limits is refused, never let through unchecked
+    # (nor answered with a 500); a key without limits asks nothing of Redis and is served.
+    h = await harness_factory(backend="redis", redis_url=own_redis.url).start()
+    limited, _ = await h.new_key(name="limited", rpm=100)
+    free, _ = await h.new_key(name="free")
+    assert (await h.chat(limited)).status_code == 200
+    own_redis.stop()
+    for stream in (True, False):
+        r = await h.chat(limited, stream=stream)
+        assert r.status_code == 503, r.text
+        err = error_of(r)
+        assert err["code"] == "limits_unavailable" and err["type"] == "server_error"
+        assert r.headers["retry-after"] == "1"
+    assert (await h.chat(free)).status_code == 200
+    rows = (await h.admin("GET", "/admin/usage?by=status")).json()["data"]
+    assert {row["status"]: row["requests"] for row in rows} == {"ok": 2, "limits_unavailable": 2}
 
 
 async def test_tpm_counts_what_was_used(make: Make, upstream: ScriptedServer) -> None:

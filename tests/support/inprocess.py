@@ -29,7 +29,8 @@ class InProcess:
 
     `slept` records every wait the policy asked for; `now` is its clock, for a test to move.
     With `config_file`, the config is written there and read from it, and the app reloads that
-    file (svir.edges.reload) when asked.
+    file (svir.edges.reload) when asked. `store_url` is the store instead of a SQLite file in
+    `tmp`, and `store_fields` more `[store]` lines.
     """
 
     def __init__(
@@ -39,9 +40,13 @@ class InProcess:
         handler: Callable[..., Any],
         environ: Mapping[str, str] | None = None,
         config_file: Path | None = None,
+        *,
+        store_url: str | None = None,
+        store_fields: str = "",
     ) -> None:
         self.transport = MockTransport(handler)
-        text = config + f'\n[store]\nurl = "sqlite:///{tmp / "svir.db"}"\n'
+        url = store_url or f"sqlite:///{tmp / 'svir.db'}"
+        text = config + f'\n[store]\nurl = "{url}"\n{store_fields}'
         self.slept: list[float] = []
         self.now = 1000.0
         timing = Timing(sleep=self._sleep, rng=random.Random(1), clock=lambda: self.now)

@@ -147,22 +147,45 @@ def test_graceful_shutdown_mid_continue_appends_nothing_and_frees_the_thread(
     replay.handler.drip_count = None
     first = start_svir(tmp_path / "first", replay.base_url, shared_url, lease_seconds=30)
     procs.append(first)
-    api = Threads(first.base_url)
-    tid = api.create(model="plain/slow-drip")["id"]
-    api.say(tid, "go")
-    with (
-        pytest.raises(httpx.HTTPError),
-        api.http.stream("POST", f"/threads/{tid}/continue", json={"stream": True}) as r,
-    ):
-        for n, _ in enumerate(r.iter_bytes()):
-            if n == 3:
-                first.stop()  # SIGTERM: uvicorn cancels the request after its grace period
+    api, waiting = Threads(first.base_url), Threads(first.base_url)
+    streamed, unstreamed = (api.create(model="plain/slow-drip")["id"] for _ in range(2))
+    for tid in (streamed, unstreamed):
+        api.say(tid, "go")
+    answers: list[httpx.Response] = []
+    runner = threading.Thread(target=lambda: answers.append(waiting.continue_(unstreamed)))
+    runner.start()
+    try:
+        wait_until(lambda: api.get(unstreamed)["busy"], 10, "the continuation never started")
+        got = b""
+        with api.http.stream("POST", f"/threads/{streamed}/continue", json={"stream": True}) as r:
+            assert r.status_code == 200
+            for chunk in r.iter_bytes():
+                got += chunk
+                if got.count(b"\n\n") >= 3 and first.proc is not None and first.proc.poll() is None:
+                    first.stop()  # SIGTERM
+    finally:
+        runner.join(30)
+    # The client still there is told, in the error's own shape, and nothing was appended.
+    shutting_down = {
+        "message": "svir is shutting down. Nothing was appended to the thread.",
+        "type": "server_error",
+        "param": None,
+        "code": "server_shutting_down",
+    }
+    frames = parse_frames(got)
+    assert frames[0]["type"] == "delta"
+    assert frames[-1] == {"type": "error", "error": shutting_down, "appended": None}
+    [answer] = answers
+    assert answer.status_code == 503
+    assert answer.json() == {"type": "error", "error": shutting_down, "appended": None}
+    assert "timeout graceful shutdown exceeded" not in first.log()  # ended, not cut
     second = start_svir(tmp_path / "second", replay.base_url, shared_url, lease_seconds=30)
     procs.append(second)
     api = Threads(second.base_url)
-    thread = api.get(tid)
-    # With a 30 s lease, only a lease given back on the way out explains a free thread now.
-    assert thread["message_count"] == 1 and thread["busy"] is False
+    for tid in (streamed, unstreamed):
+        thread = api.get(tid)
+        # With a 30 s lease, only a lease given back on the way out explains a free thread now.
+        assert thread["message_count"] == 1 and thread["busy"] is False
 
 
 def test_a_store_that_cannot_open_stops_startup_with_a_clear_message(

@@ -1,18 +1,34 @@
-"""A continue stream in this process (svir.testing.MockTransport as the upstream, the app driven
-as raw ASGI so that every message it sends is seen): the frames of one upstream read reach the
-server as one piece, as every other front end sends them (one write for a read of many events,
-not one per frame), and the last frame with the response's end, with the bytes the client reads
-unchanged."""
+"""Continue streams in this process (svir.testing.MockTransport as the upstream).
+
+The app driven as raw ASGI, so that every message it sends is seen: the frames of one upstream
+read reach the server as one piece, as every other front end sends them (one write for a read of
+many events, not one per frame), and the last frame with the response's end, with the bytes the
+client reads unchanged.
+
+And the thread API's errors that only a situation brings about, each from that situation, on
+SQLite and PostgreSQL: a continuation whose lease lapsed while its renewals failed and another
+continuation took the thread (409 `lease_lost`), and a database that fails under a running svir
+(503 `store_unavailable`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from svir.errors import Unavailable
+from svir.store import make_store
+from svir.store.base import SqlStore
 from svir.testing import MockRequest, MockResponse, sse
 from tests.support.asgi import post_raw
 from tests.support.inprocess import InProcess, serve
+from tests.threads.support import parse_frames
 
 CONFIG = """
 [[providers]]
@@ -128,3 +144,150 @@ async def test_an_error_in_the_read_ends_the_stream_after_its_frames(tmp_path: P
         # Nothing was appended to the thread.
         messages = (await svir.http.get(f"/v1/threads/{thread}")).json()["messages"]
         assert [m["role"] for m in messages] == ["user"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The errors a situation brings about, on both stores
+
+
+class Held:
+    """The upstream: `held` answers "partial", then holds its stream until `release` is set;
+    any other model answers "quick" at once. `asked` is set once `held` was asked."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __call__(self, request: MockRequest) -> MockResponse:
+        if request.model != "held":
+            return reads(
+                chunk({"role": "assistant", "content": "quick"}), chunk({}, "stop"), "[DONE]"
+            )
+        self.asked.set()
+        return MockResponse(body=self._held())
+
+    async def _held(self) -> AsyncIterator[bytes]:
+        yield b"".join(sse(chunk({"role": "assistant", "content": "partial"})))
+        await self.release.wait()
+        yield b"".join(sse(chunk({}, "stop"), "[DONE]"))
+
+
+@pytest.fixture
+async def held(tmp_path: Path, url: str) -> AsyncIterator[tuple[InProcess, Held]]:
+    upstream = Held()
+    # The least lease svir takes, so that a lapsed one lapses soon.
+    svir = InProcess(
+        tmp_path, CONFIG, upstream, store_url=url, store_fields="lease_seconds = 0.5\n"
+    )
+    await svir.start()
+    try:
+        yield svir, upstream
+    finally:
+        upstream.release.set()
+        await svir.stop()
+
+
+async def until(check: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def roles(svir: InProcess, thread: str) -> list[str]:
+    messages = (await svir.http.get(f"/v1/threads/{thread}")).json()["messages"]
+    return [m["role"] for m in messages]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_continuation_whose_lease_was_taken_over_ends_with_lease_lost(
+    held: tuple[InProcess, Held], monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    svir, upstream = held
+
+    async def stalled(self: SqlStore, thread_id: str, lease_id: str, *, ttl: float) -> str:
+        raise Unavailable("renewals stall")
+
+    # The first continuation's renewals fail: its lease lapses while its answer is still coming.
+    monkeypatch.setattr(SqlStore, "renew", stalled)
+    made = await svir.http.post("/v1/threads", json={"model": "up/held"})
+    thread = made.json()["id"]
+    await svir.http.post(f"/v1/threads/{thread}/messages", json={"content": "hi"})
+    first = asyncio.ensure_future(
+        svir.http.post(f"/v1/threads/{thread}/continue", json={"stream": stream})
+    )
+    try:
+        await asyncio.wait_for(upstream.asked.wait(), 30)
+
+        async def free() -> bool:
+            return (await svir.http.get(f"/v1/threads/{thread}")).json()["busy"] is False
+
+        await until(free, "the stalled continuation's lease never lapsed")
+        # Another continuation takes the thread and answers.
+        second = await svir.http.post(f"/v1/threads/{thread}/continue", json={"model": "up/quick"})
+        assert second.status_code == 200 and second.json()["type"] == "done", second.text
+    finally:
+        upstream.release.set()
+    r = await first
+    lost = {
+        "message": "The continuation lost its hold on the thread (its lease expired and another"
+        " continuation took it). Nothing was appended to the thread.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "lease_lost",
+    }
+    if stream:
+        assert r.status_code == 200  # the status went out with the first frame
+        frames = parse_frames(r.content)
+        assert frames[0] == {"type": "delta", "text": "partial"}
+        assert frames[-1] == {"type": "error", "error": lost, "appended": None}
+    else:
+        assert r.status_code == 409
+        assert r.json() == {"type": "error", "error": lost, "appended": None}
+    # Only the continuation that held the thread stored its answer.
+    messages = (await svir.http.get(f"/v1/threads/{thread}")).json()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["content"] == [{"type": "text", "text": "quick"}]
+
+
+async def test_a_failing_database_is_503_store_unavailable(
+    held: tuple[InProcess, Held], url: str
+) -> None:
+    svir, _ = held
+    made = await svir.http.post("/v1/threads", json={"model": "up/quick"})
+    thread = made.json()["id"]
+    await svir.http.post(f"/v1/threads/{thread}/messages", json={"content": "hi"})
+    # The database fails under svir: the table it reads is gone (as far as svir can tell).
+    outside = make_store(url)
+    assert isinstance(outside, SqlStore)
+    await outside.open()
+    try:
+        async with outside.transaction(write=True) as tx:
+            await tx.execute("ALTER TABLE threads RENAME TO threads_gone")
+        for method, path in [("GET", ""), ("GET", f"/{thread}"), ("POST", f"/{thread}/messages")]:
+            r = await svir.http.request(method, f"/v1/threads{path}", json={"content": "more"})
+            assert r.status_code == 503, (method, path, r.text)
+            error = r.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"}
+            assert (error["type"], error["code"]) == ("server_error", "store_unavailable")
+            assert error["message"].startswith("The thread store failed: ")
+        # A continuation answers with the error frame's object, in both modes.
+        for stream in (True, False):
+            r = await svir.http.post(f"/v1/threads/{thread}/continue", json={"stream": stream})
+            assert r.status_code == 503, r.text
+            body = r.json()
+            assert body["type"] == "error" and body["appended"] is None
+            assert body["error"]["code"] == "store_unavailable"
+        async with outside.transaction(write=True) as tx:
+            await tx.execute("ALTER TABLE threads_gone RENAME TO threads")
+    finally:
+        await outside.close()
+
+    # The database is back: the same requests are answered (a request may be sent again).
+    async def answered() -> bool:
+        return (await svir.http.get(f"/v1/threads/{thread}")).status_code == 200
+
+    await until(answered, "the thread store never came back")
+    r = await svir.http.post(f"/v1/threads/{thread}/continue", json={})
+    assert r.status_code == 200 and r.json()["type"] == "done"
+    assert await roles(svir, thread) == ["user", "assistant"]

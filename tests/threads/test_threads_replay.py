@@ -151,6 +151,29 @@ def test_pagination(svir: SvirProcess) -> None:
     assert [m["content"][0]["text"] for m in page["data"]] == ["m2"] and not page["has_more"]
 
 
+def test_an_after_not_in_the_list_is_400_invalid_cursor(svir: SvirProcess) -> None:
+    api, other = Threads(svir.base_url, "cursor-one"), Threads(svir.base_url, "cursor-two")
+    mine, theirs = user_thread(api), user_thread(other)
+    their_message = other.get(theirs)["messages"][0]["id"]
+    # Ids that exist, but in another key's list or another thread's, and one that never did.
+    for path, after in [
+        ("/threads", theirs),
+        ("/threads", "thread_nope"),
+        (f"/threads/{mine}/messages", their_message),
+        (f"/threads/{mine}/messages", "nope"),
+    ]:
+        r = api.http.get(path, params={"after": after})
+        assert r.status_code == 400, (path, after, r.text)
+        assert r.json() == {
+            "error": {
+                "message": f"after: {after!r} is not an id in this list",
+                "type": "invalid_request_error",
+                "param": "after",
+                "code": "invalid_cursor",
+            }
+        }
+
+
 # ---------------------------------------------------------------------------------------------
 # Continue: frames, storage, reasoning
 
