@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_CONTEXT",
     "DISCONNECT_WATCH",
+    "GRACEFUL_STOP_SECONDS",
     "RESPONSE_STATUS",
     "SEND_PIECE",
     "SERVER_STOPPING",
@@ -43,6 +44,10 @@ CALL_CONTEXT: Final = "svir.call"
 # last as long as the page that reads them (the console's live feed) end then, not at the
 # server's graceful timeout.
 SERVER_STOPPING: Final = "svir.server_stopping"
+
+# How long the server lets open responses run once it starts to stop, before it cancels them
+# (uvicorn's `timeout_graceful_shutdown`, set from this by svir.edges.server).
+GRACEFUL_STOP_SECONDS: Final = 5.0
 
 
 def call_context(scope: Scope) -> CallContext | None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from svir import __version__
+from svir.asgi import GRACEFUL_STOP_SECONDS
 from svir.config import MANAGED_KIND, Config, load_config
 from svir.edges.app import App
 from svir.policy.resilience import Timing
@@ -289,7 +290,7 @@ def run(
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",
-        "timeout_graceful_shutdown": 5,
+        "timeout_graceful_shutdown": GRACEFUL_STOP_SECONDS,
     }
     # Said once, by this process, also with workers.
     log.info(message, extra={"fields": fields, "banner": block})

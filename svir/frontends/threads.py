@@ -27,12 +27,13 @@ anonymous owner); any other token gets 404 for it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from svir.asgi import Receive, Scope, Send, header
+from svir.asgi import GRACEFUL_STOP_SECONDS, Receive, Scope, Send, header
 from svir.errors import GatewayError, ThreadError, request_error
 from svir.frontends.http import (
     ANONYMOUS,
@@ -57,6 +58,9 @@ __all__ = ["ANONYMOUS", "ThreadsAPI", "install", "owner_of"]
 log = logging.getLogger("svir.threads")
 
 PREFIX: Final = "/v1/threads"
+# How long before the server cancels the open responses a running continuation is ended, so that
+# its error frame is written and its lease given back first.
+_ABORT_BEFORE_CUT: Final = 1.0
 _STORE_CLOSED: Final = GatewayError(
     ClientError(503, "server_error", "store_unavailable", "The thread store is not open.")
 )
@@ -127,9 +131,15 @@ class ThreadsAPI:
         log.info("thread store open", extra={"fields": {"store": store.dialect}})
 
     def stopping(self) -> None:
-        # The server waits a grace period for open responses, then cuts them: a continuation
-        # still running ends now, its client told (503 server_shutting_down), its lease given
-        # back, rather than be cut without a word.
+        # A continuation gets the grace period every open response gets to finish (a drain);
+        # one still running just before the server cancels the open responses ends then, its
+        # client told (503 server_shutting_down) and its lease given back, rather than be cut
+        # without a word.
+        if self.service is not None:
+            delay = max(GRACEFUL_STOP_SECONDS - _ABORT_BEFORE_CUT, 0.0)
+            asyncio.get_running_loop().call_later(delay, self._abort_running)
+
+    def _abort_running(self) -> None:
         if self.service is not None:
             self.service.abort_running()
 

