@@ -22,6 +22,7 @@ import pytest
 
 from svir.edges.upstream import UpstreamClient
 from svir.testing import MockServer
+from svir.wire.proxy import ProxyURL, UnusableProxy
 from tests.support.inprocess import InProcess
 from tests.support.proxy import ForwardProxy, PrivateCA
 from tests.support.upstream import ScriptedUpstream
@@ -266,9 +267,11 @@ async def test_ssl_cert_file_is_the_default_trust(
     tmp_path: Path, ca: PrivateCA, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(ca.ca))
-    async with tls_upstream(ca) as up:
-        async with svir(tmp_path, provider(f"https://localhost:{up.port}/v1")) as app:
-            assert answer_text(await chat(app)) == "hello world"
+    async with (
+        tls_upstream(ca) as up,
+        svir(tmp_path, provider(f"https://localhost:{up.port}/v1")) as app,
+    ):
+        assert answer_text(await chat(app)) == "hello world"
 
 
 async def test_mtls_client_certificate(tmp_path: Path, ca: PrivateCA) -> None:
@@ -296,7 +299,9 @@ async def test_a_tunnel_serves_only_its_own_upstream(tmp_path: Path, ca: Private
                 for name in ("one", "two"):
                     r = await chat(app, model=f"{name}/ok")
                     assert answer_text(r) == "hello world"
-    assert sorted(proxy.connects) == sorted([f"upstream.test:{one.port}", f"upstream.test:{two.port}"])
+    assert sorted(proxy.connects) == sorted(
+        [f"upstream.test:{one.port}", f"upstream.test:{two.port}"]
+    )
     assert len(one.chat_requests) == 2 and len(two.chat_requests) == 2
 
 
@@ -344,3 +349,37 @@ async def test_streaming_through_the_tunnel_arrives_as_it_is_sent(
     assert "".join(w for w in words if w) == "w0 w1 w2 w3 w4 "
     assert proxy.connects == [f"upstream.test:{up.port}"]
 
+
+async def test_each_provider_sends_with_its_own_network(tmp_path: Path) -> None:
+    """Which proxy each provider's requests get, as the transport is handed it: the
+    environment's, none (`proxy = false`), its own, or `proxy_env`'s (an unset one fails
+    rather than going direct)."""
+    base = "https://api.corp/v1"
+    config = (
+        provider(base, name="env")
+        + provider(base, "proxy = false", name="off")
+        + provider(base, 'proxy = "http://own.corp:8080"', name="own")
+        + provider(base, 'proxy_env = "CORP_PROXY"', name="byenv")
+        + provider(base, 'proxy_env = "UNSET_PROXY"', name="unset")
+    )
+    env = {"HTTPS_PROXY": "http://env.corp:3128", "CORP_PROXY": "http://u:pw12345@vault:9"}
+    upstream = ScriptedUpstream()
+    app = InProcess(tmp_path, config, upstream, env)
+    await app.start()
+    try:
+        for name in ("env", "off", "own", "byenv", "unset"):
+            assert answer_text(await chat(app, model=f"{name}/ok")) == "hello world"
+    finally:
+        await app.stop()
+    chosen = []
+    for request in app.transport.requests:
+        assert request.network is not None
+        chosen.append(request.network.proxies.proxy_for("https", "api.corp", 443))
+    env_proxy, off, own, byenv, unset = chosen
+    assert env_proxy == ProxyURL("env.corp", 3128)
+    assert off is None
+    assert own == ProxyURL("own.corp", 8080)
+    assert (
+        isinstance(byenv, ProxyURL) and byenv.address == "vault:9" and byenv.password == "pw12345"
+    )
+    assert isinstance(unset, UnusableProxy) and "UNSET_PROXY is not set" in unset.reason

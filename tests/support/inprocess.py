@@ -40,6 +40,7 @@ class InProcess:
         config: str,
         handler: Callable[..., Any],
         environ: Mapping[str, str] | None = None,
+        *,
         config_file: Path | None = None,
         upstream_client: Transport | None = None,
     ) -> None:

@@ -88,9 +88,9 @@ class PrivateCA:
             .sign(ca_key, hashes.SHA256())
         )
 
-        def issue(name: str, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]) -> tuple[
-            bytes, bytes
-        ]:
+        def issue(
+            name: str, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]
+        ) -> tuple[bytes, bytes]:
             key = _key()
             builder = (
                 x509.CertificateBuilder()
@@ -239,7 +239,8 @@ class ForwardProxy:
         kept = [
             h
             for h in header_lines
-            if h and h.partition(":")[0].strip().lower() not in ("proxy-authorization", "connection")
+            if h
+            and h.partition(":")[0].strip().lower() not in ("proxy-authorization", "connection")
         ]
         forwarded = "\r\n".join([f"{method} {slash}{path} HTTP/1.1", *kept, "Connection: close"])
         up_writer.write(forwarded.encode("latin-1") + b"\r\n\r\n")
