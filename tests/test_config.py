@@ -582,3 +582,19 @@ def test_a_managed_provider_takes_no_proxy() -> None:
     )
     error = error_of(text)
     assert error.field == "providers[0].proxy" and "never through a proxy" in error.reason, error
+
+
+def test_proxy_passwords_are_hidden_from_logs() -> None:
+    from svir.log import hidden_values
+
+    config = parse_config(_tls_provider("https://api.corp/v1", 'proxy_env = "CORP_PROXY"'))
+    env = {
+        "HTTPS_PROXY": "http://svc:env-proxy-pass-1@proxy:3128",
+        "CORP_PROXY": "http://svc:own-proxy-pass-2@vault:9",
+        "http_proxy": "socks5://svc:unusable-pass-3@p:1080/",
+    }
+    config.hide_secrets(env)
+    hidden = hidden_values()
+    assert {"env-proxy-pass-1", "own-proxy-pass-2"} <= set(hidden)
+    # A URL svir cannot read is hidden whole: it may hold a password anywhere.
+    assert env["http_proxy"] in hidden
