@@ -24,7 +24,7 @@ from svir.errors import GatewayError, request_error
 from svir.log import hundredths
 from svir.providers import ProviderKind, build_upstream_body
 from svir.providers.adapt import answer_transform
-from svir.transport import StreamResponse, Transport
+from svir.transport import Network, StreamResponse, Transport
 from svir.wire.blobs import Blobs
 from svir.wire.classify import redact_error, to_client_error
 from svir.wire.completions import (
@@ -79,6 +79,8 @@ class Route:
     # For a server svir runs itself: stops the model's server now if no call is using it
     # (Ollama's `keep_alive: 0`); True if it was stopped.
     unload: Callable[[str], Awaitable[bool]] | None = None
+    # How the transport reaches the server (proxy, TLS); None: the transport's default.
+    network: Network | None = None
 
     @property
     def think_tags(self) -> bool:
@@ -497,7 +499,11 @@ class ChatCall:
             url = route.kind.chat_url(base, route.model_id, route.provider)
         try:
             self._resp = await self.client.open_stream(
-                url, headers=self.upstream_headers(), body=body, timeouts=route.timeouts
+                url,
+                headers=self.upstream_headers(),
+                body=body,
+                timeouts=route.timeouts,
+                network=route.network,
             )
         except UpstreamError as exc:
             self._raise(exc)

@@ -13,6 +13,7 @@ import difflib
 import math
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from svir.errors import ConfigError
 from svir.log import hide_in_logs
 from svir.providers import KINDS
 from svir.wire.errors import BaseURLError
+from svir.wire.proxy import ProxyURLError, parse_proxy_url
 
 __all__ = [
     "AuthConfig",
@@ -362,6 +364,18 @@ class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The models of this provider that embed (what /api/show calls the `embedding` capability);
     # a managed provider says it per model instead (`embeddings = true`).
     embedding_models: tuple[str, ...] = ()
+    # How svir reaches the server (docs/providers.md, "Behind a corporate proxy"): None takes the
+    # environment's proxy variables; a URL (http://host:port, no password) is this provider's
+    # proxy; false goes direct. `proxy_env` names a variable holding the proxy's URL with its
+    # credentials (a password does not go in the file).
+    proxy: str | bool | None = None
+    proxy_env: str | None = None
+    # TLS: a PEM bundle of the CAs that this server's certificate is checked against (in place of
+    # the default ones), and a client certificate (mTLS) with its key (or both in client_cert).
+    # Paths relative to the config file; after loading, absolute.
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
 
     def embeds(self, model_id: str) -> bool:
         """Whether the model embeds, as the config says: a managed model set `embeddings = true`,
@@ -406,9 +420,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def hide_secrets(self, environ: Mapping[str, str] | None = None) -> None:
         """Hide from every log line the secrets this config names that the environment holds
-        (provider keys, the admin key, the metrics token), whether or not they are used."""
+        (provider keys, proxy passwords, the admin key, the metrics token), whether or not they
+        are used."""
         for provider in self.providers:
             provider.api_key(environ)
+            if provider.proxy_env is not None:
+                _hide_proxy_password(environ, provider.proxy_env)
+        for var in _PROXY_VARIABLES:
+            _hide_proxy_password(environ, var)
         self.auth.admin_key(environ)
         self.auth.metrics_token(environ)
 
@@ -421,6 +440,26 @@ def _secret(environ: Mapping[str, str] | None, var: str | None) -> str | None:
     value = (os.environ if environ is None else environ).get(var) or None
     hide_in_logs(value)
     return value
+
+
+# The environment's proxy variables, whose URLs may carry a password (svir.wire.proxy).
+_PROXY_VARIABLES: Final = tuple(
+    v for name in ("https_proxy", "http_proxy", "all_proxy") for v in (name, name.upper())
+)
+
+
+def _hide_proxy_password(environ: Mapping[str, str] | None, var: str) -> None:
+    """Hide from logs the password of the proxy URL in `var`, and its Basic credentials."""
+    value = (os.environ if environ is None else environ).get(var)
+    if not value:
+        return
+    try:
+        proxy = parse_proxy_url(value)
+    except ProxyURLError:
+        hide_in_logs(value)  # unreadable: all of it, which may hold a password
+        return
+    if proxy.password is not None and proxy.authorization is not None:
+        hide_in_logs(proxy.password, proxy.authorization.removeprefix("Basic "))
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -770,6 +809,8 @@ def _checked_provider(
         if any(ch in value for ch in "\r\n\0"):
             raise fail(here, "the value must not contain line breaks or NUL")
 
+    tls = _checked_network(fail, at, provider, kind=kind.name, base_url=base_url, base_dir=base_dir)
+
     for key in ("connect", "first_byte", "idle"):
         seconds = getattr(provider.timeouts, key)
         if not math.isfinite(seconds) or seconds <= 0:
@@ -796,8 +837,109 @@ def _checked_provider(
         raise fail(f"{at}.response_format", "must be 'pass' or 'validate'")
 
     return msgspec.structs.replace(
-        provider, base_url=base_url, models=tuple(models), managed=managed
+        provider, base_url=base_url, models=tuple(models), managed=managed, **tls
     )
+
+
+def _checked_network(
+    fail: Callable[[str, str], ConfigError],
+    at: str,
+    provider: ProviderConfig,
+    *,
+    kind: str,
+    base_url: str,
+    base_dir: Path,
+) -> dict[str, str | None]:
+    """Check `proxy`, `proxy_env` and the TLS files; the TLS paths made absolute."""
+    proxy = provider.proxy
+    if kind == MANAGED_KIND:
+        for field in ("proxy", "proxy_env", "ca_file", "client_cert", "client_key"):
+            if getattr(provider, field) not in (None, False):
+                raise fail(
+                    f"{at}.{field}",
+                    f"kind {MANAGED_KIND!r} runs its servers on this machine (plain HTTP on"
+                    " loopback, never through a proxy); remove it",
+                )
+        return {}
+    if proxy is True:
+        raise fail(
+            f"{at}.proxy",
+            'write the proxy\'s URL (proxy = "http://proxy:3128"), or false to go direct'
+            " whatever the environment's proxy variables say",
+        )
+    if isinstance(proxy, str):
+        try:
+            parsed = parse_proxy_url(proxy)
+        except ProxyURLError as exc:
+            # The value is not shown: it may carry a password.
+            raise fail(f"{at}.proxy", f"{exc}; write it as http://host:port") from None
+        if parsed.password is not None:
+            raise fail(
+                f"{at}.proxy",
+                "a password does not go in the file: put the proxy's URL with its credentials"
+                " in an environment variable and name that variable in proxy_env",
+            )
+    if provider.proxy_env is not None:
+        if not _ENV_VAR.fullmatch(provider.proxy_env):
+            raise fail(
+                f"{at}.proxy_env",
+                "must be the name of an environment variable (letters, digits and '_') that"
+                " holds the proxy's URL, not the URL itself",
+            )
+        if proxy is not None:
+            raise fail(f"{at}.proxy_env", "set proxy or proxy_env, not both")
+
+    def path_of(field: str) -> str | None:
+        value = getattr(provider, field)
+        if value is None:
+            return None
+        if not value.strip():
+            raise fail(f"{at}.{field}", "must not be empty (remove the line for the default)")
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_file():
+            raise fail(
+                f"{at}.{field}",
+                f"no such file: {path} (paths are relative to the config file's directory)",
+            )
+        return str(path)
+
+    tls = {field: path_of(field) for field in ("ca_file", "client_cert", "client_key")}
+    if not any(tls.values()):
+        return tls
+    if not base_url.lower().startswith("https://"):
+        field = next(f for f, v in tls.items() if v)
+        raise fail(
+            f"{at}.{field}",
+            "applies to an https:// base_url, and this provider's is plain http://; use https://"
+            " or remove it",
+        )
+    if tls["client_key"] is not None and tls["client_cert"] is None:
+        raise fail(
+            f"{at}.client_key",
+            'needs client_cert, the certificate this key belongs to: add client_cert = "..."'
+            " (or remove client_key)",
+        )
+    # Loaded once here, so that a file that is not what it should be fails the config (and a
+    # reload keeps what runs) rather than every request.
+    try:
+        context = ssl.create_default_context(cafile=tls["ca_file"])
+    except (ssl.SSLError, ValueError) as exc:
+        raise fail(
+            f"{at}.ca_file",
+            f"is not a PEM bundle of CA certificates ({exc}); give the PEM file of the CA that"
+            " signed the server's certificate",
+        ) from None
+    if tls["client_cert"] is not None:
+        try:
+            context.load_cert_chain(tls["client_cert"], tls["client_key"])
+        except (ssl.SSLError, OSError) as exc:
+            raise fail(
+                f"{at}.client_cert",
+                f"cannot be loaded with its key ({exc}); give the PEM certificate in client_cert"
+                " and its unencrypted PEM key in client_key (or both in client_cert)",
+            ) from None
+    return tls
 
 
 def _base_dir(source: str | os.PathLike[str]) -> Path:

@@ -20,8 +20,20 @@ __all__ = ["LIVE_SERVER_FIELDS", "SERVER_IDENTITY", "ConfigDiff", "diff_configs"
 # The fields of a provider that say which server it is and how svir speaks to it: when one
 # changes, what svir learned of the old server (breakers, learned quirks, retry budget, listed
 # models) no longer holds. Any other field (timeouts, retry, breaker thresholds, models...) applies
-# to new calls and keeps that state.
-SERVER_IDENTITY: Final = ("kind", "base_url", "api_key_env", "api_version", "extra_headers")
+# to new calls and keeps that state. The way there (proxy, TLS trust, client certificate) counts:
+# what failed through a wrong proxy or CA says nothing of the server once they are fixed.
+SERVER_IDENTITY: Final = (
+    "kind",
+    "base_url",
+    "api_key_env",
+    "api_version",
+    "extra_headers",
+    "proxy",
+    "proxy_env",
+    "ca_file",
+    "client_cert",
+    "client_key",
+)
 # `[server]` fields a running svir takes at once; every other one is read once at start.
 LIVE_SERVER_FIELDS: Final = frozenset({"models_cache_ttl"})
 # Whole sections that apply live (besides [[providers]] and [[routes]]).

@@ -193,6 +193,7 @@ class EmbeddingCall:
                 timeout=route.timeouts.first_byte,
                 body=body,
                 limit=EMBEDDINGS_BODY_LIMIT,
+                network=route.network,
             )
         except UpstreamError as exc:
             self._raise(exc)

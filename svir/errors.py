@@ -23,6 +23,8 @@ The tree (`+` a class here, `-` one elsewhere that it relates to):
   + SchemaTooNew                 the database was migrated by a newer svir
 * H1Error                      the upstream connection failed or broke (the h1 client's own;
                                svir.edges.upstream turns it into an UpstreamError)
+  + ProxyError                   the proxy on the way could not be reached or refused the tunnel
+  + TLSSetupError                the upstream's certificate was refused, or svir's was
 * LlamaServerError             the managed llama.cpp server is missing, or did not start or stop
 
 The wire core's tree (sans-IO, in `svir.wire.errors`) sits beside this one, not under it:
@@ -61,9 +63,11 @@ __all__ = [
     "LlamaServerError",
     "NotFound",
     "OllamaError",
+    "ProxyError",
     "RequestError",
     "SchemaTooNew",
     "StoreError",
+    "TLSSetupError",
     "ThreadError",
     "Unavailable",
     "auth_error",
@@ -229,6 +233,26 @@ class H1Error(Exception):
     def __init__(self, message: str, *, connect: bool = False) -> None:
         super().__init__(message)
         self.connect = connect
+
+
+class ProxyError(H1Error):
+    """The proxy on the way to the upstream failed before the request reached the upstream: it
+    could not be reached, or refused the tunnel (`status`: its answer to CONNECT, None when there
+    was none). `proxy` is its host:port, never its credentials. A connect failure (`connect`):
+    retried as one."""
+
+    def __init__(self, message: str, *, proxy: str, status: int | None = None) -> None:
+        super().__init__(message, connect=True)
+        self.proxy = proxy
+        self.status = status
+
+
+class TLSSetupError(H1Error):
+    """The TLS handshake with the upstream failed on a certificate: the upstream's was not
+    trusted (no `ca_file` for its CA), or it refused svir's (mTLS: no `client_cert`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, connect=True)
 
 
 class LlamaServerError(RuntimeError):

@@ -32,6 +32,7 @@ import http
 import inspect
 import json
 import re
+import ssl as ssl_module
 import threading
 import time
 from collections.abc import (
@@ -55,6 +56,7 @@ from svir.transport import (
     ERROR_BODY_LIMIT,
     JSON_BODY_LIMIT,
     Headers,
+    Network,
     error_answer,
     error_body_timeout,
     first_byte_timeout,
@@ -87,6 +89,8 @@ class MockRequest:
     url: str
     headers: Mapping[str, str]  # looked up case-insensitively
     body: bytes
+    # The provider's network (proxy, TLS) the request was sent with; None: the default.
+    network: Network | None = None
 
     def json(self) -> Any:
         """The body's JSON (parsed once: a script may ask for it more than once)."""
@@ -247,9 +251,10 @@ class MockTransport:
         headers: Mapping[str, str],
         body: bytes | list[bytes | memoryview],
         timeouts: Timeouts,
+        network: Network | None = None,
     ) -> MockStream:
         data = body if isinstance(body, bytes) else b"".join(bytes(p) for p in body)
-        request = MockRequest("POST", url, Headers(list(headers.items())), data)
+        request = MockRequest("POST", url, Headers(list(headers.items())), data, network)
         try:
             async with asyncio.timeout(timeouts.first_byte):
                 response, answer_headers = await self._answer(request)
@@ -278,12 +283,13 @@ class MockTransport:
         timeout: float,
         body: bytes | None = None,
         limit: int = JSON_BODY_LIMIT,
+        network: Network | None = None,
     ) -> bytes:
         method = "GET" if body is None else "POST"
         try:
             async with asyncio.timeout(timeout):
                 response, answer_headers = await self._answer(
-                    MockRequest(method, url, Headers(list(headers.items())), body or b"")
+                    MockRequest(method, url, Headers(list(headers.items())), body or b"", network)
                 )
                 read = JSON_BODY_LIMIT if response.status >= 300 else limit + 1
                 answer = await _read(_chunks(response.body), read)
@@ -665,7 +671,8 @@ class _ServerCore(Generic[H]):
     """What `MockServer` and `MockServerThread` share: the listener, the records, the URLs.
 
     `framing` is how a chunk list is sent ("chunked" frames, or "length": joined, with a
-    Content-Length). A benchmark's upstream passes `record=False` (no records) and `memo=True`:
+    Content-Length). `ssl` serves it over TLS (an https upstream; `root_url` then says
+    https). A benchmark's upstream passes `record=False` (no records) and `memo=True`:
     a request the server has seen (the same method, target, body and keep-alive; bodies up to
     64 KiB) gets the bytes it was answered with, without the handler, whose whole answers must
     then depend on nothing else (streamed ones are asked for each time). That keeps the server
@@ -681,8 +688,10 @@ class _ServerCore(Generic[H]):
         framing: Literal["chunked", "length"] = "chunked",
         record: bool = True,
         memo: bool = False,
+        ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.handler = handler
+        self.ssl = ssl
         self.host = host
         self.port = port
         self.framing = framing
@@ -699,7 +708,8 @@ class _ServerCore(Generic[H]):
     @property
     def root_url(self) -> str:
         """The server without `/v1` (also the `azure_endpoint` of an Azure client)."""
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -758,7 +768,12 @@ class _ServerCore(Generic[H]):
         self._closing = False
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, backlog=2048, reuse_address=True
+            lambda: _Connection(self),
+            self.host,
+            self.port,
+            backlog=2048,
+            reuse_address=True,
+            ssl=self.ssl,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._root_url = self.root_url

@@ -12,22 +12,33 @@ client does.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
-from svir.config import Timeouts
+from svir.config import ProviderConfig, Timeouts
 from svir.wire.classify import classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.proxy import (
+    DIRECT,
+    ProxyRules,
+    ProxyURLError,
+    UnusableProxy,
+    explicit_proxy,
+    parse_proxy_url,
+)
 
 __all__ = [
     "ERROR_BODY_LIMIT",
     "ERROR_BODY_TIMEOUT",
     "JSON_BODY_LIMIT",
     "Headers",
+    "Network",
     "StreamResponse",
     "Transport",
     "error_answer",
     "first_byte_timeout",
     "idle_timeout",
+    "network_of",
     "too_large",
 ]
 
@@ -109,6 +120,50 @@ class Headers(Mapping[str, str]):
         return f"Headers({self._items!r})"
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Network:
+    """How the transport reaches one provider's server: the proxy rules its requests follow,
+    and the TLS trust and client certificate it uses (absolute paths; None: the defaults, which
+    `SSL_CERT_FILE` and `SSL_CERT_DIR` set). Compared by identity: one is made per provider each
+    time the routing is built (`network_of`), and the transport keeps what it derives from one
+    (its TLS context, each URL's proxy decision) for as long as that one is used."""
+
+    proxies: ProxyRules = DIRECT
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    # Who it is for, named in errors about the proxy or the TLS setup.
+    provider: str = ""
+
+
+def network_of(
+    provider: ProviderConfig, env_rules: ProxyRules, environ: Mapping[str, str]
+) -> Network:
+    """`provider`'s network: its own `proxy` (or `proxy_env`'s URL, either with the
+    environment's `no_proxy`), none for `proxy = false` and for a server svir runs itself (on
+    loopback), else the environment's rules (`svir.wire.proxy.rules_from_env`, read once for all
+    providers)."""
+    rules: ProxyRules
+    if provider.managed is not None or provider.proxy is False:
+        rules = DIRECT
+    elif isinstance(provider.proxy, str):
+        # Checked when loaded.
+        rules = explicit_proxy(parse_proxy_url(provider.proxy), env_rules.no_proxy)
+    elif provider.proxy_env is not None:
+        value = environ.get(provider.proxy_env) or ""
+        try:
+            rules = explicit_proxy(parse_proxy_url(value), env_rules.no_proxy)
+        except ProxyURLError as exc:
+            reason = "is not set" if not value.strip() else str(exc)
+            unusable = UnusableProxy(provider.proxy_env, f"proxy_env {provider.proxy_env} {reason}")
+            rules = explicit_proxy(unusable, env_rules.no_proxy)
+    else:
+        rules = env_rules
+    return Network(
+        rules, provider.ca_file, provider.client_cert, provider.client_key, provider.name
+    )
+
+
 class StreamResponse(Protocol):
     """An open, successful streamed response."""
 
@@ -133,7 +188,8 @@ class StreamResponse(Protocol):
 class Transport(Protocol):
     """Open a streamed POST, or fetch a JSON body of at most `limit` bytes (a GET, or a POST of
     `body`: llama.cpp's tokenizer, an embeddings request); failures are classified
-    UpstreamErrors, and a body past `limit` is one (PROTOCOL)."""
+    UpstreamErrors, and a body past `limit` is one (PROTOCOL). `network` is the provider's
+    (`Network`: proxy and TLS); None, the transport's default (the environment's proxies)."""
 
     async def open_stream(
         self,
@@ -142,6 +198,7 @@ class Transport(Protocol):
         headers: Mapping[str, str],
         body: bytes | list[bytes | memoryview],
         timeouts: Timeouts,
+        network: Network | None = None,
     ) -> StreamResponse: ...
 
     async def get_json_bytes(
@@ -152,6 +209,7 @@ class Transport(Protocol):
         timeout: float,
         body: bytes | None = None,
         limit: int = JSON_BODY_LIMIT,
+        network: Network | None = None,
     ) -> bytes: ...
 
     async def close(self) -> None: ...

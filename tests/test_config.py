@@ -501,3 +501,100 @@ def test_metrics_access_settings_are_checked() -> None:
     assert "tok-3n" not in str(error)  # it may be the token itself
     auth = parse_config('[auth]\nmetrics_token_env = "MY_TOKEN"\nmetrics_public = true\n').auth
     assert auth.metrics_token({"MY_TOKEN": "t0ken"}) == "t0ken" and auth.metrics_public
+
+
+# ---------------------------------------------------------------------------------------------
+# How svir reaches a provider: proxy, proxy_env, ca_file, client_cert, client_key
+
+
+def _tls_provider(base: str, extra: str) -> str:
+    return (
+        f'[[providers]]\nname = "corp"\nkind = "openai-compatible"\nbase_url = "{base}"\n{extra}\n'
+    )
+
+
+def _load_error(tmp_path: Path, text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    return info.value
+
+
+def test_network_fields_load_with_paths_from_the_config_file(tmp_path: Path) -> None:
+    from tests.support.proxy import PrivateCA
+
+    ca = PrivateCA(tmp_path / "pki")
+    extra = (
+        'proxy = "http://proxy.corp:3128"\nca_file = "pki/ca.pem"\n'
+        'client_cert = "pki/client_cert.pem"\nclient_key = "pki/client_key.pem"'
+    )
+    config = load_config(write(tmp_path, _tls_provider("https://api.corp/v1", extra)))
+    p = config.providers[0]
+    assert p.proxy == "http://proxy.corp:3128"
+    assert (p.ca_file, p.client_cert, p.client_key) == (
+        str(ca.ca),
+        str(ca.client_cert),
+        str(ca.client_key),
+    )
+    direct = parse_config(_tls_provider("https://api.corp/v1", "proxy = false"))
+    assert direct.providers[0].proxy is False
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "says"),
+    [
+        ('proxy = "socks5://p:1080"', "proxy", "http:// only"),
+        ('proxy = "http://p:99999"', "proxy", "write it as http://host:port"),
+        ("proxy = true", "proxy", "or false to go direct"),
+        ('proxy = "http://u:hunter22@p:3128"', "proxy", "name that variable in proxy_env"),
+        ('proxy_env = "http://p:3128"', "proxy_env", "name of an environment variable"),
+        ('proxy = "http://p:3128"\nproxy_env = "CORP_PROXY"', "proxy_env", "not both"),
+        ('ca_file = "missing.pem"', "ca_file", "no such file"),
+        ('ca_file = ""', "ca_file", "must not be empty"),
+        ('client_key = "svir.toml"', "client_key", "needs client_cert"),
+    ],
+)
+def test_network_field_errors(tmp_path: Path, extra: str, field: str, says: str) -> None:
+    error = _load_error(tmp_path, _tls_provider("https://api.corp/v1", extra))
+    assert error.field == f"providers[0].{field}", error
+    assert says in error.reason, error
+    assert str(tmp_path / "svir.toml") in str(error)
+    assert "hunter22" not in str(error)
+
+
+def test_tls_files_must_be_what_they_say(tmp_path: Path) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    error = _load_error(tmp_path, _tls_provider("https://api.corp/v1", 'ca_file = "junk.pem"'))
+    assert error.field == "providers[0].ca_file" and "PEM bundle" in error.reason, error
+    error = _load_error(tmp_path, _tls_provider("https://api.corp/v1", 'client_cert = "junk.pem"'))
+    assert error.field == "providers[0].client_cert" and "cannot be loaded" in error.reason
+
+
+def test_tls_files_need_an_https_base_url(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    error = _load_error(tmp_path, _tls_provider("http://api.corp/v1", 'ca_file = "ca.pem"'))
+    assert error.field == "providers[0].ca_file" and "https://" in error.reason, error
+
+
+def test_a_managed_provider_takes_no_proxy() -> None:
+    text = (
+        '[[providers]]\nname = "local"\nkind = "llamacpp-managed"\nproxy = "http://p:3128"\n'
+        '[providers.managed]\nmodels = { gemma = "pypi:gemma3-270m" }\n'
+    )
+    error = error_of(text)
+    assert error.field == "providers[0].proxy" and "never through a proxy" in error.reason, error
+
+
+def test_proxy_passwords_are_hidden_from_logs() -> None:
+    from svir.log import hidden_values
+
+    config = parse_config(_tls_provider("https://api.corp/v1", 'proxy_env = "CORP_PROXY"'))
+    env = {
+        "HTTPS_PROXY": "http://svc:env-proxy-pass-1@proxy:3128",
+        "CORP_PROXY": "http://svc:own-proxy-pass-2@vault:9",
+        "http_proxy": "socks5://svc:unusable-pass-3@p:1080/",
+    }
+    config.hide_secrets(env)
+    hidden = hidden_values()
+    assert {"env-proxy-pass-1", "own-proxy-pass-2"} <= set(hidden)
+    # A URL svir cannot read is hidden whole: it may hold a password anywhere.
+    assert env["http_proxy"] in hidden

@@ -28,7 +28,7 @@ from svir.config import CaptureConfig, Timeouts
 from svir.frontends.routes import Handler, Routes
 from svir.log import hidden_values
 from svir.store.captures import CaptureRecord, CaptureStore
-from svir.transport import JSON_BODY_LIMIT, StreamResponse, Transport
+from svir.transport import JSON_BODY_LIMIT, Network, StreamResponse, Transport
 from svir.wire.capture import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.wire.completions import is_completion
 from svir.wire.errors import UpstreamError
@@ -172,10 +172,13 @@ class CapturingTransport:
         headers: Mapping[str, str],
         body: bytes | list[bytes | memoryview],
         timeouts: Timeouts,
+        network: Network | None = None,
     ) -> StreamResponse:
         cap = _current.get()
         if cap is None:
-            return await self.inner.open_stream(url, headers=headers, body=body, timeouts=timeouts)
+            return await self.inner.open_stream(
+                url, headers=headers, body=body, timeouts=timeouts, network=network
+            )
         # Each attempt starts the upstream panes again: the last one is kept.
         cap.upstream_url = url
         cap.upstream_headers = list(headers.items())
@@ -185,7 +188,9 @@ class CapturingTransport:
         cap.upstream_stream = Pane(cap.limit, cap.margin)
         cap.upstream_status = None
         try:
-            resp = await self.inner.open_stream(url, headers=headers, body=body, timeouts=timeouts)
+            resp = await self.inner.open_stream(
+                url, headers=headers, body=body, timeouts=timeouts, network=network
+            )
         except UpstreamError as exc:
             cap.upstream_status = exc.status
             raise
@@ -200,9 +205,10 @@ class CapturingTransport:
         timeout: float,
         body: bytes | None = None,
         limit: int = JSON_BODY_LIMIT,
+        network: Network | None = None,
     ) -> bytes:
         return await self.inner.get_json_bytes(
-            url, headers=headers, timeout=timeout, body=body, limit=limit
+            url, headers=headers, timeout=timeout, body=body, limit=limit, network=network
         )
 
     async def close(self) -> None:

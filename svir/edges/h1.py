@@ -1,10 +1,12 @@
 """A minimal HTTP/1.1 client on asyncio protocols, with httptools' response parser.
 
 What svir's upstream calls need and no more: one request at a time per connection, keep-alive
-pooling per (scheme, host, port), bodies in pieces with a Content-Length, responses framed by
-Content-Length, chunked or connection close (httptools decodes the framing), gzip/deflate bodies
-decoded, TLS through `ssl`. It is cheaper per request than a general client: no request and
-response object graphs, no per-request timeout objects, one `write` per request.
+pooling per (scheme, host, port) and per proxy and TLS setup, bodies in pieces with a
+Content-Length, responses framed by Content-Length, chunked or connection close (httptools
+decodes the framing), gzip/deflate bodies decoded, TLS through `ssl`; through an HTTP proxy
+(svir.wire.proxy decides which): https in a CONNECT tunnel with TLS to the upstream inside it,
+http as absolute-form requests to the proxy. It is cheaper per request than a general client:
+no request and response object graphs, no per-request timeout objects, one `write` per request.
 
 Timeouts are the caller's (`asyncio.timeout` around `request`, an idle clock around `read`),
 except the connect timeout, applied here. A connection goes back to the pool when its response
@@ -18,23 +20,34 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import ssl
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 import httptools
 
-from svir.errors import H1Error
-from svir.transport import Headers, merge_header
+from svir.errors import H1Error, ProxyError, TLSSetupError
+from svir.transport import Headers, Network, merge_header
+from svir.wire.proxy import (
+    ConnectRefused,
+    ProxyURL,
+    UnusableProxy,
+    connect_request,
+    parse_connect_head,
+)
 
 HIGH_WATER: Final = 256 * 1024  # buffered body bytes before the socket stops being read
 MAX_IDLE_PER_HOST: Final = 256
 DRAIN_GRACE: Final = 2.0  # s a finished response's end is awaited before its connection is dropped
 
 
-Key = tuple[str, str, int]  # scheme, host, port
+# scheme, host, port; and for a connection through a proxy or with a provider's own TLS
+# context, that proxy (None: none) and that context.
+Key = tuple[str, str, int] | tuple[str, str, int, ProxyURL | None, ssl.SSLContext | None]
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
 
 
 class _Connection(asyncio.Protocol):
@@ -296,18 +309,110 @@ class H1Response:
         conn.drain(self._pool)
 
 
-class H1Pool:
-    """Keep-alive connections per (scheme, host, port); no limit on open connections."""
+class _Plan:
+    """How a request to one URL over one network is sent, worked out once (`H1Pool._plan`):
+    the pool key of its connections, its request line and Host header, where it connects and
+    whether through a proxy's tunnel."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    __slots__ = ("context", "head", "host", "key", "port", "proxy", "tunnel")
+
+    def __init__(
+        self,
+        key: Key,
+        head: bytes,
+        *,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+        proxy: ProxyURL | None,
+        tunnel: bool,
+    ) -> None:
+        self.key = key
+        self.head = head
+        self.host = host
+        self.port = port
+        self.context = context
+        self.proxy = proxy
+        self.tunnel = tunnel
+
+
+class _Tunnel(asyncio.Protocol):
+    """A proxy connection until its answer to CONNECT has come: `head` is done with the
+    status, or with the ConnectRefused or H1Error that ended it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.head: asyncio.Future[int] = loop.create_future()
+        self._data = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self.head.done():
+            return
+        self._data += data
+        try:
+            status = parse_connect_head(self._data)
+        except ConnectRefused as exc:
+            self.head.set_exception(exc)
+            return
+        if status is not None:
+            self.head.set_result(status)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.head.done():
+            reason = f": {exc}" if exc else ""
+            self.head.set_exception(H1Error(f"the proxy closed the connection{reason}"))
+
+
+class H1Pool:
+    """Keep-alive connections per (scheme, host, port, proxy, TLS context); no limit on open
+    connections. A request's `network` (svir.transport.Network) says which proxy and TLS setup
+    it takes; None: `default_network` (the environment's proxies, the default TLS trust)."""
+
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        default_network: Network | None = None,
+    ) -> None:
         self._idle: dict[Key, list[_Connection]] = {}
         self._ssl = ssl_context
-        self._heads: dict[tuple[str, str], tuple[Key, bytes, str]] = {}
+        self._default_network = default_network or Network()
+        self._plans: dict[tuple[str, str, Network | None], _Plan] = {}
+        # TLS contexts of the providers with their own CA or client certificate, by their files
+        # as they were when read (a file changed on disk makes another context on reload).
+        self._contexts: dict[tuple[object, ...], ssl.SSLContext] = {}
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()
         return self._ssl
+
+    def _context_for(self, network: Network) -> ssl.SSLContext:
+        """The TLS context of `network`: the default one, or one with its CA bundle (in place of
+        the default trust) and client certificate."""
+        files = (network.ca_file, network.client_cert, network.client_key)
+        if files == (None, None, None):
+            return self._ssl_context()
+        try:
+            key = tuple((f, os.stat(f).st_mtime_ns) if f else None for f in files)
+        except OSError as exc:
+            raise H1Error(
+                f"cannot read the TLS files of provider {network.provider!r}: {exc}", connect=True
+            ) from None
+        context = self._contexts.get(key)
+        if context is None:
+            try:
+                context = ssl.create_default_context(cafile=network.ca_file)
+                if network.client_cert is not None:
+                    context.load_cert_chain(network.client_cert, network.client_key)
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise H1Error(
+                    f"cannot load the TLS files of provider {network.provider!r}: {exc}",
+                    connect=True,
+                ) from None
+            if len(self._contexts) >= 64:
+                self._contexts.clear()
+            self._contexts[key] = context
+        return context
 
     def put(self, conn: _Connection) -> None:
         idle = self._idle.setdefault(conn.key, [])
@@ -316,9 +421,10 @@ class H1Pool:
         elif conn.transport is not None:
             conn.transport.close()
 
-    def _target(self, method: str, url: str) -> tuple[Key, bytes, str]:
-        """(pool key, request line and Host header, host) for `url`; cached."""
-        cached = self._heads.get((method, url))
+    def _target(self, method: str, url: str, network: Network | None = None) -> _Plan:
+        """How a request to `url` over `network` goes (pool key, request line and Host header,
+        where to connect); cached."""
+        cached = self._plans.get((method, url, network))
         if cached is not None:
             return cached
         parts = urlsplit(url)
@@ -334,29 +440,121 @@ class H1Pool:
         host_header = host if ":" not in host else f"[{host}]"
         if not default:
             host_header += f":{port}"
-        head = f"{method} {target} HTTP/1.1\r\nHost: {host_header}\r\n".encode("latin-1")
-        found = ((scheme, host, port), head, host)
-        if len(self._heads) < 1024:
-            self._heads[(method, url)] = found
-        return found
+        net = network or self._default_network
+        proxy = net.proxies.proxy_for(scheme, host, port)
+        if isinstance(proxy, UnusableProxy):
+            raise ProxyError(
+                f"{proxy.reason}, so svir cannot reach {host_header} (svir does not go around a"
+                " proxy it was given)",
+                proxy=proxy.source,
+            )
+        context = self._context_for(net) if scheme == "https" else None
+        key: Key = (scheme, host, port)
+        request_target = target
+        extra = ""
+        if proxy is not None:
+            key = (scheme, host, port, proxy, context)
+            if scheme == "http":
+                # A plain request goes to the proxy in absolute form, as forward proxies take
+                # it; a CONNECT tunnel to any port but 443 is refused by Squid's defaults.
+                request_target = f"http://{host_header}{target}"
+                if proxy.authorization is not None:
+                    extra = f"Proxy-Authorization: {proxy.authorization}\r\n"
+        elif context is not None and context is not self._ssl:
+            key = (scheme, host, port, None, context)
+        head = f"{method} {request_target} HTTP/1.1\r\nHost: {host_header}\r\n{extra}"
+        plan = _Plan(
+            key,
+            head.encode("latin-1"),
+            host=host,
+            port=port,
+            context=context,
+            proxy=proxy,
+            tunnel=proxy is not None and scheme == "https",
+        )
+        if len(self._plans) >= 1024:
+            self._plans.clear()
+        self._plans[(method, url, network)] = plan
+        return plan
 
-    async def _connect(self, key: Key, host: str, timeout: float) -> _Connection:
+    async def _connect(self, plan: _Plan, timeout: float) -> _Connection:
         loop = asyncio.get_running_loop()
-        scheme, _, port = key
-        context = self._ssl_context() if scheme == "https" else None
+        key, context, proxy = plan.key, plan.context, plan.proxy
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(key, loop),
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=host if context is not None else None,
-                )
+                if proxy is None:
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(key, loop),
+                        plan.host,
+                        plan.port,
+                        ssl=context,
+                        server_hostname=plan.host if context is not None else None,
+                    )
+                elif not plan.tunnel:
+                    _, conn = await self._to_proxy(lambda: _Connection(key, loop), proxy)
+                else:
+                    conn = await self._tunnel(plan, proxy, loop)
         except TimeoutError:
-            raise H1Error(f"connect timed out after {timeout:g} s", connect=True) from None
+            what = f"the proxy {proxy.address} " if proxy is not None else ""
+            message = f"connect {'through ' + what if what else ''}timed out after {timeout:g} s"
+            if proxy is not None:
+                raise ProxyError(message, proxy=proxy.address) from None
+            raise H1Error(message, connect=True) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise TLSSetupError(
+                f"the upstream's TLS certificate is not trusted ({exc.verify_message}): give the"
+                " provider the CA that signed it as ca_file, or set SSL_CERT_FILE"
+            ) from None
+        except ssl.SSLError as exc:
+            raise TLSSetupError(f"TLS handshake failed: {exc.reason or exc}") from None
         except OSError as exc:
             raise H1Error(str(exc) or type(exc).__name__, connect=True) from None
+        return conn
+
+    async def _to_proxy(
+        self, factory: Callable[[], _P], proxy: ProxyURL
+    ) -> tuple[asyncio.BaseTransport, _P]:
+        """A TCP connection to `proxy` (a ProxyError if it cannot be made)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.create_connection(factory, proxy.host, proxy.port)
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise ProxyError(
+                f"cannot connect to the proxy {proxy.address}: {reason}", proxy=proxy.address
+            ) from None
+
+    async def _tunnel(
+        self, plan: _Plan, proxy: ProxyURL, loop: asyncio.AbstractEventLoop
+    ) -> _Connection:
+        """A connection to `plan`'s upstream through a CONNECT tunnel of `proxy`, with TLS
+        inside it, checked against the upstream's name (not the proxy's)."""
+        transport, tunnel = await self._to_proxy(lambda: _Tunnel(loop), proxy)
+        assert isinstance(transport, asyncio.Transport)
+        try:
+            transport.write(connect_request(plan.host, plan.port, proxy.authorization))
+            try:
+                await tunnel.head
+            except ConnectRefused as exc:
+                authority = f"{plan.host}:{plan.port}"
+                raise ProxyError(
+                    f"the proxy {proxy.address} refused the tunnel to {authority}: {exc}",
+                    proxy=proxy.address,
+                    status=exc.status or None,
+                ) from None
+            except H1Error as exc:
+                raise ProxyError(
+                    f"the proxy {proxy.address} failed: {exc}", proxy=proxy.address
+                ) from None
+            conn = _Connection(plan.key, loop)
+            assert plan.context is not None
+            tls = await loop.start_tls(transport, conn, plan.context, server_hostname=plan.host)
+            if tls is None:
+                raise H1Error("TLS through the proxy's tunnel did not start", connect=True)
+        except BaseException:
+            transport.close()
+            raise
+        conn.connection_made(tls)
         return conn
 
     async def request(
@@ -367,9 +565,12 @@ class H1Pool:
         headers: Mapping[str, str],
         body: bytes | Sequence[bytes | memoryview] = b"",
         connect_timeout: float = 10.0,
+        network: Network | None = None,
     ) -> H1Response:
-        """Send a request and wait for its response's status and headers."""
-        key, head, host = self._target(method, url)
+        """Send a request and wait for its response's status and headers; `network` is the
+        provider's proxy and TLS setup (None: the pool's default)."""
+        plan = self._target(method, url, network)
+        key, head = plan.key, plan.head
         if isinstance(body, bytes | bytearray | memoryview):
             pieces, length = [body], len(body)
         else:
@@ -394,7 +595,7 @@ class H1Pool:
                 if not conn.reusable:
                     continue
             else:
-                conn = await self._connect(key, host, connect_timeout)
+                conn = await self._connect(plan, connect_timeout)
             conn.start()
             transport = conn.transport
             assert transport is not None
@@ -407,11 +608,19 @@ class H1Pool:
                     if conn.error is not None:
                         raise conn.error
                     await conn.wait()
-            except H1Error:
+            except H1Error as exc:
                 # A pooled connection the server had already closed: try once more, anew.
                 if reused and not conn.headers_done and not conn.chunks:
                     idle = None
                     continue
+                if plan.context is not None and conn.lost and not conn.headers_done:
+                    # TLS 1.3 checks the client's certificate after the handshake: a server
+                    # that refuses it closes the connection, often without saying why.
+                    raise H1Error(
+                        f"{exc} before answering (a server that requires a client certificate"
+                        " closes the connection when it gets none, or one it does not accept:"
+                        " see the provider's client_cert and client_key)"
+                    ) from None
                 raise
             except BaseException:
                 transport.close()

@@ -9,16 +9,18 @@ the caller stops reading, so that a client who went away stops the generation up
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from svir.config import Timeouts
 from svir.edges.h1 import H1Pool, H1Response
-from svir.errors import H1Error
+from svir.errors import H1Error, ProxyError
 from svir.transport import (
     ERROR_BODY_LIMIT,
     JSON_BODY_LIMIT,
+    Network,
     error_answer,
     error_body_timeout,
     first_byte_timeout,
@@ -27,6 +29,7 @@ from svir.transport import (
 )
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.proxy import rules_from_env
 
 
 async def read_limited(resp: H1Response, limit: int) -> bytes:
@@ -166,21 +169,41 @@ class UpstreamResponse:
         self._resp.finish()
 
 
+def connect_failure(exc: H1Error, what: str) -> UpstreamError:
+    """The classified error of a request that never reached the upstream (TRANSIENT, retried):
+    the proxy's failure says it was the proxy's, and names it (`details["proxy"]`)."""
+    if isinstance(exc, ProxyError):
+        details: dict[str, Any] = {"proxy": exc.proxy}
+        if exc.status is not None:
+            details["proxy_status"] = exc.status
+        return UpstreamError(ErrorKind.TRANSIENT, str(exc), details=details)
+    return UpstreamError(ErrorKind.TRANSIENT, f"{what}: {exc}")
+
+
 class UpstreamClient:
     """One connection pool for all upstreams (svir.edges.h1: keep-alive, no limit by default).
 
     `clock` is the wall clock (unix time) an error's `Retry-After` date is read against.
+    `environ` (default the process's) gives the proxy variables of a request sent without a
+    provider's network.
     """
 
-    def __init__(self, *, limit: int = 0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int = 0,
+        clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._limit = limit  # kept for the interface; the pool does not cap connections
         self._pool: H1Pool | None = None
         self._clock = clock
+        self._default = Network(rules_from_env(os.environ if environ is None else environ))
 
     @property
     def pool(self) -> H1Pool:
         if self._pool is None:
-            self._pool = H1Pool()
+            self._pool = H1Pool(default_network=self._default)
         return self._pool
 
     async def close(self) -> None:
@@ -195,6 +218,7 @@ class UpstreamClient:
         headers: Mapping[str, str],
         body: bytes | list[bytes | memoryview],
         timeouts: Timeouts,
+        network: Network | None = None,
     ) -> UpstreamResponse:
         """POST a streamed request; return the open response, or raise a classified error.
 
@@ -206,7 +230,12 @@ class UpstreamClient:
         deadline = _Deadline(timeouts.first_byte)
         try:
             resp = await self.pool.request(
-                "POST", url, headers=headers, body=body, connect_timeout=timeouts.connect
+                "POST",
+                url,
+                headers=headers,
+                body=body,
+                connect_timeout=timeouts.connect,
+                network=network,
             )
         except asyncio.CancelledError:
             if deadline.expired_here():
@@ -214,9 +243,7 @@ class UpstreamClient:
             raise
         except H1Error as exc:
             if exc.connect:
-                raise UpstreamError(
-                    ErrorKind.TRANSIENT, f"cannot connect to upstream: {exc}"
-                ) from None
+                raise connect_failure(exc, "cannot connect to upstream") from None
             raise UpstreamError(ErrorKind.TRANSIENT, f"upstream request failed: {exc}") from None
         except OSError as exc:
             raise UpstreamError(
@@ -240,6 +267,7 @@ class UpstreamClient:
         timeout: float,
         body: bytes | None = None,
         limit: int = JSON_BODY_LIMIT,
+        network: Network | None = None,
     ) -> bytes:
         """A small GET (model lists), or POST of `body`: the answer's body, or a classified
         error."""
@@ -248,7 +276,12 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(timeout):
                 resp = await self.pool.request(
-                    method, url, headers=headers, body=body or b"", connect_timeout=timeout
+                    method,
+                    url,
+                    headers=headers,
+                    body=body or b"",
+                    connect_timeout=timeout,
+                    network=network,
                 )
                 if resp.status >= 300:
                     answer = await read_limited(resp, JSON_BODY_LIMIT)
@@ -259,7 +292,9 @@ class UpstreamClient:
                 return answer
         except TimeoutError:
             raise UpstreamError(ErrorKind.TIMEOUT, f"no answer within {timeout:g} s") from None
-        except (H1Error, OSError) as exc:
+        except H1Error as exc:
+            raise connect_failure(exc, "request failed") from None
+        except OSError as exc:
             raise UpstreamError(ErrorKind.TRANSIENT, f"request failed: {exc}") from None
         finally:
             if resp is not None:

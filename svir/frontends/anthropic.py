@@ -223,6 +223,7 @@ class AnthropicMessages:
                 headers=headers,
                 timeout=timeout,
                 body=msgspec.json.encode(template),
+                network=route.network,
             )
             prompt = msgspec.json.decode(answer)["prompt"]
             answer = await fetch(
@@ -230,6 +231,7 @@ class AnthropicMessages:
                 headers=headers,
                 timeout=timeout,
                 body=msgspec.json.encode({"content": prompt, "add_special": True}),
+                network=route.network,
             )
             tokens = msgspec.json.decode(answer)["tokens"]
         except (UpstreamError, BodyError, msgspec.DecodeError, KeyError, TypeError):

@@ -25,6 +25,7 @@ from svir.chat import Route
 from svir.errors import GatewayError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
+from svir.transport import Network
 from svir.wire.classify import to_client_error
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.model_meta import ModelFacts, ServerProps, parse_props, quantization_level
@@ -239,12 +240,15 @@ class Catalog:
         try:
             props = parse_props(
                 await self.router.client.get_json_bytes(
-                    base + "/props", headers=headers, timeout=FETCH_TIMEOUT
+                    base + "/props", headers=headers, timeout=FETCH_TIMEOUT, network=route.network
                 )
             )
             listed = parse_model_list(
                 await self.router.client.get_json_bytes(
-                    base + "/v1/models", headers=headers, timeout=FETCH_TIMEOUT
+                    base + "/v1/models",
+                    headers=headers,
+                    timeout=FETCH_TIMEOUT,
+                    network=route.network,
                 )
             )
             info = next((i for i in listed if i.id == route.model_id), None) or (
@@ -256,11 +260,11 @@ class Catalog:
                 extra={"fields": {"model": key, "error": str(exc)}},
             )
             expires = now + min(FAILED_RETRY, self.ttl)
-        infill = await self._infill(base, headers) if insert else None
+        infill = await self._infill(base, headers, route.network) if insert else None
         self._server[key] = _ServerSays(expires, base, props, info, infill)
         return props, info, infill
 
-    async def _infill(self, base: str, headers: dict[str, str]) -> bool:
+    async def _infill(self, base: str, headers: dict[str, str], network: Network | None) -> bool:
         """Whether llama.cpp's `/infill` takes a request for the loaded model: it refuses (501)
         a model without fill-in-the-middle tokens. The request generates nothing."""
         body = b'{"input_prefix": "", "input_suffix": "", "n_predict": 0}'
@@ -270,6 +274,7 @@ class Catalog:
                 headers={**headers, "content-type": "application/json"},
                 timeout=FETCH_TIMEOUT,
                 body=body,
+                network=network,
             )
         except UpstreamError:
             return False

@@ -25,9 +25,10 @@ from svir.config import Config, ProviderConfig, RouteConfig, Timeouts
 from svir.errors import RequestError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
-from svir.transport import Transport
+from svir.transport import Network, Transport, network_of
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.models import ModelInfo, clean_model_id, is_chat_model, parse_model_list
+from svir.wire.proxy import rules_from_env
 
 log = logging.getLogger("svir.routing")
 
@@ -49,6 +50,7 @@ class Provider:
     ensure: Callable[[str], Awaitable[str]] | None = None
     release: Callable[[str], None] | None = None
     unload: Callable[[str], Awaitable[bool]] | None = None
+    network: Network | None = None
 
 
 # A managed provider's ensure, release and unload (`Router.set_ensure`).
@@ -80,6 +82,8 @@ class RoutingTable:
         """The table of `config`; `hooks` are the ensure/release/unload of providers whose
         servers svir runs (by provider name, see `Router.set_ensure`)."""
         providers: dict[str, Provider] = {}
+        # Read once: every provider that follows the environment's proxies shares these.
+        env_rules = rules_from_env(environ)
         for p in config.providers:
             ensure, release, unload = (hooks or {}).get(p.name, (None, None, None))
             providers[p.name] = Provider(
@@ -91,6 +95,7 @@ class RoutingTable:
                 ensure=ensure,
                 release=release,
                 unload=unload,
+                network=network_of(p, env_rules, environ),
             )
         named = {m for p in config.providers for m in (f"{p.name}/{i}" for i in p.models)}
         for r in config.routes:
@@ -232,6 +237,7 @@ class Router:
             ensure=provider.ensure,
             release=provider.release,
             unload=provider.unload,
+            network=provider.network,
         )
 
     async def models(self) -> list[tuple[str, str]]:
@@ -259,6 +265,7 @@ class Router:
                     if provider.api_key
                     else {},
                     timeout=DISCOVERY_TIMEOUT,
+                    network=provider.network,
                 )
                 if not self._current(provider):
                     return ids  # the config changed meanwhile: what this server said is moot

@@ -19,6 +19,7 @@ from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.policy.resilience import Timing
 from svir.testing import MockTransport
+from svir.transport import Transport
 from tests.support.asgi import Lifespan
 
 __all__ = ["InProcess", "serve"]
@@ -30,7 +31,8 @@ class InProcess:
     `slept` records every wait the policy asked for; `now` is its clock, for a test to move.
     With `config_file`, the config is written there and read from it, and the app reloads that
     file (svir.edges.reload) when asked. `store_url` is the store instead of a SQLite file in
-    `tmp`, and `store_fields` more `[store]` lines.
+    `tmp`, and `store_fields` more `[store]` lines. `upstream_client`, given, is the app's
+    transport in place of the MockTransport (the real client, for tests of the network below it).
     """
 
     def __init__(
@@ -39,10 +41,11 @@ class InProcess:
         config: str,
         handler: Callable[..., Any],
         environ: Mapping[str, str] | None = None,
-        config_file: Path | None = None,
         *,
+        config_file: Path | None = None,
         store_url: str | None = None,
         store_fields: str = "",
+        upstream_client: Transport | None = None,
     ) -> None:
         self.transport = MockTransport(handler)
         url = store_url or f"sqlite:///{tmp / 'svir.db'}"
@@ -55,7 +58,7 @@ class InProcess:
         self.app: App = build_app(
             load_config(config_file) if config_file is not None else parse_config(text),
             dict(environ or {}),
-            transport=self.transport,
+            transport=upstream_client or self.transport,
             timing=timing,
             source=str(config_file) if config_file is not None else None,
         )
