@@ -161,7 +161,8 @@ def test_prerequisites_missing_are_named(tmp_path: Path) -> None:
 def fake_uv(tmp_path: Path) -> str:
     """A `uv` whose `uv cache dir` names tmp_path/uv-cache, as prerequisites.sh asks it."""
     uv = tmp_path / "fake-uv"
-    uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo "{tmp_path / 'uv-cache'}"\n')
+    cache = tmp_path / "uv-cache"
+    uv.write_text(f'#!/bin/sh\n[ "$1 $2" = "cache dir" ] && echo "{cache}"\n')
     uv.chmod(0o755)
     return str(uv)
 
