@@ -84,6 +84,44 @@ def agent_dirs(tmp_path: Path) -> tuple[Path, Path]:
     return work, home
 
 
+# The `external` marker (pyproject.toml): a test that starts a process outside pytest. `make
+# test-fast` (`pytest -m "not external"`) runs the others, the in-process ones, in a few minutes. A
+# module whose every test starts one says so itself (`pytestmark = pytest.mark.external`), a test
+# among in-process ones with `@pytest.mark.external`; a fixture that starts one is listed here, and
+# every test that uses it, directly or through another fixture, is marked. Each is named by the
+# file that defines it: a name alone is not enough (`svir` is a process in some modules and an app
+# in process in others). tests/test_suite_rules.py checks that each entry still names a fixture.
+PROCESS_FIXTURES: dict[str, str] = {
+    "tests/conftest.py::llama_server": "the real llama-server of the session",
+    "tests/conftest.py::llama_server_small_ctx": "the session's second llama-server, 256 tokens",
+    "tests/cli/conftest.py::svir_replay": "`svir serve` over the replay server, per module",
+    "tests/cli/conftest.py::svir_llama": "`svir serve` over the real llama-server, per module",
+    "tests/test_gateway_replay.py::svir": "`svir serve` over the replay server, for the SDK tests",
+    "tests/test_server_limits.py::timeouts": "`svir serve` with short connection timeouts",
+    "tests/test_server_limits.py::sizes": "`svir serve` with small head limits",
+    "tests/test_llama_server.py::own_server": "a llama-server of the test's own, which it stops",
+}
+
+
+def fixture_key(fixturedef: pytest.FixtureDef[object]) -> str:
+    """A fixture as PROCESS_FIXTURES names it: the file that defines it, then its name."""
+    return f"{fixturedef.func.__module__.replace('.', '/')}.py::{fixturedef.argname}"
+
+
+# First, so that `-m` deselects by the marks given here.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        # pytest's own record of a test function's fixtures (the one pytest-asyncio reads too):
+        # for each name in the closure, the definitions it sees, the one it uses last.
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        used = {fixture_key(defs[-1]) for defs in info.name2fixturedefs.values() if defs}
+        if not used.isdisjoint(PROCESS_FIXTURES):
+            item.add_marker(pytest.mark.external)
+
+
 # A skipped (or expected-to-fail) test fails the run: the suite's components are all installed by
 # `make test`, so a skip can only hide a test that did not run in a run that looks green.
 _not_run: list[str] = []

@@ -13,6 +13,9 @@ import pytest
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream, status_model
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 SCHEMA = {
     "type": "json_schema",
     "json_schema": {

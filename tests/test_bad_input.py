@@ -633,6 +633,7 @@ def assert_no_path(message: str, *paths: Path | str) -> None:
     assert not _PATH.search(message), message
 
 
+@pytest.mark.external
 async def test_a_managed_model_that_does_not_start_names_no_file(
     managed_app: tuple[App, Path],
 ) -> None:
@@ -701,6 +702,7 @@ async def test_an_unknown_model_of_a_managed_provider_is_a_404_for_threads(
 # Through a real `svir serve` (uvicorn): what the issue saw was uvicorn's own text/plain 500.
 
 
+@pytest.mark.external
 def test_svir_serve_answers_bad_bodies_with_json_and_stays_up(
     replay: ScriptedServer, tmp_path: Path
 ) -> None:

@@ -547,6 +547,7 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 
 
+@pytest.mark.external
 async def test_a_managed_model_loading_slowly_gets_the_head_and_keep_alives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,9 @@ import pytest
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import LLAMA_CPP_MODELS, ScriptedServer, ScriptedUpstream
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_PATH = LLAMA_CPP_MODELS["data"][0]["id"]  # /models/muse-glimmer-30b-q4_k_m.gguf
 UNSET_KEY = "SVIR_TEST_FIRST_RUN_UNSET_KEY"

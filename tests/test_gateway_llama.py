@@ -17,6 +17,9 @@ import pytest
 from svir.edges.llama_server import LlamaServer
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 WEATHER_TOOL = {
     "type": "function",
     "function": {

@@ -495,6 +495,7 @@ def test_stop_ends_the_process(own_server: LlamaServer) -> None:
     assert own_server.stop() == code  # idempotent
 
 
+@pytest.mark.external
 def test_context_manager_stops_the_server(tmp_path: Path) -> None:
     with LlamaServer.start(find_llama_server(), ensure_gemma_model(), ctx=512) as server:
         server.wait_healthy(timeout=60)
@@ -506,6 +507,7 @@ def test_context_manager_stops_the_server(tmp_path: Path) -> None:
     assert not server.log_path.exists()  # ...that went with it
 
 
+@pytest.mark.external
 def test_wait_healthy_fails_fast_when_the_server_exits(tmp_path: Path) -> None:
     not_a_model = tmp_path / "broken.gguf"
     not_a_model.write_bytes(b"this is not a GGUF file")
@@ -543,6 +545,7 @@ def test_stop_ends_a_server_with_a_stream_under_way(own_server: LlamaServer) -> 
     assert stopped_after < 10
 
 
+@pytest.mark.external
 def test_server_dies_with_its_owner(tmp_path: Path) -> None:
     # The owner is killed outright (no stop(), no finalizer): the kernel ends the server.
     script = (

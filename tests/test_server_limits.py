@@ -260,6 +260,7 @@ def test_a_head_over_max_header_fields_gets_431_and_the_connection_closes(
     assert is_refusal(raw, 431, "request_header_fields_too_large"), raw
 
 
+@pytest.mark.external
 def test_workers_have_the_limits(tmp_path: Path) -> None:
     # Each worker is a new interpreter that gets the protocol, and its limits, pickled.
     with SvirProcess(SIZES, tmp_path, args=["--workers", "2"]) as proc:
@@ -299,6 +300,7 @@ def answered(proc: SvirProcess, deadline: float) -> socket.socket:
     pytest.fail(f"no connection was answered within {PATIENCE} s")
 
 
+@pytest.mark.external
 def test_connections_past_max_connections_are_refused_until_one_closes(tmp_path: Path) -> None:
     with SvirProcess(CAPPED, tmp_path) as proc:
         deadline = time.monotonic() + PATIENCE
@@ -344,6 +346,7 @@ def test_a_bad_limit_is_a_config_error_naming_it(line: str, field: str) -> None:
     assert str(caught.value).startswith(f"svir.toml: {field}: must be")
 
 
+@pytest.mark.external
 def test_the_open_files_limit_is_raised_to_fit_max_connections() -> None:
     # In a child: the test process's own limit is left alone.
     script = """

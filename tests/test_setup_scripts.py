@@ -14,9 +14,13 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from tests.keys.support import PG_DSN
 from tests.support.svir_proc import free_port
+
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
 
 ROOT = Path(__file__).resolve().parent.parent
 BASH = shutil.which("bash") or "/bin/bash"

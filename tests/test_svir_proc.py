@@ -10,6 +10,9 @@ import pytest
 
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 
 def test_a_svir_that_is_not_healthy_in_time_is_stopped(tmp_path: Path) -> None:
     svir = SvirProcess(None, tmp_path)

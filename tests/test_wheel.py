@@ -31,8 +31,9 @@ TEMPLATE = "svir/templates/gemma3-tools.jinja"
 CONSOLE_UI = "svir/console/ui"
 # Installs take minutes on a loaded machine, and pip may go to its index.
 INSTALL_TIMEOUT = 1200
-# The module's fixture builds and installs the wheel, timed into its first test.
-pytestmark = pytest.mark.timeout(3 * INSTALL_TIMEOUT)
+# The module's fixture builds and installs the wheel, timed into its first test; the builds and
+# the installed svir are processes outside pytest: not in `make test-fast`.
+pytestmark = [pytest.mark.timeout(3 * INSTALL_TIMEOUT), pytest.mark.external]
 
 
 def run(argv: list[str], *, cwd: Path, timeout: float = INSTALL_TIMEOUT) -> str:

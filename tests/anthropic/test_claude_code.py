@@ -23,6 +23,9 @@ from tests.anthropic.agent_model import FINAL, TOOL, AgentModel
 from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
 from tests.support.svir_proc import SvirProcess, free_port
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 MAIN_MODEL = "claude-sonnet-4-5"
 SMALL_MODEL = "claude-haiku-4-5"
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from tests.cli.conftest import run_svir
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer
+
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
 
 CORPUS = "tests/conformance/decoder"
 

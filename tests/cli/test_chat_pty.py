@@ -17,6 +17,9 @@ from tests.cli.conftest import ROOT, svir_env
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 PROMPT = "\n> "
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -28,6 +28,7 @@ def keys_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.external
 def test_chat_shows_svirs_own_words_for_a_refused_key(
     replay: ScriptedServer, tmp_path: Path
 ) -> None:
@@ -83,6 +84,7 @@ def test_a_stopped_piped_answer_ends_its_line() -> None:
     assert out.getvalue() == "half an ans\n"
 
 
+@pytest.mark.external
 def test_probe_on_a_dead_port_does_not_suggest_a_model() -> None:
     out = run_svir("probe", f"http://127.0.0.1:{free_port()}", timeout=60)
     assert out.returncode != 0
@@ -90,6 +92,7 @@ def test_probe_on_a_dead_port_does_not_suggest_a_model() -> None:
     assert "--model" not in out.stderr
 
 
+@pytest.mark.external
 def test_a_cost_budget_without_prices_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "svir.toml"
     config.write_text("")
@@ -104,6 +107,7 @@ def test_a_cost_budget_without_prices_is_refused(tmp_path: Path) -> None:
     assert "No keys" in listed.stdout
 
 
+@pytest.mark.external
 def test_each_config_has_its_own_store_and_keys_say_which(tmp_path: Path) -> None:
     one, two = tmp_path / "one.toml", tmp_path / "two.toml"
     one.write_text("")

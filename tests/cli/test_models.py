@@ -8,11 +8,15 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from svir.edges.llama_server import LlamaServer
 from tests.cli.conftest import ROOT, run_svir, svir_env
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer
+
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
 
 
 def test_chat_models_only_unless_all(replay: ScriptedServer) -> None:

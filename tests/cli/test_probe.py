@@ -23,6 +23,9 @@ from tests.cli.scripted import (
     strict,
 )
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 
 class Report:
     def __init__(self, doc: dict[str, Any]) -> None:

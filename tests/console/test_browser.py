@@ -37,6 +37,9 @@ from svir.testing import MockRequest, MockResponse, MockServerThread
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import token_stream
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 ROOT = Path(__file__).resolve().parents[2]
 # Kept after the run as the test's artefacts (not committed: .gitignore); not under build/,
 # whose presence at the root would pass for the `build` package (tests/test_wheel.py).

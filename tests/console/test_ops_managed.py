@@ -7,10 +7,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from svir.edges.managed import Supervisor
 from tests.console.support import ADMIN, ADMIN_KEY, app, assert_error
 from tests.managed.conftest import servers_with
+
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
 
 
 def _gone(pid: int, timeout: float = 30.0) -> bool:

@@ -22,6 +22,9 @@ from tests.keys.support import ADMIN_KEY, config_text, frames
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import ScriptedServer
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 UPSTREAM_KEY = "up-Zq81xK3mW9vT-secret"
 
 

@@ -265,6 +265,7 @@ async def test_spans_per_request_and_attempt(
     assert req.attributes["error.type"] == "invalid_api_key"
 
 
+@pytest.mark.external
 def test_no_opentelemetry_when_off(tmp_path: Path) -> None:
     code = f"""
 import sys

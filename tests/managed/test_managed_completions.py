@@ -22,6 +22,9 @@ from tests.managed.conftest import _require, children_servers
 from tests.managed.test_managed_svir import config
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 TIMEOUT = httpx.Timeout(120.0, connect=5.0)
 MODEL = "local/gemma-3-270m"
 

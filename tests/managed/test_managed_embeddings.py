@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import ollama
 import openai
+import pytest
 
 from tests.managed.conftest import children_servers
 from tests.managed.test_managed_svir import (  # noqa: F401 (start_svir: the fixture)
@@ -24,6 +25,9 @@ from tests.managed.test_managed_svir import (  # noqa: F401 (start_svir: the fix
     start_svir,
 )
 from tests.support.svir_proc import SvirProcess
+
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
 
 Start = Callable[[str | None], SvirProcess]
 

@@ -21,6 +21,9 @@ import pytest
 from tests.managed.conftest import children_servers, servers_with
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 TIMEOUT = httpx.Timeout(120.0, connect=5.0)
 
 

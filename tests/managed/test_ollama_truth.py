@@ -16,6 +16,9 @@ import pytest
 from tests.managed.test_managed_svir import config, managed_state, start_svir
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 __all__ = ["start_svir"]  # the fixture, used here
 
 MODEL = "local/gemma-3-270m"

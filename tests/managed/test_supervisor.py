@@ -17,6 +17,9 @@ from svir.edges.managed import Supervisor
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.managed.conftest import servers_with
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 
 def provider(models: str, settings: str = "") -> ProviderConfig:
     text = (

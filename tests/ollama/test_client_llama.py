@@ -15,6 +15,9 @@ import pytest
 from svir.edges.llama_server import LlamaServer
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 MODEL = "lab/gemma-3-270m"
 GREEDY = {"temperature": 0, "num_predict": 24}
 

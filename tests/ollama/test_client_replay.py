@@ -19,6 +19,9 @@ import pytest
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream, status_model
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 )

@@ -20,6 +20,9 @@ from tests.support.agents import LOOPBACK_GUARD, agent_env, npm_binary
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 ROOT = Path(__file__).resolve().parents[2]
 # The CLI looks for its updates at api.continue.dev whatever its settings: the guard stops it.
 KNOWN_CALLS_HOME = {"api.continue.dev"}

@@ -22,6 +22,9 @@ from svir.wire.errors import UpstreamError
 from tests.managed.conftest import children_servers, servers_with
 from tests.support.svir_proc import SvirProcess
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 
 def managed(models: str, settings: str = "idle_unload = 0\nmax_loaded = 2") -> str:
     return (

@@ -19,6 +19,9 @@ import pytest
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 ADMIN = "reload-admin"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 

@@ -21,10 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from svir.testing import Handler, MockRequest, MockResponse, MockServerThread
 from tests.anthropic.agent_model import FINAL, AgentModel
 from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
 from tests.support.svir_proc import SvirProcess, free_port
+
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
 
 MODEL = "codex-main"
 SHELL = "exec_command"  # Codex 0.169's shell tool (unified exec)

@@ -20,6 +20,9 @@ from tests.support.upstream import ScriptedServer, ScriptedUpstream
 from tests.threads.conftest import store_url
 from tests.threads.support import Threads, parse_frames, start_svir
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 LEASE = 2.0
 
 

@@ -14,6 +14,9 @@ from tests.support.svir_proc import SvirProcess
 from tests.threads.conftest import STORES, store_url
 from tests.threads.support import Threads
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 # llama.cpp reuses a cached prompt prefix, which changes the greedy pick on this tiny model.
 GEN = {"temperature": 0, "max_tokens": 16, "cache_prompt": False}
 WEATHER_TOOL = {

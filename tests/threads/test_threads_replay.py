@@ -19,6 +19,9 @@ from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream,
 from tests.threads.conftest import STORES, store_url
 from tests.threads.support import Threads, parse_frames, start_svir
 
+# Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 )
