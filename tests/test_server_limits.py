@@ -502,20 +502,46 @@ def test_the_open_files_limit_is_raised_to_fit_max_connections() -> None:
     # In a child: the test process's own limit is left alone.
     script = """
 import resource
-from svir.edges.server import open_files_needed, raise_file_limit
+from svir.edges.server import connections_that_fit, open_files_needed, raise_file_limit
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
 limit = 10**9 if hard == resource.RLIM_INFINITY else hard
 needed = min(limit, open_files_needed(200))
-assert raise_file_limit(needed) is None
+assert raise_file_limit(needed) == needed
 assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == needed
-if limit < 10**9:
-    warning = raise_file_limit(limit + 1)
-    assert warning is not None and "server.max_connections" in warning, warning
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == limit
+assert connections_that_fit(200) == (200, None)
+# A hard limit under what the cap needs: as many connections as it holds, and a warning.
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 1100))
+cap, warning = connections_that_fit(10_000)
+assert cap == 500, cap
+assert warning is not None and "server.max_connections = 10000" in warning, warning
+assert "at most 500 connections" in warning and "ulimit -Hn" in warning, warning
+assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 1100
 print("ok")
 """
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_system_that_refuses_the_limit_asked_gets_the_most_it_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """macOS refuses a soft limit over its own maximum (kern.maxfilesperproc) though the hard
+    limit is infinite: svir takes the most it allows, not its former soft limit."""
+    from svir.edges import server
+
+    limits = [256, resource.RLIM_INFINITY]
+
+    def setrlimit(kind: int, pair: tuple[int, int]) -> None:
+        if pair[0] > 12_288:
+            raise ValueError("current limit exceeds maximum limit")
+        limits[:] = pair
+
+    monkeypatch.setattr(server.resource, "getrlimit", lambda kind: tuple(limits))
+    monkeypatch.setattr(server.resource, "setrlimit", setrlimit)
+    assert server.raise_file_limit(20_100) == 12_288 and limits[0] == 12_288
+    assert server.connections_that_fit(10_000)[0] == (12_288 - server.OWN_FILES) // 2
+    limits[0] = 256
+    assert server.raise_file_limit(2_100) == 2_100 and limits[0] == 2_100
