@@ -460,7 +460,7 @@ class H1ServerProtocol(asyncio.Protocol):
         # uvicorn's server shuts these down when it stops (typed there as its own protocols).
         self.connections: set[Any] = server_state.connections
         self.tasks = server_state.tasks
-        # The server's connections at rest, longest first; this one is in it while it is at rest.
+        # The server's connections in the order they came to rest, longest first (`_evict`).
         self.evictable = _evictable_of(server_state)
         self.app_state = app_state
         self.limits = limits or ServerConfig()
@@ -579,7 +579,7 @@ class H1ServerProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._resume_writing()
         # At rest, it may have been passed over by `_evict` while its answer drained.
-        if self._at_rest() and self not in self.evictable:
+        if self not in self.evictable and self._at_rest():
             self.evictable[self] = None
 
     # httptools callbacks
@@ -603,8 +603,6 @@ class H1ServerProtocol(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        # A request under way from here to its response's end: not to be closed for another.
-        self.evictable.pop(self, None)
         self._head_pending = False
         if self._head_timer is not None:
             self._head_timer.cancel()
@@ -674,8 +672,7 @@ class H1ServerProtocol(asyncio.Protocol):
         cycle = self._reading
         if cycle is None or cycle.response_complete:
             # The end of a body answered before it came (a 413): the connection is at rest now.
-            if self._at_rest():
-                self.evictable[self] = None
+            self._came_to_rest()
             return
         cycle.more_body = False
         cycle.wake()
@@ -711,9 +708,9 @@ class H1ServerProtocol(asyncio.Protocol):
             self._start(nxt)
         else:
             self._idle(self.loop.time())
-            # A body still arriving for an answer given early (a 413) is not cut: at rest at
-            # its end (`on_message_complete`).
-            if self._head_pending or not self._in_message:
+            try:
+                self.evictable.move_to_end(self)
+            except KeyError:  # passed over by `_evict` while busy
                 self.evictable[self] = None
 
     def shutdown(self) -> None:
@@ -789,6 +786,13 @@ class H1ServerProtocol(asyncio.Protocol):
 
     # Timers and limits
 
+    def _came_to_rest(self) -> None:
+        """Last in the order of `evictable`, from now."""
+        try:
+            self.evictable.move_to_end(self)
+        except KeyError:  # passed over by `_evict` while busy
+            self.evictable[self] = None
+
     def _at_rest(self) -> bool:
         """No request under way: none answered, none read whole and waiting its turn, no body
         still arriving (a head still arriving does not count), and the connection open."""
@@ -801,13 +805,19 @@ class H1ServerProtocol(asyncio.Protocol):
         )
 
     def _evict(self) -> bool:
-        """Close the connection at rest longest, to admit this one; False when none is."""
+        """Close the connection at rest longest, to admit this one; False when none is.
+
+        `evictable` holds every open connection in the order it last came to rest (was made,
+        ended an answer, began a head, ended a body answered early): one that is busy now is
+        taken out of it here and goes back in when it comes to rest, so that a request costs
+        one `move_to_end` and no check, and a connection is passed over at most once each time
+        it comes to rest."""
         evictable = self.evictable
         while evictable:
             oldest, _ = evictable.popitem(last=False)
-            if oldest.write_paused:
-                # Its answer is still draining to a slow reader: closing would hold the file
-                # descriptor until it drained all the same. Back in the order once it drained.
+            # An answer still draining to a slow reader: closing would hold the file descriptor
+            # until it drained all the same. Back in the order once it drained.
+            if oldest.write_paused or not oldest._at_rest():
                 continue
             oldest.connections.discard(oldest)
             oldest.close()
@@ -847,8 +857,7 @@ class H1ServerProtocol(asyncio.Protocol):
         elif self._head_timer is None:
             self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_late)
             # At rest since its head began: a head's later bytes do not make it younger.
-            if self in self.evictable:
-                self.evictable.move_to_end(self)
+            self._came_to_rest()
 
     def _head_late(self) -> None:
         self._head_timer = None
@@ -975,9 +984,9 @@ _EVICTED: Final = _CapTally(
 def _evictable_of(
     state: ServerState,
 ) -> collections.OrderedDict[H1ServerProtocol, None]:
-    """The connections at rest of the server whose state is `state`, longest at rest first: an
-    eviction takes the first, a connection coming to rest goes last, one busy leaves (each in
-    constant time: no scan of the connections)."""
+    """The connections of the server whose state is `state`, longest at rest first (see
+    `H1ServerProtocol._evict`): each change, and an eviction, in constant time (amortized), with
+    no scan of the connections."""
     order = _EVICTABLE.get(state)
     if order is None:
         order = _EVICTABLE[state] = collections.OrderedDict()
