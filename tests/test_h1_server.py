@@ -412,7 +412,12 @@ async def test_at_the_cap_the_connection_at_rest_longest_makes_room() -> None:
     last, _ = server.connect()
     assert late_t.closed and not (later_t.closed or busy_t.closed)
     assert server.state.connections == {later, busy, last}
-    for protocol in (late, later, busy, last):
+    # A request on `later`, the oldest at rest now, makes it the youngest.
+    later.data_received(REQUEST)
+    await until(lambda: b"".join(later_t.writes).endswith(b"\r\n\r\nok"))
+    server.connect()
+    assert busy_t.closed and not later_t.closed
+    for protocol in (late, busy, *server.state.connections):
         protocol.connection_lost(None)
 
 
@@ -476,9 +481,9 @@ async def test_a_body_after_an_early_answer_is_not_cut_for_a_new_connection() ->
     state = ServerState()
     limits = ServerConfig(max_connections=2)
     uploading, uploading_t, _ = _connected(early, state=state, limits=limits)
-    idle, idle_t, _ = _connected(early, state=state, limits=limits)
     uploading.data_received(b"POST / HTTP/1.1\r\nHost: svir\r\nContent-Length: 4\r\n\r\nab")
     await until(lambda: b"".join(uploading_t.writes).endswith(b"no"))
+    idle, idle_t, _ = _connected(early, state=state, limits=limits)  # after the answer
     _, new_t, _ = _connected(early, state=state, limits=limits)
     assert idle_t.closed and not uploading_t.closed
     uploading.data_received(b"cd")  # the body's end: at rest from now, after `new`
