@@ -815,8 +815,9 @@ class H1ServerProtocol(asyncio.Protocol):
         evictable = self.evictable
         while evictable:
             oldest, _ = evictable.popitem(last=False)
-            # An answer still draining to a slow reader: closing would hold the file descriptor
-            # until it drained all the same. Back in the order once it drained.
+            # Busy, or its answer still draining to a slow reader (closed, it would hold its file
+            # descriptor until drained all the same): back in the order when it comes to rest,
+            # or has drained (`resume_writing`).
             if oldest.write_paused or not oldest._at_rest():
                 continue
             oldest.connections.discard(oldest)
