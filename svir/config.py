@@ -127,8 +127,10 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     keep_alive_timeout: float = 5.0
     max_head_bytes: int = 64 * 1024
     max_header_fields: int = 100
-    # Open client connections per process (each worker); more are closed as they are accepted.
-    max_connections: int = 1000
+    # Open client connections per process (each worker): at the cap, the one at rest longest is
+    # closed for a new one. 10,000 idle ones hold ~70 MiB (BENCHMARKS.md: 7 KiB each) and need
+    # ~20,100 open files (svir.edges.server.open_files_needed), which svir raises its limit to.
+    max_connections: int = 10_000
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -95,13 +95,18 @@ REQUEST = b"GET / HTTP/1.1\r\nHost: svir\r\n\r\n"
 
 
 def _connected(
-    app: Any = json_app, **options: Any
+    app: Any = json_app,
+    *,
+    state: ServerState | None = None,
+    limits: ServerConfig | None = None,
+    **options: Any,
 ) -> tuple[H1ServerProtocol, RecordingTransport, ServerState]:
     """A server protocol for `app` (uvicorn's config `options` added) on a recording transport,
-    nothing read yet (a running loop's), and the server state it shares."""
+    nothing read yet (a running loop's), and the server state it shares (`state`, else a new
+    one)."""
     config = Config(app=app, http=H1ServerProtocol, lifespan="off", log_level="error", **options)
-    state = ServerState()
-    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
+    state = state or ServerState()
+    protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop(), limits=limits)
     transport = RecordingTransport()
     transport_of[:] = [transport]
     protocol.connection_made(transport)
@@ -342,6 +347,152 @@ async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_a_busy
     protocol._idle_check()
     assert transport.closed
     protocol.connection_lost(None)
+
+
+class Server:
+    """Connections to one server (a shared `ServerState`) with `limits`, each on a recording
+    transport; `app` answers 200 "ok" to a request once `release` is set."""
+
+    def __init__(self, limits: ServerConfig) -> None:
+        self.limits = limits
+        self.state = ServerState()
+        self.release = asyncio.Event()
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await self.release.wait()
+        fields = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": fields})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def connect(self) -> tuple[H1ServerProtocol, RecordingTransport]:
+        protocol, transport, _ = _connected(
+            self.app, state=self.state, limits=self.limits, interface="asgi3"
+        )
+        return protocol, transport
+
+
+async def until(condition: Any) -> None:
+    """Until `condition()` holds (a slow machine gets up to 30 s)."""
+    for _ in range(6000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    pytest.fail("the condition did not come true within 30 s")
+
+
+HEAD_START = b"GET / HTTP/1.1\r\nHost: svir\r\nX-Slow: "
+
+
+async def test_at_the_cap_the_connection_at_rest_longest_makes_room() -> None:
+    """At the cap, a new connection closes the one at rest longest: idle, or with a head still
+    arriving, counted from the head's first byte (later bytes do not make it younger); a request
+    read whole is not at rest until its answer ends."""
+    server = Server(ServerConfig(max_connections=3))
+    (idle, idle_t), (slow, slow_t), (busy, busy_t) = [server.connect() for _ in range(3)]
+    slow.data_received(HEAD_START)  # at rest since now: after `idle` and `busy`
+    busy.data_received(REQUEST)  # under way (the app waits for `release`)
+    slow.data_received(b"a")  # a slowloris's next byte
+    assert not (idle_t.closed or slow_t.closed or busy_t.closed)
+
+    late, late_t = server.connect()
+    assert idle_t.closed and not (slow_t.closed or busy_t.closed)
+    assert idle not in server.state.connections and late in server.state.connections
+    idle.connection_lost(None)
+    slow.data_received(b"a")
+    later, later_t = server.connect()
+    assert slow_t.closed and not (busy_t.closed or late_t.closed)
+    slow.connection_lost(None)
+
+    # `busy`'s answer ends: at rest from then on, after `late` and `later`.
+    server.release.set()
+    await until(lambda: b"".join(busy_t.writes).endswith(b"\r\n\r\nok"))
+    assert not busy_t.closed
+    last, _ = server.connect()
+    assert late_t.closed and not (later_t.closed or busy_t.closed)
+    assert server.state.connections == {later, busy, last}
+    # A request on `later`, the oldest at rest now, makes it the youngest.
+    later.data_received(REQUEST)
+    await until(lambda: b"".join(later_t.writes).endswith(b"\r\n\r\nok"))
+    server.connect()
+    assert busy_t.closed and not later_t.closed
+    for protocol in (late, busy, *server.state.connections):
+        protocol.connection_lost(None)
+
+
+async def test_at_the_cap_with_every_connection_busy_a_new_one_is_refused() -> None:
+    """Requests under way (answers awaited, a body still arriving) are not cut: the new
+    connection is refused; once an answer ends, its connection makes room."""
+    server = Server(ServerConfig(max_connections=3))
+    (waiting, waiting_t), (sending, sending_t), (piped, piped_t) = [
+        server.connect() for _ in range(3)
+    ]
+    waiting.data_received(REQUEST)
+    sending.data_received(b"POST / HTTP/1.1\r\nHost: svir\r\nContent-Length: 4\r\n\r\nab")
+    piped.data_received(REQUEST + REQUEST[:10])  # a request, and the next one's head begun
+    refused, refused_t = server.connect()
+    assert refused_t.closed and refused not in server.state.connections
+    assert not (waiting_t.closed or sending_t.closed or piped_t.closed)
+
+    server.release.set()
+    await until(lambda: b"".join(waiting_t.writes).endswith(b"ok"))
+    assert not waiting_t.closed
+    sending.data_received(b"cd")
+    await until(lambda: b"".join(sending_t.writes).endswith(b"ok"))
+    await until(lambda: b"".join(piped_t.writes).endswith(b"ok"))
+    # The three are at rest now (`piped` with a head begun), in the order they came to be.
+    new, _ = server.connect()
+    assert waiting_t.closed and not (sending_t.closed or piped_t.closed)
+    for protocol in (waiting, sending, piped, new):
+        protocol.connection_lost(None)
+
+
+async def test_an_answer_draining_to_a_slow_reader_is_not_closed_for_a_new_connection() -> None:
+    server = Server(ServerConfig(max_connections=2))
+    server.release.set()
+    reader, reader_t = server.connect()
+    reader.data_received(REQUEST)
+    await until(lambda: b"".join(reader_t.writes).endswith(b"ok"))
+    reader.pause_writing()  # the answer waits in the transport: the client does not read
+    idle, idle_t = server.connect()
+    new, new_t = server.connect()
+    assert idle_t.closed and not reader_t.closed  # `reader` came to rest first, yet stays
+    idle.connection_lost(None)
+    reader.resume_writing()  # drained: at rest, after `new`
+    newer, _ = server.connect()
+    assert new_t.closed and not reader_t.closed
+    new.connection_lost(None)
+    last, _ = server.connect()
+    assert reader_t.closed
+    for protocol in (reader, newer, last):
+        protocol.connection_lost(None)
+
+
+async def test_a_body_after_an_early_answer_is_not_cut_for_a_new_connection() -> None:
+    """An answer given before its request's body came (as a 413 is): the body still arriving
+    belongs to that request, and the connection is at rest only once it is whole."""
+
+    async def early(scope: Scope, receive: Receive, send: Send) -> None:
+        fields = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 413, "headers": fields})
+        await send({"type": "http.response.body", "body": b"no"})
+
+    state = ServerState()
+    limits = ServerConfig(max_connections=2)
+    uploading, uploading_t, _ = _connected(early, state=state, limits=limits)
+    uploading.data_received(b"POST / HTTP/1.1\r\nHost: svir\r\nContent-Length: 4\r\n\r\nab")
+    await until(lambda: b"".join(uploading_t.writes).endswith(b"no"))
+    idle, idle_t, _ = _connected(early, state=state, limits=limits)  # after the answer
+    _, new_t, _ = _connected(early, state=state, limits=limits)
+    assert idle_t.closed and not uploading_t.closed
+    uploading.data_received(b"cd")  # the body's end: at rest from now, after `new`
+    _connected(early, state=state, limits=limits)
+    assert new_t.closed and not uploading_t.closed
+    _connected(early, state=state, limits=limits)
+    assert uploading_t.closed
+    for protocol in [*state.connections, uploading, idle]:
+        protocol.connection_lost(None)
 
 
 class Behind(NamedTuple):

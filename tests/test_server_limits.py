@@ -1,6 +1,6 @@
 """What one client connection may hold (`[server]` head_timeout, keep_alive_timeout,
-max_head_bytes, max_header_fields, max_connections), on a real `svir serve` driven with raw
-sockets.
+max_head_bytes, max_header_fields, max_connections: at the cap, the connection at rest longest
+makes room), on a real `svir serve` driven with raw sockets.
 
 No test depends on how fast the machine is: a server's close is waited for up to `PATIENCE`
 seconds (the limits are a second or two), and nothing is asserted to take at least some time
@@ -9,12 +9,15 @@ unless the test itself waited that long.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import resource
 import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
@@ -23,7 +26,9 @@ from pathlib import Path
 import pytest
 
 from svir.config import ConfigError, ServerConfig, parse_config
+from svir.testing import MockServerThread
 from tests.support.svir_proc import SvirProcess
+from tests.support.upstream import ScriptedUpstream
 from tests.test_h1_server import behind_a_response
 
 # How long a server's close is waited for: far past every limit set below.
@@ -44,13 +49,16 @@ max_header_fields = 20
 max_body_bytes = 10000
 """
 
-CAP = 4
-CAPPED = f"""
+
+def capped(cap: int, more: str = "") -> str:
+    """A config of `cap` connections, whose timeouts close nothing while a test runs."""
+    return f"""
 [server]
 head_timeout = 300
 keep_alive_timeout = 300
-max_connections = {CAP}
-"""
+max_connections = {cap}
+{more}"""
+
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: svir\r\n\r\n"
 
@@ -281,48 +289,197 @@ async def test_a_head_refused_while_a_response_goes_out_waits_for_its_end() -> N
     assert seen.sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b"431" not in seen.sent
 
 
-# --- connections ------------------------------------------------------------------------------
+# --- connections ---------------------------------------------------------------------------
 
 
-def answered(proc: SvirProcess, deadline: float) -> socket.socket:
-    """A connection that got its 200 (retried while the server still counts connections that
-    were closed a moment ago, such as the start-up health checks')."""
-    while time.monotonic() < deadline:
-        sock = connect(proc)
-        try:
-            sock.sendall(HEALTHZ)
-            if response(sock)[0] == 200:
-                return sock
-        except (ConnectionError, http.client.HTTPException):
-            pass
-        sock.close()
-        time.sleep(0.1)
-    pytest.fail(f"no connection was answered within {PATIENCE} s")
+def is_closed(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (which it has sent nothing unread on): a peek that
+    does not wait, and works past select's 1,024 descriptors."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)  # else recv waits for the socket to be readable, up to its timeout
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+
+
+def until_all_closed(socks: list[socket.socket]) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not all(is_closed(sock) for sock in socks):
+        if time.monotonic() > deadline:
+            open_ = sum(not is_closed(sock) for sock in socks)
+            pytest.fail(f"{open_} of {len(socks)} connections still open after {PATIENCE} s")
+        time.sleep(0.05)
+
+
+def answered_on(sock: socket.socket) -> None:
+    sock.sendall(HEALTHZ)
+    assert response(sock)[0] == 200
+
+
+def evicts_the_longest_idle(proc: SvirProcess, cap: int, idle_count: int) -> None:
+    """`idle_count` connections that send nothing (more than `cap`), then 20 clients that each
+    get an answer and stay: the cap holds the clients and the youngest idle connections, and
+    the others were closed, longest idle first."""
+    with ExitStack() as stack:
+        idle = [stack.enter_context(connect(proc)) for _ in range(idle_count)]
+        clients = []
+        for _ in range(20):
+            clients.append(stack.enter_context(connect(proc)))
+            answered_on(clients[-1])  # no reset: a connection at rest made room
+        kept = cap - len(clients)
+        until_all_closed(idle[:-kept])
+        assert [is_closed(sock) for sock in idle[-kept:]] == [False] * kept
+        for sock in idle[-kept:] + clients:
+            answered_on(sock)
 
 
 @pytest.mark.external
-def test_connections_past_max_connections_are_refused_until_one_closes(tmp_path: Path) -> None:
-    with SvirProcess(CAPPED, tmp_path) as proc:
-        deadline = time.monotonic() + PATIENCE
-        held = [answered(proc, deadline) for _ in range(CAP)]
-        try:
-            # CAP connections are open (and answered): the next one is closed at accept,
-            # before it is read, without an answer.
-            for _ in range(3):
-                with connect(proc) as extra:
+def test_at_the_cap_the_longest_idle_connections_make_room(tmp_path: Path) -> None:
+    with SvirProcess(capped(50), tmp_path) as proc:
+        evicts_the_longest_idle(proc, 50, idle_count=120)
+        assert "connection(s) at rest" in proc.log()
+
+
+@pytest.mark.external
+def test_two_thousand_idle_connections_do_not_lock_clients_out(tmp_path: Path) -> None:
+    """Issue 39's case: 2,000 idle connections, 20 requests, svir's former default of 1,000."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2_000 + 20 + 200
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        assert hard == resource.RLIM_INFINITY or hard >= wanted, f"ulimit -Hn is {hard}"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    try:
+        with SvirProcess(capped(1_000), tmp_path) as proc:
+            evicts_the_longest_idle(proc, 1_000, idle_count=2_000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+SLOW_HEAD = b"GET /healthz HTTP/1.1\r\nHost: svir\r\nX-Slow: "
+
+
+@pytest.mark.external
+def test_slow_heads_cannot_hold_the_cap(tmp_path: Path) -> None:
+    """Slowloris: connections whose heads never end, a byte at a time. They are at rest from
+    their head's first byte, which their later bytes do not move: the oldest make room."""
+    cap = 50
+    with SvirProcess(capped(cap), tmp_path) as proc, ExitStack() as stack:
+        # Once `probe` is answered, svir has read every byte sent before its request (on a
+        # connection it reads: each slow one first gets an answer).
+        probe = stack.enter_context(connect(proc))
+        slow = []
+        for _ in range(80):
+            slow.append(stack.enter_context(connect(proc)))
+            answered_on(slow[-1])
+            slow[-1].sendall(SLOW_HEAD)
+            answered_on(probe)
+        clients = []
+        for _ in range(20):
+            # A byte each, the youngest first: were a byte to make a head younger, the oldest
+            # would be the youngest now.
+            for sock in reversed(slow):
+                if not is_closed(sock):
                     with suppress(BrokenPipeError, ConnectionResetError):
-                        extra.sendall(HEALTHZ)
-                    assert until_closed(extra) == b""
-            # The held ones still work.
-            for sock in held:
-                sock.sendall(HEALTHZ)
-                assert response(sock)[0] == 200
-            held.pop().close()
-            held.append(answered(proc, time.monotonic() + PATIENCE))
-        finally:
-            for sock in held:
-                sock.close()
-        assert "server.max_connections" in proc.log()
+                        sock.sendall(b"a")
+            answered_on(probe)
+            clients.append(stack.enter_context(connect(proc)))
+            answered_on(clients[-1])
+        # The cap holds the probe, the clients and the youngest slow ones.
+        kept = cap - 1 - len(clients)
+        until_all_closed(slow[:-kept])
+        assert [is_closed(sock) for sock in slow[-kept:]] == [False] * kept
+        for sock in clients:
+            answered_on(sock)
+
+
+@pytest.mark.external
+def test_with_every_connection_busy_a_new_one_is_refused_and_none_is_cut(
+    tmp_path: Path,
+) -> None:
+    """Requests under way (answers the upstream holds back, a body still arriving) are not cut
+    for a new connection: it is closed as it is accepted; once they are answered, a new one
+    gets in."""
+    release = threading.Event()
+
+    async def held(_stage: str) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+
+    script = ScriptedUpstream(wait=held)
+    chat = {"model": "up/silent-ok", "messages": [{"role": "user", "content": "hi"}]}
+
+    def post(body: dict[str, object], *extra: bytes) -> bytes:
+        data = json.dumps(body).encode()
+        fields = [b"POST /v1/chat/completions HTTP/1.1", b"Host: svir", *extra]
+        fields += [b"Content-Type: application/json", b"Content-Length: %d" % len(data)]
+        return b"\r\n".join(fields) + b"\r\n\r\n" + data
+
+    with MockServerThread(script) as upstream, ExitStack() as stack:
+        provider = (
+            f'[[providers]]\nname = "up"\nkind = "openai-compatible"\n'
+            f'base_url = "{upstream.base_url}"\ndiscover = false\n'
+        )
+        proc = stack.enter_context(SvirProcess(capped(4, provider), tmp_path))
+        # Two requests and a stream waiting on the upstream, and a request whose body is half
+        # sent (svir asked for it: its head was read whole).
+        waiting = [stack.enter_context(connect(proc)) for _ in range(3)]
+        waiting[0].sendall(post(chat))
+        waiting[1].sendall(post({**chat, "stream": True}))
+        waiting[2].sendall(post(chat))
+        sending = stack.enter_context(connect(proc))
+        whole = post(chat, b"Expect: 100-continue")
+        split = whole.index(b"\r\n\r\n") + 4
+        sending.sendall(whole[:split])
+        continued = b""
+        while not continued.endswith(b"\r\n\r\n"):
+            continued += sending.recv(1)
+        assert continued == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sending.sendall(whole[split : split + 10])
+        deadline = time.monotonic() + PATIENCE
+        while script.hits["silent-ok"] < 3:
+            assert time.monotonic() < deadline, "the upstream did not get the requests"
+            time.sleep(0.05)
+
+        # Closed as accepted, without an answer (svir's start-up health checks may still be
+        # counted for a moment: such a connection at rest makes room instead, and this one is
+        # answered).
+        refused = 0
+        while refused < 3:
+            assert time.monotonic() < deadline, "no connection was refused"
+            with connect(proc) as extra:
+                with suppress(BrokenPipeError, ConnectionResetError):
+                    extra.sendall(HEALTHZ)
+                try:
+                    first = extra.recv(65536)
+                except ConnectionResetError:
+                    first = b""
+                assert not first or first.startswith(b"HTTP/1.1 200 "), first
+                refused += not first
+        assert not any(is_closed(sock) for sock in [*waiting, sending])
+
+        release.set()
+        sending.sendall(whole[split + 10 :])
+        answers = [response(sock) for sock in [*waiting, sending]]
+        assert [status for status, _, _ in answers] == [200] * 4
+        for _, _, body in [answers[0], *answers[2:]]:
+            assert json.loads(body)["choices"][0]["message"]["content"] == "hello world"
+        # The stream, whole.
+        events = [line[6:] for line in answers[1][2].split(b"\n") if line.startswith(b"data: ")]
+        assert events[-1] == b"[DONE]"
+        chunks = [json.loads(event)["choices"] for event in events[:-1]]
+        text = "".join(c[0]["delta"].get("content") or "" for c in chunks if c)
+        assert text == "hello world"
+        # At rest now: one of them makes room for a new one.
+        answered_on(stack.enter_context(connect(proc)))
+        while not any(is_closed(sock) for sock in [*waiting, sending]):
+            assert time.monotonic() < deadline + PATIENCE, "no connection made room"
+            time.sleep(0.05)
+        assert "each has a request under way" in proc.log()
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -351,20 +508,46 @@ def test_the_open_files_limit_is_raised_to_fit_max_connections() -> None:
     # In a child: the test process's own limit is left alone.
     script = """
 import resource
-from svir.edges.server import open_files_needed, raise_file_limit
+from svir.edges.server import connections_that_fit, open_files_needed, raise_file_limit
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
 limit = 10**9 if hard == resource.RLIM_INFINITY else hard
 needed = min(limit, open_files_needed(200))
-assert raise_file_limit(needed) is None
+assert raise_file_limit(needed) == needed
 assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == needed
-if limit < 10**9:
-    warning = raise_file_limit(limit + 1)
-    assert warning is not None and "server.max_connections" in warning, warning
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == limit
+assert connections_that_fit(200) == (200, None)
+# A hard limit under what the cap needs: as many connections as it holds, and a warning.
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 1100))
+cap, warning = connections_that_fit(10_000)
+assert cap == 500, cap
+assert warning is not None and "server.max_connections = 10000" in warning, warning
+assert "at most 500 connections" in warning and "ulimit -Hn" in warning, warning
+assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 1100
 print("ok")
 """
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_system_that_refuses_the_limit_asked_gets_the_most_it_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """macOS refuses a soft limit over its own maximum (kern.maxfilesperproc) though the hard
+    limit is infinite: svir takes the most it allows, not its former soft limit."""
+    from svir.edges import server
+
+    limits = [256, resource.RLIM_INFINITY]
+
+    def setrlimit(kind: int, pair: tuple[int, int]) -> None:
+        if pair[0] > 12_288:
+            raise ValueError("current limit exceeds maximum limit")
+        limits[:] = pair
+
+    monkeypatch.setattr(server.resource, "getrlimit", lambda kind: tuple(limits))
+    monkeypatch.setattr(server.resource, "setrlimit", setrlimit)
+    assert server.raise_file_limit(20_100) == 12_288 and limits[0] == 12_288
+    assert server.connections_that_fit(10_000)[0] == (12_288 - server.OWN_FILES) // 2
+    limits[0] = 256
+    assert server.raise_file_limit(2_100) == 2_100 and limits[0] == 2_100

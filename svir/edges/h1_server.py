@@ -31,10 +31,16 @@ The limits (`[server]` in the config; README, "Connections"), in this one place 
   request;
 - a head over `max_head_bytes` or `max_header_fields` is answered 431 and the connection closed
   (an unfinished one as soon as it is too large, not when it ends);
-- past `max_connections` open connections in this process, a new one is closed as it is accepted,
-  before a byte is read: the cheapest refusal, one the client sees at once as a connection error
-  (which HTTP clients retry), where a 503 would mean reading a head first and holding the very
-  file descriptor the cap is there to save.
+- at `max_connections` open connections in this process, a new one is admitted by closing the
+  connection that has been at rest longest (`_evict`): at rest is no request under way, that is
+  idle (kept alive, or never used), or with a head still arriving. Such a head counts from its
+  first byte, which it cannot move: a slowloris dripping a byte a second ages and goes first, while
+  a client's head split over reads is the newest at rest (and one that comes in one read, the usual
+  case, is never at rest). A request whose head is whole is never cut for a new connection, nor
+  is an answer still draining to a slow reader. Only when no connection is at rest is the new one
+  refused: closed as it is accepted, before a byte is read, the cheapest refusal, one the client
+  sees at once as a connection error (which HTTP clients retry), where a 503 would mean reading a
+  head first and holding the very file descriptor the cap is there to save.
 A request whose head arrives in one read, the usual case, arms no timer.
 """
 
@@ -46,6 +52,7 @@ import http
 import logging
 import re
 import urllib.parse
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from itertools import chain
 from typing import Any, Final
@@ -81,7 +88,7 @@ _encode = msgspec.json.encode
 FLUSH_AT: Final = 64 * 1024
 # A request body buffered past this many bytes stops the reading until the app takes it.
 BODY_HIGH_WATER: Final = 64 * 1024
-# A refused connection is logged at most this often (seconds), with how many were refused.
+# A refused or evicted connection is logged at most this often (seconds), with how many were.
 CAP_WARNING_EVERY: Final = 60.0
 
 STATUS_LINE: Final = {
@@ -406,6 +413,7 @@ class H1ServerProtocol(asyncio.Protocol):
         "client",
         "connections",
         "cycle",
+        "evictable",
         "headers",
         "keep_alive_timeout",
         "limits",
@@ -452,6 +460,8 @@ class H1ServerProtocol(asyncio.Protocol):
         # uvicorn's server shuts these down when it stops (typed there as its own protocols).
         self.connections: set[Any] = server_state.connections
         self.tasks = server_state.tasks
+        # The server's connections in the order they came to rest, longest first (`_evict`).
+        self.evictable = _evictable_of(server_state)
         self.app_state = app_state
         self.limits = limits or ServerConfig()
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
@@ -501,10 +511,12 @@ class H1ServerProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        if len(self.connections) >= self.limits.max_connections:
-            transport.abort()  # type: ignore[attr-defined]
-            _refused_connection(self.limits.max_connections, self.loop)
-            return
+        cap = self.limits.max_connections
+        while len(self.connections) >= cap:
+            if not self._evict():
+                transport.abort()  # type: ignore[attr-defined]
+                _REFUSED.add(self.loop, cap)
+                return
         self.connections.add(self)
         self.server = get_local_addr(self.transport)
         self.client = get_remote_addr(self.transport)
@@ -513,9 +525,11 @@ class H1ServerProtocol(asyncio.Protocol):
             self.proxied = (self.client[0] if self.client else None) in self.trusted
         # Idle before its first request is idle too.
         self._idle(self.loop.time())
+        self.evictable[self] = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        self.evictable.pop(self, None)
         for timer in (self._head_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
@@ -564,6 +578,9 @@ class H1ServerProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._resume_writing()
+        # At rest, it may have been passed over by `_evict` while its answer drained.
+        if self not in self.evictable and self._at_rest():
+            self.evictable[self] = None
 
     # httptools callbacks
 
@@ -654,6 +671,8 @@ class H1ServerProtocol(asyncio.Protocol):
         self._in_message = False
         cycle = self._reading
         if cycle is None or cycle.response_complete:
+            # The end of a body answered before it came (a 413): the connection is at rest now.
+            self._came_to_rest()
             return
         cycle.more_body = False
         cycle.wake()
@@ -689,6 +708,10 @@ class H1ServerProtocol(asyncio.Protocol):
             self._start(nxt)
         else:
             self._idle(self.loop.time())
+            try:
+                self.evictable.move_to_end(self)
+            except KeyError:  # passed over by `_evict` while busy
+                self.evictable[self] = None
 
     def shutdown(self) -> None:
         """The server stops: an idle connection closes now, a busy one after its response."""
@@ -763,6 +786,46 @@ class H1ServerProtocol(asyncio.Protocol):
 
     # Timers and limits
 
+    def _came_to_rest(self) -> None:
+        """Last in the order of `evictable`, from now."""
+        try:
+            self.evictable.move_to_end(self)
+        except KeyError:  # passed over by `_evict` while busy
+            self.evictable[self] = None
+
+    def _at_rest(self) -> bool:
+        """No request under way: none answered, none read whole and waiting its turn, no body
+        still arriving (a head still arriving does not count), and the connection open."""
+        cycle = self.cycle
+        return (
+            (cycle is None or cycle.response_complete)
+            and not self.pipeline
+            and (self._head_pending or not self._in_message)
+            and not self.transport.is_closing()
+        )
+
+    def _evict(self) -> bool:
+        """Close the connection at rest longest, to admit this one; False when none is.
+
+        `evictable` holds every open connection in the order it last came to rest (was made,
+        ended an answer, began a head, ended a body answered early): one that is busy now is
+        taken out of it here and goes back in when it comes to rest, so that a request costs
+        one `move_to_end` and no check, and a connection is passed over at most once each time
+        it comes to rest."""
+        evictable = self.evictable
+        while evictable:
+            oldest, _ = evictable.popitem(last=False)
+            # Busy, or its answer still draining to a slow reader (closed, it would hold its file
+            # descriptor until drained all the same): back in the order when it comes to rest,
+            # or has drained (`resume_writing`).
+            if oldest.write_paused or not oldest._at_rest():
+                continue
+            oldest.connections.discard(oldest)
+            oldest.close()
+            _EVICTED.add(self.loop, self.limits.max_connections)
+            return True
+        return False
+
     def _idle(self, now: float) -> None:
         self._idle_since = now
         if self._idle_timer is None:
@@ -794,6 +857,8 @@ class H1ServerProtocol(asyncio.Protocol):
             self._refuse(431, _too_large(self.limits))
         elif self._head_timer is None:
             self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_late)
+            # At rest since its head began: a head's later bytes do not make it younger.
+            self._came_to_rest()
 
     def _head_late(self) -> None:
         self._head_timer = None
@@ -886,22 +951,49 @@ def _refusal_app(status: int, message: str) -> Callable[[Scope, Receive, Send], 
     return refuse
 
 
-class _Refused:
-    """Connections refused at the cap since the last warning, and when that was."""
+class _CapTally:
+    """Connections refused or evicted at the cap since the last line that said so, said at most
+    every CAP_WARNING_EVERY seconds."""
 
-    count = 0
-    warned_at = -CAP_WARNING_EVERY
+    def __init__(self, level: int, message: str) -> None:
+        self.level = level
+        self.message = message  # formatted with the count and the cap
+        self.count = 0
+        self.said_at = -CAP_WARNING_EVERY
+
+    def add(self, loop: asyncio.AbstractEventLoop, cap: int) -> None:
+        self.count += 1
+        now = loop.time()
+        if now - self.said_at >= CAP_WARNING_EVERY:
+            log.log(self.level, self.message, self.count, cap)
+            self.count = 0
+            self.said_at = now
 
 
-def _refused_connection(cap: int, loop: asyncio.AbstractEventLoop) -> None:
-    _Refused.count += 1
-    now = loop.time()
-    if now - _Refused.warned_at >= CAP_WARNING_EVERY:
-        log.warning(
-            "refused %d new connection(s) since the last such warning: %d are open, the limit"
-            " (server.max_connections)",
-            _Refused.count,
-            cap,
-        )
-        _Refused.count = 0
-        _Refused.warned_at = now
+_REFUSED: Final = _CapTally(
+    logging.WARNING,
+    "refused %d new connection(s) since the last such warning: %d are open, the limit"
+    " (server.max_connections), and each has a request under way",
+)
+_EVICTED: Final = _CapTally(
+    logging.INFO,
+    "closed %d connection(s) at rest (idle, or an unfinished head) since the last such line, to"
+    " admit new ones: %d were open, the limit (server.max_connections)",
+)
+
+
+def _evictable_of(
+    state: ServerState,
+) -> collections.OrderedDict[H1ServerProtocol, None]:
+    """The connections of the server whose state is `state`, longest at rest first (see
+    `H1ServerProtocol._evict`): each change, and an eviction, in constant time (amortized), with
+    no scan of the connections."""
+    order = _EVICTABLE.get(state)
+    if order is None:
+        order = _EVICTABLE[state] = collections.OrderedDict()
+    return order
+
+
+_EVICTABLE: weakref.WeakKeyDictionary[
+    ServerState, collections.OrderedDict[H1ServerProtocol, None]
+] = weakref.WeakKeyDictionary()

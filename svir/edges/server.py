@@ -18,7 +18,9 @@ import signal
 import socket
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from svir import __version__
 from svir.asgi import GRACEFUL_STOP_SECONDS
@@ -267,9 +269,10 @@ def run(
 
     from svir.edges.h1_server import H1ServerProtocol
 
-    short = raise_file_limit(open_files_needed(config.server.max_connections))
+    cap, short = connections_that_fit(config.server.max_connections)
     if short is not None:
         log.warning(short)
+    limits = msgspec.structs.replace(config.server, max_connections=cap)
     try:
         sock = listen(host, port)
     except ListenError as exc:
@@ -285,7 +288,7 @@ def run(
         "loop": "uvloop",
         # svir's HTTP/1.1 protocol, with the limits on client connections (svir.edges.h1_server);
         # a partial pickles, so each worker gets them too.
-        "http": functools.partial(H1ServerProtocol, limits=config.server),
+        "http": functools.partial(H1ServerProtocol, limits=limits),
         "timeout_keep_alive": config.server.keep_alive_timeout,
         "lifespan": "on",
         "access_log": False,
@@ -375,31 +378,62 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+# Files svir holds besides its connections': the listening socket, the store, logs, managed
+# servers.
+OWN_FILES: Final = 100
+
+
 def open_files_needed(max_connections: int) -> int:
     """File descriptors a process needs for `max_connections` clients: each has its own and one
-    to its upstream, and some are svir's own (listening socket, store, logs, managed servers)."""
-    return 2 * max_connections + 100
+    to its upstream, and some are svir's own (`OWN_FILES`)."""
+    return 2 * max_connections + OWN_FILES
 
 
-def raise_file_limit(needed: int) -> str | None:
-    """Raise this process's soft limit on open files towards `needed` (as far as the hard limit
-    allows; workers inherit it), so that the connection cap, not the limit, refuses clients.
-    Returns a warning when the hard limit is too low."""
+def connections_that_fit(max_connections: int) -> tuple[int, str | None]:
+    """The cap on client connections this process keeps: `max_connections` when its open-files
+    limit rises to fit them (`raise_file_limit`), else as many as the limit holds, and a warning
+    that says so. Past the cap, a connection at rest makes room for a new one (svir.edges.
+    h1_server); past the limit, accepting one would fail, and so would a request's upstream."""
+    needed = open_files_needed(max_connections)
+    allowed = raise_file_limit(needed)
+    if allowed >= needed:
+        return max_connections, None
+    fitted = max(1, (allowed - OWN_FILES) // 2)
+    return fitted, (
+        f"this process may open {allowed} files and server.max_connections = {max_connections}"
+        f" needs about {needed} (a client's connection and its upstream's each): svir keeps at"
+        f" most {fitted} connections open; raise the hard limit (ulimit -Hn) to keep more"
+    )
+
+
+def raise_file_limit(needed: int) -> int:
+    """Raise this process's soft limit on open files towards `needed`, as far as the system allows
+    (workers inherit it). Returns how many of the `needed` files it may open now: all of them, or
+    the most the system allowed."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
-        return None
+        return needed
     target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if not _set_file_limit(target, hard):
+        # macOS refuses more than its own per-process maximum (kern.maxfilesperproc) even under
+        # an infinite hard limit: the most it takes, searched for between the two.
+        low, high = soft, target - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if _set_file_limit(middle, hard):
+                low = middle
+            else:
+                high = middle - 1
+        target = low
+    return min(target, needed)
+
+
+def _set_file_limit(soft: int, hard: int) -> bool:
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):  # macOS caps it below an infinite hard limit
-        target = soft
-    if target >= needed:
-        return None
-    return (
-        f"this process may open {target} files and server.max_connections needs about {needed}"
-        " (a client's connection and its upstream's each): raise the hard limit (ulimit -Hn) or"
-        " lower server.max_connections, else connections fail once the files run out"
-    )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    except (ValueError, OSError):
+        return False
+    return True
 
 
 def worker_app() -> App:
