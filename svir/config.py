@@ -106,6 +106,12 @@ class RouteConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fallback_on_content_filter: bool = False
 
 
+# The default cap on open client connections (a process's, each worker's): where the open-files
+# limit holds fewer, svir keeps as many as it holds and says so at info level (a cap the config
+# sets is warned about).
+DEFAULT_MAX_CONNECTIONS: Final = 10_000
+
+
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where svir listens and what it accepts."""
 
@@ -130,7 +136,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Open client connections per process (each worker): at the cap, the one at rest longest is
     # closed for a new one. 10,000 idle ones hold ~70 MiB (BENCHMARKS.md: 7 KiB each) and need
     # ~20,100 open files (svir.edges.server.open_files_needed), which svir raises its limit to.
-    max_connections: int = 10_000
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import resource
 import select
 import socket
@@ -551,3 +552,44 @@ def test_a_system_that_refuses_the_limit_asked_gets_the_most_it_takes(
     assert server.connections_that_fit(10_000)[0] == (12_288 - server.OWN_FILES) // 2
     limits[0] = 256
     assert server.raise_file_limit(2_100) == 2_100 and limits[0] == 2_100
+
+
+# `svir serve ARGS` with its open-files limit, hard and soft, lowered under what 10,000
+# connections need (set in the child before it becomes svir).
+UNDER_A_LOW_FILE_LIMIT = """
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (1100, 1100))
+os.execv(sys.executable, [sys.executable, "-m", "svir", "serve", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.external
+@pytest.mark.parametrize(
+    ("config_text", "level"), [("", "info"), ("[server]\nmax_connections = 10001\n", "warning")]
+)
+def test_a_cap_the_limit_cannot_hold_is_said_as_info_by_default_and_warned_when_asked(
+    tmp_path: Path, config_text: str, level: str
+) -> None:
+    config = tmp_path / "svir.toml"
+    config.write_text(config_text)
+    with subprocess.Popen(
+        [sys.executable, "-c", UNDER_A_LOW_FILE_LIMIT, "--port", "0", "--config", str(config),
+         "--log-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            lines: list[dict[str, object]] = []
+            for raw in proc.stdout:
+                if not raw.startswith(b"{"):
+                    continue  # the plain warning of a config without providers
+                line = json.loads(raw)
+                lines.append(line)
+                if "listening" in str(line.get("msg", "")) or line.get("level") == "error":
+                    break
+        finally:
+            proc.terminate()
+    [said] = [line for line in lines if "svir keeps at most" in str(line.get("msg", ""))]
+    assert said["level"] == level, lines
+    assert "at most 500 connections" in str(said["msg"])

@@ -24,7 +24,7 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import GRACEFUL_STOP_SECONDS
-from svir.config import MANAGED_KIND, Config, load_config
+from svir.config import DEFAULT_MAX_CONNECTIONS, MANAGED_KIND, Config, load_config
 from svir.edges.app import App
 from svir.policy.resilience import Timing
 from svir.providers import get_kind
@@ -271,7 +271,10 @@ def run(
 
     cap, short = connections_that_fit(config.server.max_connections)
     if short is not None:
-        log.warning(short)
+        # The default bends to the machine's limit without alarm; a cap the config asked for is
+        # a warning.
+        asked = config.server.max_connections != DEFAULT_MAX_CONNECTIONS
+        log.log(logging.WARNING if asked else logging.INFO, short)
     limits = msgspec.structs.replace(config.server, max_connections=cap)
     try:
         sock = listen(host, port)
