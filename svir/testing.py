@@ -679,6 +679,10 @@ class _ServerCore(Generic[H]):
     out of a gateway benchmark's way: a repeated request costs what parsing its head does.
     """
 
+    # Seconds a stop waits for the answers under way, cancelled, to end, and then for the
+    # listener to close: a bound on a hang (a test that a stop cancels them sets it far longer).
+    stop_grace: float = 2.0
+
     def __init__(
         self,
         handler: H,
@@ -786,13 +790,13 @@ class _ServerCore(Generic[H]):
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=2.0)
+            await asyncio.wait(tasks, timeout=self.stop_grace)
         for connection in list(self._connections):
             if connection.transport is not None:
                 connection.transport.close()
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
+                async with asyncio.timeout(self.stop_grace):
                     await self._server.wait_closed()
             self._server = None
 

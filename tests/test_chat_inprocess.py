@@ -8,7 +8,6 @@ that was ~6% of svir's CPU under load and pauses of 1-7 ms in the tail latency.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -18,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from svir.edges.upstream import UpstreamClient
 from tests.keys.support import Harness, config_text
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
+from tests.support.waiting import eventually
 
 CASE = "llama-cpp"  # its recorded answer: "17 × 3 = 51."
 PATHS = ["/v1/chat/completions", "/api/chat"]
@@ -131,9 +132,14 @@ async def test_requests_one_after_another_share_one_upstream_connection(
     real network): the connection must still go back to the pool, not be opened anew (a TLS
     handshake, for a cloud API) for every request."""
     harness, key = svir
+    upstream = harness.app.gateway.client
+    assert isinstance(upstream, UpstreamClient)
+    pool = upstream.pool
     replay.clear()
     for _ in range(4):
         await answer(harness, key, "/v1/chat/completions", stream)
-        await asyncio.sleep(0.05)  # the terminating chunk arrives meanwhile
+        # Back in the pool once the terminating chunk arrived: waited for, not slept for (a
+        # request sent before then opens a connection of its own, as it should).
+        await eventually(lambda: any(pool._idle.values()), "the upstream connection pooled")
     peers = {r.peer for r in replay.chat_requests}
     assert len(replay.chat_requests) == 4 and len(peers) == 1

@@ -15,6 +15,7 @@ from svir.edges.h1 import H1Pool, H1Response, Headers
 from svir.edges.upstream import UpstreamClient
 from svir.errors import H1Error
 from svir.wire.errors import ErrorKind, UpstreamError
+from tests.support.waiting import PATIENCE, eventually
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -136,7 +137,7 @@ async def test_body_until_close_and_gzip(serve) -> None:
     pool.close()
 
 
-async def test_stale_pooled_connection_is_retried(serve) -> None:
+async def test_a_pooled_connection_the_server_closed_is_not_used(serve) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -146,10 +147,32 @@ async def test_stale_pooled_connection_is_retried(serve) -> None:
     server, url = await serve(handler)
     pool = H1Pool()
     for _ in range(2):
+        async with asyncio.timeout(PATIENCE):  # a request on the closed connection would hang
+            resp = await pool.request("POST", url, headers={}, body=b"{}")
+            assert await body_of(resp) == b"ok"
+        await eventually(lambda c=resp._conn: c.lost, "the client sees the server's close")
+    assert server.connections == 2 and len(server.requests) == 2
+    pool.close()
+
+
+async def test_a_request_on_a_connection_closed_meanwhile_is_retried_anew(serve) -> None:
+    # The server closes a kept-alive connection as the next request arrives on it (its own
+    # keep-alive timeout ran out): the client sent it, then finds the connection gone, and sends
+    # it again on a new one.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = server.connections == 1
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        if first:
+            await server.read_request(reader)  # and closed unanswered
+
+    server, url = await serve(handler)
+    pool = H1Pool()
+    for _ in range(2):
         resp = await pool.request("POST", url, headers={}, body=b"{}")
         assert await body_of(resp) == b"ok"
-        await asyncio.sleep(0.05)
-    assert server.connections == 2
+    assert server.connections == 2 and len(server.requests) == 3
     pool.close()
 
 
@@ -199,14 +222,17 @@ async def test_finish_keeps_a_connection_whose_last_chunk_comes_later(serve) -> 
         resp = await pool.request("POST", url, headers={}, body=b"%d" % n)
         assert await resp.read() == b"data: %d\n\ndata: [DONE]\n\n" % n
         resp.finish()  # the answer is whole; the terminating chunk is still on its way
-        await asyncio.sleep(0.1)
+        await eventually(
+            lambda c=resp._conn: c in pool._idle.get(c.key, []), "the connection pooled"
+        )
     # close() in its place drops the connection each time (the server sees a cancel).
     assert server.connections == 1
     resp = await pool.request("POST", url, headers={}, body=b"x")
     await resp.read()
     resp.close()
-    await asyncio.sleep(0.1)
-    assert not pool._idle.get(resp._conn.key)
+    conn = resp._conn
+    await eventually(lambda: conn.lost, "the connection closed")
+    assert not pool._idle.get(conn.key)
     pool.close()
 
 
@@ -220,8 +246,9 @@ async def test_finish_drops_a_connection_whose_end_never_comes(serve, monkeypatc
     await resp.read()
     resp.finish()
     conn = resp._conn
-    await asyncio.sleep(0.2)
-    assert conn.lost and not pool._idle.get(conn.key)
+    # The end never comes: only the drain's grace running out closes the connection.
+    await eventually(lambda: conn.lost, "the connection closed after DRAIN_GRACE")
+    assert not pool._idle.get(conn.key)
     assert conn._drain_timer is None and conn._drain_to is None  # nothing left referring back
     pool.close()
 

@@ -12,7 +12,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -513,10 +512,10 @@ def test_wait_healthy_fails_fast_when_the_server_exits(tmp_path: Path) -> None:
     not_a_model.write_bytes(b"this is not a GGUF file")
     server = LlamaServer.start(find_llama_server(), not_a_model, log_path=tmp_path / "broken.log")
     try:
-        started = time.monotonic()
+        # Failing at once is failing on the exit (this message), not on the timeout ("not healthy
+        # after 60 s"): no clock needed to tell them apart.
         with pytest.raises(LlamaServerError, match="exited with status") as excinfo:
             server.wait_healthy(timeout=60)
-        assert time.monotonic() - started < 30
         assert str(tmp_path / "broken.log") in str(excinfo.value)
         assert "broken.gguf" in str(excinfo.value)  # the log's tail is in the message
     finally:
@@ -538,11 +537,9 @@ def test_stop_ends_a_server_with_a_stream_under_way(own_server: LlamaServer) -> 
     ) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")  # generation has started
-        started = time.monotonic()
-        own_server.stop(grace=2.0)
-        stopped_after = time.monotonic() - started
+        code = own_server.stop(grace=2.0)
+    assert code is not None and own_server.returncode == code
     assert not psutil.pid_exists(pid)
-    assert stopped_after < 10
 
 
 @pytest.mark.external

@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
+from tests.support.waiting import PATIENCE
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
 pytestmark = pytest.mark.external
@@ -46,7 +47,7 @@ def svir2(replay: ScriptedServer, tmp_path: Path) -> Iterator[SvirProcess]:
         yield proc
 
 
-def worker_pids(url: str, *, want: int, timeout: float = 20.0) -> set[int]:
+def worker_pids(url: str, *, want: int, timeout: float = PATIENCE) -> set[int]:
     """The pids answering /healthz?verbose=1 over fresh connections, until `want` are seen."""
     seen: set[int] = set()
     deadline = time.monotonic() + timeout
@@ -108,7 +109,7 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_all(svir2: SvirProcess) -> 
     victim = min(pids)
     os.kill(victim, signal.SIGKILL)
     # The supervisor starts a new worker; the port keeps answering meanwhile.
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     now: set[int] = set()
     while time.monotonic() < deadline:
         now = worker_pids(svir2.url, want=2, timeout=3)

@@ -9,7 +9,6 @@ import asyncio
 import inspect
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from svir.policy.resilience import Timing
 from svir.testing import MockTransport
 from tests.support.asgi import Lifespan
 from tests.support.upstream import ScriptedUpstream
+from tests.support.waiting import eventually
 
 ADMIN = "admin-key-4f1d9a2c7e"
 UP_KEY = "sk-upstream-key-8b3e51d0aa"
@@ -133,16 +133,6 @@ class Svir:
             await ledger.flush()
 
 
-async def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Wait for `check` to hold (generous bound: the machine is loaded)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 class Feed:
     """`GET /admin/events` of `app`, as raw ASGI: the body frames as they are sent. `gate`, when
     given, is waited on before each send after the first (a page that reads slowly)."""
@@ -183,7 +173,7 @@ class Feed:
                 self.ended = True
 
         self._task = asyncio.ensure_future(self.app(scope, receive, send))
-        await wait_until(lambda: b": connected" in self.data, "the feed to start")
+        await eventually(lambda: b": connected" in self.data, "the feed to start")
 
     def events(self) -> list[tuple[str, Any]]:
         """(event, data) of every whole event received (comments left out)."""

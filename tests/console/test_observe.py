@@ -14,8 +14,9 @@ import pytest
 from svir.call import CallContext, CallRecord
 from svir.console import observe_api
 from svir.console.observe import Observer, sse_frame
-from tests.console.observe_support import ADMIN, UP_KEY, Feed, Svir, wait_until
+from tests.console.observe_support import ADMIN, UP_KEY, Feed, Svir
 from tests.support.upstream import PROMPT_TOKENS
+from tests.support.waiting import eventually
 
 
 async def test_a_request_appears_in_the_feed_started_then_finished_with_its_tokens(
@@ -26,7 +27,7 @@ async def test_a_request_appears_in_the_feed_started_then_finished_with_its_toke
         await feed.start()
         try:
             rid = await svir.chat("up/tok-5")
-            await wait_until(
+            await eventually(
                 lambda: any(d["id"] == rid for d in feed.named("request.finished")),
                 "request.finished",
             )
@@ -46,7 +47,7 @@ async def test_a_request_appears_in_the_feed_started_then_finished_with_its_toke
             assert finished["completion_tokens"] == 5
             assert finished["latency_ms"] >= finished["ttft_ms"] >= 0
             # The stats event comes once a second while the page is open.
-            await wait_until(lambda: bool(feed.named("stats")), "a stats event")
+            await eventually(lambda: bool(feed.named("stats")), "a stats event")
             point = feed.named("stats")[0]
             assert set(point) == {
                 "t",
@@ -69,7 +70,7 @@ async def test_a_slow_stream_shows_its_progress_in_the_feed(tmp_path: Path) -> N
         await feed.start()
         try:
             rid = await svir.chat("up/tok-30-slow")
-            await wait_until(
+            await eventually(
                 lambda: any(d["id"] == rid for d in feed.named("request.finished")), "finished"
             )
             progress = [
@@ -273,7 +274,7 @@ async def test_a_slow_page_holds_no_more_than_its_queue(tmp_path: Path) -> None:
         feed = Feed(svir.app, gate=gate)  # reads the first frame, then stalls
         await feed.start()
         try:
-            await wait_until(lambda: len(observer.subscribers) == 1, "the subscriber")
+            await eventually(lambda: len(observer.subscribers) == 1, "the subscriber")
             [sub] = observer.subscribers
             for i in range(5000):
                 observer.publish("request.progress", {"id": f"r{i}", "completion_tokens": i})
@@ -282,12 +283,12 @@ async def test_a_slow_page_holds_no_more_than_its_queue(tmp_path: Path) -> None:
                 await svir.chat("up/tok-2")
                 assert len(sub.frames) <= observer.queue_size
             gate.set()
-            await wait_until(lambda: bool(feed.named("lagged")), "the lagged event")
+            await eventually(lambda: bool(feed.named("lagged")), "the lagged event")
             lagged = feed.named("lagged")[0]
             assert lagged["dropped"] > 5000 - observer.queue_size - 10
             # What was kept is the newest: the last progress published came through.
             last = 4999
-            await wait_until(
+            await eventually(
                 lambda: any(d.get("id") == f"r{last}" for d in feed.named("request.progress")),
                 "the newest event",
             )
@@ -321,7 +322,7 @@ async def test_the_feed_ends_at_shutdown(tmp_path: Path) -> None:
     feed = Feed(svir.app)
     await feed.start()
     await svir.__aexit__(None, None, None)
-    await wait_until(lambda: feed.ended, "the feed's end")
+    await eventually(lambda: feed.ended, "the feed's end")
     await feed.close()
 
 
@@ -344,7 +345,7 @@ async def test_a_quiet_feed_pings(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         feed = Feed(svir.app)
         await feed.start()
         try:
-            await wait_until(lambda: b": ping\n\n" in feed.data, "a ping")
+            await eventually(lambda: b": ping\n\n" in feed.data, "a ping")
         finally:
             await feed.close()
 
@@ -359,7 +360,7 @@ async def test_the_feed_and_the_request_page_show_no_secret(tmp_path: Path) -> N
                 await svir.chat("up/echo-stream")
             with pytest.raises(openai.InternalServerError, match="refused svir's credentials"):
                 await svir.chat("alt/echo-401")
-            await wait_until(lambda: len(feed.named("request.finished")) == 2, "both finished")
+            await eventually(lambda: len(feed.named("request.finished")) == 2, "both finished")
             errors = [d["error"] for d in feed.named("request.finished")]
             assert all(e and "[redacted]" in e for e in errors), errors
             pages = [

@@ -5,6 +5,7 @@ attempt's span."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from svir.testing import MockServer
 from tests.keys.support import Harness
 from tests.support.embedder import Embedder
 from tests.support.inprocess import InProcess, serve
+from tests.support.waiting import PATIENCE
 
 ADMIN = "admin-embed-test-key-0123456789"
 CONFIG = """
@@ -60,15 +62,15 @@ async def embed(svir: InProcess, key: str, texts: list[str], model: str = "e/m")
 
 
 async def tpm_used(svir: InProcess, key: str, want: int) -> int:
-    """The key's tpm use once it reaches `want` (settlements run as tasks), or as it stands."""
-    used = -1
-    for _ in range(50):
+    """The key's tpm use once it reaches `want` (settlements run as tasks), or as it stands
+    after PATIENCE."""
+    deadline = time.monotonic() + PATIENCE
+    while True:
         r = await svir.http.get("/v1/usage", headers={"Authorization": f"Bearer {key}"})
         used = int(r.json()["limits"]["tpm"]["used"])
-        if used == want:
-            break
+        if used == want or time.monotonic() > deadline:
+            return used
         await asyncio.sleep(0.01)
-    return used
 
 
 async def test_inputs_count_against_tpm_and_the_allowance_does_not(svir: InProcess) -> None:
@@ -110,12 +112,12 @@ async def test_ledger_row_and_metrics(svir: InProcess) -> None:
         headers={"Authorization": f"Bearer {key}"},
     )
     assert r.status_code == 200, r.text
-    rows: list[dict[str, Any]] = []
-    for _ in range(50):
+    deadline = time.monotonic() + PATIENCE  # the ledger is written by a task of its own
+    while True:
         r = await svir.http.get("/admin/usage?by=api,model", headers=admin())
         assert r.status_code == 200, r.text
-        rows = r.json()["data"]
-        if len(rows) == 2:
+        rows: list[dict[str, Any]] = r.json()["data"]
+        if len(rows) == 2 or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.02)
     by_api = {row["api"]: row for row in rows}

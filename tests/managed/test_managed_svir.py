@@ -8,8 +8,9 @@ Gemma 3 270M is a base model that never stops by itself: every request bounds it
 
 from __future__ import annotations
 
+import json
 import signal
-import time
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 from tests.managed.conftest import children_servers, servers_with
 from tests.support.svir_proc import SvirProcess
+from tests.support.waiting import PATIENCE, wait_until
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
 pytestmark = pytest.mark.external
@@ -74,17 +76,24 @@ def pid_of(svir: SvirProcess) -> int:
 
 
 def managed_state(svir: SvirProcess) -> dict[str, Any]:
-    r = httpx.get(svir.url + "/healthz?verbose=1", timeout=5)
+    r = httpx.get(svir.url + "/healthz?verbose=1", timeout=PATIENCE)
     state: dict[str, Any] = r.json()["managed"]["local"]
     return state
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
+def hang_up_when(
+    svir: SvirProcess, body: dict[str, Any], ready: Callable[[], bool], what: str
+) -> None:
+    """Send `body` as a chat request, and close the connection unanswered once `ready()` holds:
+    a client gone at the stage `ready` says, however long the stage before it took."""
+    payload = json.dumps(body).encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload)
+    )
+    with socket.create_connection(("127.0.0.1", svir.port), timeout=PATIENCE) as sock:
+        sock.sendall(head + payload)
+        wait_until(ready, what)
 
 
 def test_the_first_request_starts_the_server(
@@ -92,7 +101,7 @@ def test_the_first_request_starts_the_server(
 ) -> None:
     svir = start_svir(config(f'gemma-3-270m = "{gguf}"'))
     assert children_servers(pid_of(svir)) == []  # nothing runs before it is asked for
-    models = httpx.get(svir.base_url + "/models", timeout=5).json()
+    models = httpx.get(svir.base_url + "/models", timeout=PATIENCE).json()
     assert [m["id"] for m in models["data"]] == ["local/gemma-3-270m"]
 
     body = chat(svir)
@@ -155,14 +164,12 @@ def test_the_watcher_restarts_a_server_in_use(
     [first] = children_servers(pid_of(svir))
     first.send_signal(signal.SIGKILL)
     # Used a moment ago: restarted without waiting for the next request.
-    wait_for(
+    wait_until(
         lambda: [p.pid for p in children_servers(pid_of(svir))] not in ([], [first.pid]),
-        30,
         "a new llama-server",
     )
-    wait_for(
+    wait_until(
         lambda: managed_state(svir)["models"]["gemma-3-270m"]["state"] == "ready",
-        60,
         "the new server is ready",
     )
     chat(svir)
@@ -198,7 +205,7 @@ def test_an_idle_server_is_stopped_and_comes_back(
     svir = start_svir(config(f'gemma-3-270m = "{gguf}"', "idle_unload = 2"))
     chat(svir)
     [server] = children_servers(pid_of(svir))
-    server.wait(15)  # stopped by svir once idle for 2 s
+    server.wait(PATIENCE)  # stopped by svir once idle for 2 s
     assert children_servers(pid_of(svir)) == []
     assert managed_state(svir)["models"]["gemma-3-270m"]["state"] == "stopped"
     assert '"reason":"idle for 2 s"' in svir.log()
@@ -256,7 +263,7 @@ def test_without_a_config_svir_serves_the_local_gemma(
     start_svir: Callable[[str | None], SvirProcess],
 ) -> None:
     svir = start_svir(None)  # and without $SVIR_CONFIG
-    models = httpx.get(svir.base_url + "/models", timeout=5).json()
+    models = httpx.get(svir.base_url + "/models", timeout=PATIENCE).json()
     assert [m["id"] for m in models["data"]] == ["local/gemma-3-270m"]
     body = chat(svir)
     assert body["model"] == "local/gemma-3-270m"
@@ -275,21 +282,20 @@ def test_clients_that_go_away_hold_no_model(
         )
     )
     request = {"model": "local/a", "messages": [{"role": "user", "content": "hi"}]}
+
+    def a() -> dict[str, Any]:
+        found: dict[str, Any] = managed_state(svir)["models"]["a"]
+        return found
+
     # Gone while the model loads.
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            svir.base_url + "/chat/completions", json={**request, "max_tokens": 8}, timeout=0.3
-        )
-    wait_for(lambda: managed_state(svir)["models"]["a"]["state"] == "ready", 60, "a is loaded")
-    # Gone while the server reads a long prompt (svir has the model, no answer has started).
-    with pytest.raises(httpx.ReadTimeout):
-        long_prompt = [{"role": "user", "content": "Tell me more about this. " * 400}]
-        httpx.post(
-            svir.base_url + "/chat/completions",
-            json={**request, "messages": long_prompt, "max_tokens": 8},
-            timeout=0.3,
-        )
-    wait_for(lambda: managed_state(svir)["models"]["a"]["in_flight"] == 0, 10, "a is given back")
+    hang_up_when(svir, {**request, "max_tokens": 8}, lambda: a()["state"] == "loading", "a loading")
+    wait_until(lambda: a()["state"] == "ready" and a()["in_flight"] == 0, "a loaded, held by none")
+    # Gone while the server reads a long prompt and writes a long answer (svir has the model,
+    # nothing of the answer has gone out).
+    long_prompt = [{"role": "user", "content": "Tell me more about this. " * 400}]
+    busy = {**request, "messages": long_prompt, "max_tokens": 2000}
+    hang_up_when(svir, busy, lambda: a()["in_flight"] == 1, "a in flight")
+    wait_until(lambda: a()["in_flight"] == 0, "a is given back")
     # Gone in the middle of a long answer.
     with httpx.stream(
         "POST",
@@ -299,7 +305,7 @@ def test_clients_that_go_away_hold_no_model(
     ) as r:
         assert r.status_code == 200
         next(r.iter_raw())
-    wait_for(lambda: managed_state(svir)["models"]["a"]["in_flight"] == 0, 10, "a is given back")
+    wait_until(lambda: a()["in_flight"] == 0, "a is given back")
     # So b takes its place at once.
     chat(svir, "local/b")
     assert managed_state(svir)["loaded"] == ["b"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -16,6 +17,7 @@ from svir.config import ProviderConfig, parse_config
 from svir.edges.managed import Supervisor
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.managed.conftest import servers_with
+from tests.support.waiting import eventually
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
 pytestmark = pytest.mark.external
@@ -80,14 +82,19 @@ async def test_concurrent_requests_start_the_model_once(two_models: Supervisor, 
 async def test_a_swap_waits_for_the_requests_in_flight(two_models: Supervisor, gguf: Path) -> None:
     await two_models.ensure("a")  # held: a request in flight
     [a] = servers_with(gguf)
+
+    def state(model: str) -> dict[str, Any]:
+        found: dict[str, Any] = two_models.snapshot()["models"][model]
+        return found
+
     b_wanted = asyncio.create_task(two_models.ensure("b"))
-    await asyncio.sleep(1.0)
+    # b's load has seen a busy and waits for it (polled for: no time is assumed enough).
+    await eventually(lambda: state("a")["state"] == "draining", "a asked to give its place")
     # b waits; a keeps serving, and a new request for a waits too (a is giving its place).
-    assert not b_wanted.done()
+    assert not b_wanted.done() and state("b")["waiting"] == 1
     assert servers_with(gguf) == [a]
-    assert two_models.snapshot()["models"]["a"]["state"] == "draining"
     a_again = asyncio.create_task(two_models.ensure("a"))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: state("a")["waiting"] == 1, "the new request for a waiting")
     assert not a_again.done()
 
     two_models.release("a")
@@ -97,7 +104,7 @@ async def test_a_swap_waits_for_the_requests_in_flight(two_models: Supervisor, g
     assert not psutil.pid_exists(a.pid) or a.status() == psutil.STATUS_ZOMBIE
     assert await answer(b_url)
     # b is in flight now: a comes back only once b is released.
-    await asyncio.sleep(0.5)
+    await eventually(lambda: state("b")["state"] == "draining", "b asked to give its place")
     assert not a_again.done()
     two_models.release("b")
     a_url = await asyncio.wait_for(a_again, 60)
@@ -123,7 +130,9 @@ async def test_a_request_that_gives_up_while_waiting_holds_nothing(
     two_models: Supervisor, gguf: Path
 ) -> None:
     waiting = asyncio.create_task(two_models.ensure("a"))
-    await asyncio.sleep(0.05)
+    await eventually(
+        lambda: two_models.snapshot()["models"]["a"]["waiting"] == 1, "the request waiting"
+    )
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from tests.support.svir_proc import SvirProcess, free_port
 from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream, status_model
+from tests.support.waiting import PATIENCE
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
 pytestmark = pytest.mark.external
@@ -426,7 +426,7 @@ def test_bad_requests_are_400_in_ollamas_shape(svir: SvirProcess) -> None:
 def test_client_disconnect_cancels_the_upstream(svir: SvirProcess, replay: ScriptedServer) -> None:
     replay.clear()
     body = {"model": "plain/slow-drip", "messages": HI}
-    with httpx.stream("POST", svir.url + "/api/chat", json=body, timeout=10) as r:
+    with httpx.stream("POST", svir.url + "/api/chat", json=body, timeout=PATIENCE) as r:
         assert r.status_code == 200
         seen = 0
         for line in r.iter_lines():
@@ -434,10 +434,9 @@ def test_client_disconnect_cancels_the_upstream(svir: SvirProcess, replay: Scrip
             seen += 1
             if seen >= 3:
                 break
-    t = time.monotonic()
-    record = replay.wait_disconnect(timeout=5)
+    # slow-drip drips forever: it ends only if svir cancels it.
+    record = replay.wait_disconnect(timeout=PATIENCE)
     assert record.model == "slow-drip" and record.disconnected
-    assert time.monotonic() - t < 2
 
 
 # Loading, listing, version

@@ -21,6 +21,7 @@ from svir.edges.managed import Supervisor
 from svir.wire.errors import UpstreamError
 from tests.managed.conftest import children_servers, servers_with
 from tests.support.svir_proc import SvirProcess
+from tests.support.waiting import eventually
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
 pytestmark = pytest.mark.external
@@ -53,13 +54,6 @@ async def answer(base_url: str) -> str:
     return str(r.json()["choices"][0]["message"]["content"])
 
 
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 90
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen"
-        await asyncio.sleep(0.1)
-
-
 def one(path: Path) -> psutil.Process | None:
     found = servers_with(path)
     return found[0] if len(found) == 1 else None
@@ -81,7 +75,12 @@ async def test_a_context_change_restarts_that_model_once_its_requests_end(
         assert sup.reconfigure(provider(both.format(a=gguf, b=other, ctx=2048))) == ["a"]
         # A new request waits for the restart; the one in flight goes on with the old server.
         a_again = asyncio.create_task(sup.ensure("a"))
-        await asyncio.sleep(1.0)
+
+        def waits_for_the_restart() -> bool:
+            a = sup.snapshot()["models"]["a"]
+            return bool(a["state"] == "draining" and a["waiting"] == 1)
+
+        await eventually(waits_for_the_restart, "the new request waiting for a's restart")
         assert not a_again.done()
         assert servers_with(gguf) == [a1] and await answer(url_a)
         sup.release("a")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
+from tests.support.waiting import wait_until
 from tests.threads.conftest import store_url
 from tests.threads.support import Threads, parse_frames, start_svir
 
@@ -44,13 +44,6 @@ def procs() -> Iterator[list[SvirProcess]]:
     yield started
     for p in started:
         p.stop()
-
-
-def wait_until(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_kill_9_mid_continue_then_restart(
@@ -100,7 +93,7 @@ def test_kill_9_mid_continue_then_restart(
                 == 1
             )
     # The dead process's lease lapses by itself; then the thread goes on.
-    wait_until(lambda: not api.get(tid)["busy"], LEASE + 5, "the dead process's lease never lapsed")
+    wait_until(lambda: not api.get(tid)["busy"], "the dead process's lease lapsing")
     r = api.continue_(tid, model="plain/llama-cpp")
     assert r.status_code == 200 and r.json()["type"] == "done"
     assert api.roles(tid) == ["user", "assistant"]
@@ -126,7 +119,7 @@ def test_two_replicas_share_threads_and_exclude_each_other(
     runner = threading.Thread(target=stream_on_a)
     runner.start()
     try:
-        wait_until(lambda: on_b.get(tid)["busy"], 10, "replica b never saw the thread busy")
+        wait_until(lambda: on_b.get(tid)["busy"], "replica b seeing the thread busy")
         r = on_b.continue_(tid, stream=True)
         assert r.status_code == 409 and r.json()["error"]["code"] == "thread_busy"
         r = on_b.post(tid, {"content": "sneaking in"})

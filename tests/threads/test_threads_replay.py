@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -16,6 +17,7 @@ import pytest
 
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import CORPUS_DIR, ScriptedServer, ScriptedUpstream, status_model
+from tests.support.waiting import PATIENCE, wait_until
 from tests.threads.conftest import STORES, store_url
 from tests.threads.support import Threads, parse_frames, start_svir
 
@@ -653,16 +655,32 @@ def test_bad_input_is_answered_and_the_process_lives(api: Threads, svir: SvirPro
 # Concurrency, cancel, disconnect
 
 
-def wait_busy(api: Threads, tid: str, busy: bool, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while api.get(tid)["busy"] is not busy:
-        assert time.monotonic() < deadline, f"thread never became busy={busy}"
-        time.sleep(0.05)
+def wait_busy(api: Threads, tid: str, busy: bool) -> None:
+    wait_until(lambda: api.get(tid)["busy"] is busy, f"the thread busy={busy}")
 
 
-def test_a_second_continue_on_a_busy_thread_is_409(api: Threads, replay: ScriptedServer) -> None:
-    replay.handler.drip_count = 30  # 1.5 s of ticks, then the end
-    tid = user_thread(api, model="plain/slow-drip")
+@pytest.fixture
+def gate(replay: ScriptedServer) -> Iterator[threading.Event]:
+    """Set it, and the upstream's `silent-` answers begin (they wait for nothing else)."""
+    opened = threading.Event()
+
+    async def wait(stage: str) -> None:
+        while not opened.is_set():
+            await asyncio.sleep(0.01)
+
+    before = replay.handler.wait
+    replay.handler.wait = wait
+    yield opened
+    opened.set()
+    replay.handler.wait = before
+
+
+def test_a_second_continue_on_a_busy_thread_is_409(
+    api: Threads, replay: ScriptedServer, gate: threading.Event
+) -> None:
+    # The first continuation's upstream answers once the gate opens: busy however long the
+    # checks below take.
+    tid = user_thread(api, model="plain/silent-ok")
     results: dict[str, Any] = {}
 
     def first() -> None:
@@ -680,14 +698,17 @@ def test_a_second_continue_on_a_busy_thread_is_409(api: Threads, replay: Scripte
         r = api.http.delete(f"/threads/{tid}")
         assert r.status_code == 409
     finally:
-        runner.join(30)
+        gate.set()
+        runner.join(PATIENCE)
     assert results["frames"][-1]["type"] == "done"
     assert api.roles(tid) == ["user", "assistant"]
 
 
-def test_racing_continues_one_answers(api: Threads, replay: ScriptedServer) -> None:
-    replay.handler.drip_count = 10
-    tid = user_thread(api, model="plain/slow-drip")
+def test_racing_continues_one_answers(
+    api: Threads, replay: ScriptedServer, gate: threading.Event
+) -> None:
+    # The winner's upstream answers once the gate opens: it is busy however late the others come.
+    tid = user_thread(api, model="plain/silent-ok")
     statuses: list[int] = []
     lock = threading.Lock()
 
@@ -699,8 +720,11 @@ def test_racing_continues_one_answers(api: Threads, replay: ScriptedServer) -> N
     runners = [threading.Thread(target=go) for _ in range(6)]
     for t in runners:
         t.start()
+    wait_until(lambda: len(statuses) == 5, "five of six continues answered")
+    assert statuses == [409] * 5
+    gate.set()
     for t in runners:
-        t.join(30)
+        t.join(PATIENCE)
     assert sorted(statuses) == [200] + [409] * 5
     assert api.roles(tid) == ["user", "assistant"]
 
@@ -737,9 +761,9 @@ def test_a_client_that_leaves_mid_stream_appends_nothing(
         for n, _ in enumerate(r.iter_bytes()):
             if n >= 3:
                 break
-    record = replay.wait_disconnect(timeout=5)
+    record = replay.wait_disconnect(timeout=PATIENCE)
     assert record.model == "slow-drip"
-    wait_busy(api, tid, False, timeout=5)
+    wait_busy(api, tid, False)
     assert api.roles(tid) == ["user"]
 
 
@@ -760,7 +784,9 @@ def _finite_drip(replay: ScriptedServer) -> Iterator[None]:
 
 def test_log_never_holds_the_bearer_token(svir: SvirProcess) -> None:
     api = Threads(svir.base_url, "sk-very-secret-token-1234")
-    api.create()
-    time.sleep(0.1)
+    r = api.http.post("/threads", json={}, headers={"x-request-id": "secret-token-create"})
+    assert r.status_code == 200, r.text
+    # Its log line written (waited for, not slept for), the token is in no line.
+    wait_until(lambda: "secret-token-create" in svir.log(), "the request's log line")
     assert "sk-very-secret-token-1234" not in svir.log()
     assert Path(svir.log_path).exists()
