@@ -52,7 +52,7 @@ keep_alive_timeout = 300
 max_connections = {CAP}
 """
 
-HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: svir\r\n\r\n"
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def is_refusal(raw: bytes, status: int, code: str) -> bool:
 
 def head(fields: int, value_bytes: int = 1) -> bytes:
     """A GET /healthz head with `fields` fields (Host among them), each value `value_bytes`."""
-    lines = [b"GET /healthz HTTP/1.1", b"Host: svir"]
+    lines = [b"GET /healthz HTTP/1.1", b"Host: localhost"]
     lines += [b"X-F%d: %s" % (i, b"v" * value_bytes) for i in range(fields - 1)]
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
@@ -148,7 +148,7 @@ def test_a_head_slower_than_head_timeout_is_closed_and_a_whole_one_is_not(
     timeouts: SvirProcess,
 ) -> None:
     def forever() -> Iterator[bytes]:
-        yield b"GET /healthz HTTP/1.1\r\nHost: svir\r\n"
+        yield b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
         while True:
             yield b"X"  # a field name that never ends
 
@@ -161,7 +161,7 @@ def test_a_head_slower_than_head_timeout_is_closed_and_a_whole_one_is_not(
     # (and after keep_alive_timeout) and the request is answered.
     with connect(timeouts) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n"
         )
         time.sleep(3)
@@ -220,7 +220,7 @@ def test_a_head_over_max_head_bytes_gets_431_and_the_connection_closes(sizes: Sv
 
     # Over it and never ending: 431 as soon as it is too large, not when it ends.
     def endless() -> Iterator[bytes]:
-        yield b"GET /healthz HTTP/1.1\r\nHost: svir\r\nX-Big: "
+        yield b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: "
         while True:
             yield b"v" * 1000
 
@@ -236,7 +236,7 @@ def test_the_rest_of_a_body_refused_early_is_not_taken_for_a_head(sizes: SvirPro
     size = 50_000
     with connect(sizes) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % size
         )
         status, _, body = response(sock)
@@ -274,7 +274,8 @@ async def test_a_head_refused_while_a_response_goes_out_waits_for_its_end() -> N
     """A pipelined head that is too large while the previous response is still streaming: no
     431 inside that response; nothing more is read, and the connection closes after it."""
     seen = await behind_a_response(
-        b"GET / HTTP/1.1\r\nHost: svir\r\nX-Big: " + b"v" * 200, ServerConfig(max_head_bytes=100)
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"v" * 200,
+        ServerConfig(max_head_bytes=100),
     )
     assert seen.paused and not seen.closed_then and seen.closed_after
     assert seen.sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b"431" not in seen.sent
