@@ -18,7 +18,7 @@ the browser send it requests. So, for every route:
 - an allowed origin gets CORS: its preflight (`OPTIONS` with `Access-Control-Request-Method`) is
   answered 204 before the key guard (a preflight carries no key), and every answer echoes the
   origin, with `Vary: Origin`;
-- an admin write (any method but GET and HEAD under /admin/) needs `Content-Type:
+- an admin write (POST, PUT, PATCH or DELETE under /admin/) needs `Content-Type:
   application/json` or an `Authorization` header, neither of which a form can send (415
   `json_required`); checked after the key guard, whose refusal says more.
 
@@ -47,6 +47,7 @@ Headers = tuple[tuple[bytes, bytes], ...]
 # What tells a request from another site that sent no Origin.
 _OTHER_SITE: Final = (b"cross-site", b"same-site")
 _READS: Final = frozenset({"GET", "HEAD"})
+_WRITES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A preflight is cached this long (Chromium caps it at 2 hours); a restart with other origins
 # is seen within it.
 _PREFLIGHT_MAX_AGE: Final = b"600"
@@ -177,7 +178,7 @@ def check_admin_write(scope: Scope) -> None:
 
 def is_admin_write(method: str, path: str) -> bool:
     """Whether `method path` is an admin write (`check_admin_write`)."""
-    return method not in _READS and path.startswith(ADMIN_PREFIX)
+    return method in _WRITES and path.startswith(ADMIN_PREFIX)
 
 
 def with_headers(send: Send, headers: Headers) -> Send:
