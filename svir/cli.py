@@ -75,6 +75,9 @@ def serve(args: argparse.Namespace) -> int:
     path = args.config or os.environ.get("SVIR_CONFIG")
     try:
         config = load_config(path) if path else managed.default_config()
+        # The entries SVIR_ORIGINS and SVIR_ALLOWED_HOSTS add, checked before svir listens.
+        config.server.origin_patterns(os.environ)
+        config.server.host_patterns(os.environ)
     except ConfigError as exc:
         print(f"svir: bad config: {exc}", file=sys.stderr)
         return 2

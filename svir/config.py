@@ -17,7 +17,7 @@ import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -25,9 +25,19 @@ from svir.errors import ConfigError
 from svir.log import hide_in_logs
 from svir.providers import KINDS
 from svir.wire.errors import BaseURLError
+from svir.wire.origins import (
+    HostPattern,
+    OriginPattern,
+    PatternError,
+    parse_host_pattern,
+    parse_origin_pattern,
+    split_list,
+)
 from svir.wire.proxy import ProxyURLError, parse_proxy_url
 
 __all__ = [
+    "ENV_ALLOWED_HOSTS",
+    "ENV_ORIGINS",
     "AuthConfig",
     "CaptureConfig",
     "Config",
@@ -111,6 +121,11 @@ class RouteConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 # sets is warned about).
 DEFAULT_MAX_CONNECTIONS: Final = 10_000
 
+# What adds entries to [server] allowed_origins and allowed_hosts (comma-separated, as Ollama's
+# OLLAMA_ORIGINS): a setting of the machine rather than of the file.
+ENV_ORIGINS: Final = "SVIR_ORIGINS"
+ENV_ALLOWED_HOSTS: Final = "SVIR_ALLOWED_HOSTS"
+
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where svir listens and what it accepts."""
@@ -137,6 +152,42 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # closed for a new one. 10,000 idle ones hold ~70 MiB (BENCHMARKS.md: 7 KiB each) and need
     # ~20,100 open files (svir.edges.server.open_files_needed), which svir raises its limit to.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # Web pages of other origins a browser may use svir from, besides this machine's pages and
+    # apps' (README, "Security"; svir.wire.origins says what an entry may be), and SVIR_ORIGINS'.
+    allowed_origins: tuple[str, ...] = ()
+    # Host names svir answers to over loopback besides localhost, this machine's name and IP
+    # addresses (a name rebound to 127.0.0.1 is refused); once set, on every listener. And
+    # SVIR_ALLOWED_HOSTS'.
+    allowed_hosts: tuple[str, ...] = ()
+
+    def origin_patterns(self, environ: Mapping[str, str] | None = None) -> list[OriginPattern]:
+        """`allowed_origins` (checked with the file) and the entries of SVIR_ORIGINS, parsed;
+        ConfigError names the variable's entry that means nothing."""
+        return [parse_origin_pattern(entry) for entry in self.allowed_origins] + _from_env(
+            environ, ENV_ORIGINS, parse_origin_pattern
+        )
+
+    def host_patterns(self, environ: Mapping[str, str] | None = None) -> list[HostPattern]:
+        """`allowed_hosts` and the entries of SVIR_ALLOWED_HOSTS, parsed, as `origin_patterns`."""
+        return [parse_host_pattern(entry) for entry in self.allowed_hosts] + _from_env(
+            environ, ENV_ALLOWED_HOSTS, parse_host_pattern
+        )
+
+
+T = TypeVar("T")
+
+
+def _from_env(environ: Mapping[str, str] | None, var: str, parse: Callable[[str], T]) -> list[T]:
+    """The entries of the comma-separated variable `var`, each parsed; ConfigError for one that
+    `parse` refuses (PatternError), naming the variable."""
+    value = (os.environ if environ is None else environ).get(var) or ""
+    out = []
+    for entry in split_list(value):
+        try:
+            out.append(parse(entry))
+        except PatternError as exc:
+            raise ConfigError("environment", var, str(exc)) from None
+    return out
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -572,6 +623,15 @@ def _checked(source: str | os.PathLike[str], config: Config) -> Config:
         raise fail(
             "server.max_unlisted_models", "must be 0 or more (0: configured and listed models only)"
         )
+    for key, parse in (
+        ("allowed_origins", parse_origin_pattern),
+        ("allowed_hosts", parse_host_pattern),
+    ):
+        for i, entry in enumerate(getattr(server, key)):
+            try:
+                parse(entry)
+            except PatternError as exc:
+                raise fail(f"server.{key}[{i}]", str(exc)) from None
 
     _check_store(fail, config.store)
     _check_usage(fail, config)

@@ -91,7 +91,7 @@ async def stream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 app_state: dict[str, Any] = {}
 transport_of: list[RecordingTransport] = []
 
-REQUEST = b"GET / HTTP/1.1\r\nHost: svir\r\n\r\n"
+REQUEST = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 def _connected(
@@ -382,7 +382,7 @@ async def until(condition: Any) -> None:
     pytest.fail("the condition did not come true within 30 s")
 
 
-HEAD_START = b"GET / HTTP/1.1\r\nHost: svir\r\nX-Slow: "
+HEAD_START = b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: "
 
 
 async def test_at_the_cap_the_connection_at_rest_longest_makes_room() -> None:
@@ -429,7 +429,7 @@ async def test_at_the_cap_with_every_connection_busy_a_new_one_is_refused() -> N
         server.connect() for _ in range(3)
     ]
     waiting.data_received(REQUEST)
-    sending.data_received(b"POST / HTTP/1.1\r\nHost: svir\r\nContent-Length: 4\r\n\r\nab")
+    sending.data_received(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n\r\nab")
     piped.data_received(REQUEST + REQUEST[:10])  # a request, and the next one's head begun
     refused, refused_t = server.connect()
     assert refused_t.closed and refused not in server.state.connections
@@ -481,7 +481,7 @@ async def test_a_body_after_an_early_answer_is_not_cut_for_a_new_connection() ->
     state = ServerState()
     limits = ServerConfig(max_connections=2)
     uploading, uploading_t, _ = _connected(early, state=state, limits=limits)
-    uploading.data_received(b"POST / HTTP/1.1\r\nHost: svir\r\nContent-Length: 4\r\n\r\nab")
+    uploading.data_received(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n\r\nab")
     await until(lambda: b"".join(uploading_t.writes).endswith(b"no"))
     idle, idle_t, _ = _connected(early, state=state, limits=limits)  # after the answer
     _, new_t, _ = _connected(early, state=state, limits=limits)
@@ -580,7 +580,7 @@ async def test_forwarded_headers_are_read_as_uvicorns_proxy_headers_middleware_r
     protocol = H1ServerProtocol(config, state, {}, asyncio.get_running_loop())
     protocol.connection_made(RecordingTransport())
     for n, extra in enumerate(FORWARDED_HEADS, 1):
-        protocol.data_received(b"GET / HTTP/1.1\r\nHost: svir\r\n" + extra + b"\r\n")
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: localhost\r\n" + extra + b"\r\n")
         for _ in range(6000):
             if state.total_requests == n:
                 break
@@ -818,7 +818,7 @@ class Client:
 
 
 def post(path: str, body: bytes, *extra: bytes) -> bytes:
-    head = [b"POST %s HTTP/1.1" % path.encode(), b"Host: svir", *extra]
+    head = [b"POST %s HTTP/1.1" % path.encode(), b"Host: localhost", *extra]
     head.append(b"Content-Length: %d" % len(body))
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
@@ -840,7 +840,7 @@ def test_keep_alive_then_connection_close(edge_port: int) -> None:
 
 def test_http_1_0_closes_after_its_response(edge_port: int) -> None:
     with Client(edge_port) as sock:
-        sock.sendall(b"GET /echo HTTP/1.0\r\nHost: svir\r\n\r\n")
+        sock.sendall(b"GET /echo HTTP/1.0\r\nHost: localhost\r\n\r\n")
         status, headers, body = sock.response()
         assert status == 200 and headers["connection"] == "close"
         assert json.loads(body)["http_version"] == "1.0"
@@ -871,7 +871,7 @@ def test_a_chunked_request_body_arrives_whole(edge_port: int) -> None:
     pieces = [body[i : i + 7000] for i in range(0, len(body), 7000)]
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
     with Client(edge_port) as sock:
-        head = b"POST /echo HTTP/1.1\r\nHost: svir\r\nTransfer-Encoding: chunked\r\n\r\n"
+        head = b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
         sock.sendall(head + chunked)
         status, _, answer = sock.response()
     doc = json.loads(answer)
@@ -881,7 +881,7 @@ def test_a_chunked_request_body_arrives_whole(edge_port: int) -> None:
 
 def test_head_has_the_headers_and_no_body(edge_port: int) -> None:
     with Client(edge_port) as sock:
-        sock.sendall(b"HEAD /echo HTTP/1.1\r\nHost: svir\r\n\r\n")
+        sock.sendall(b"HEAD /echo HTTP/1.1\r\nHost: localhost\r\n\r\n")
         status, headers, body = sock.response("HEAD")
         assert status == 200 and int(headers["content-length"]) > 0 and body == b""
         sock.sendall(post("/echo", b"after"))  # the connection goes on: no stray body bytes
@@ -901,9 +901,9 @@ def test_a_response_without_a_length_is_chunked(edge_port: int) -> None:
     [
         b"NOT A REQUEST\r\n\r\n",
         # A body framed two ways (request smuggling): refused, not guessed at.
-        b"POST /echo HTTP/1.1\r\nHost: svir\r\nContent-Length: 3\r\nTransfer-Encoding: chunked"
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nTransfer-Encoding: chunked"
         b"\r\n\r\n0\r\n\r\n",
-        b"POST /echo HTTP/1.1\r\nHost: svir\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
     ],
 )
 def test_a_request_the_parser_refuses_gets_400_and_the_connection_closes(
@@ -958,7 +958,7 @@ def test_a_trusted_proxy_names_the_client(edge_port: int) -> None:
 def test_an_upgrade_is_answered_as_http_and_the_connection_closes(edge_port: int) -> None:
     with Client(edge_port) as sock:
         sock.sendall(
-            b"GET /echo HTTP/1.1\r\nHost: svir\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"GET /echo HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         )
         status, headers, body = sock.response()

@@ -61,7 +61,7 @@ max_connections = {cap}
 {more}"""
 
 
-HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: svir\r\n\r\n"
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def is_refusal(raw: bytes, status: int, code: str) -> bool:
 
 def head(fields: int, value_bytes: int = 1) -> bytes:
     """A GET /healthz head with `fields` fields (Host among them), each value `value_bytes`."""
-    lines = [b"GET /healthz HTTP/1.1", b"Host: svir"]
+    lines = [b"GET /healthz HTTP/1.1", b"Host: localhost"]
     lines += [b"X-F%d: %s" % (i, b"v" * value_bytes) for i in range(fields - 1)]
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
@@ -157,7 +157,7 @@ def test_a_head_slower_than_head_timeout_is_closed_and_a_whole_one_is_not(
     timeouts: SvirProcess,
 ) -> None:
     def forever() -> Iterator[bytes]:
-        yield b"GET /healthz HTTP/1.1\r\nHost: svir\r\n"
+        yield b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
         while True:
             yield b"X"  # a field name that never ends
 
@@ -170,7 +170,7 @@ def test_a_head_slower_than_head_timeout_is_closed_and_a_whole_one_is_not(
     # (and after keep_alive_timeout) and the request is answered.
     with connect(timeouts) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n"
         )
         time.sleep(3)
@@ -229,7 +229,7 @@ def test_a_head_over_max_head_bytes_gets_431_and_the_connection_closes(sizes: Sv
 
     # Over it and never ending: 431 as soon as it is too large, not when it ends.
     def endless() -> Iterator[bytes]:
-        yield b"GET /healthz HTTP/1.1\r\nHost: svir\r\nX-Big: "
+        yield b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: "
         while True:
             yield b"v" * 1000
 
@@ -245,7 +245,7 @@ def test_the_rest_of_a_body_refused_early_is_not_taken_for_a_head(sizes: SvirPro
     size = 50_000
     with connect(sizes) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % size
         )
         status, _, body = response(sock)
@@ -284,7 +284,8 @@ async def test_a_head_refused_while_a_response_goes_out_waits_for_its_end() -> N
     """A pipelined head that is too large while the previous response is still streaming: no
     431 inside that response; nothing more is read, and the connection closes after it."""
     seen = await behind_a_response(
-        b"GET / HTTP/1.1\r\nHost: svir\r\nX-Big: " + b"v" * 200, ServerConfig(max_head_bytes=100)
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"v" * 200,
+        ServerConfig(max_head_bytes=100),
     )
     assert seen.paused and not seen.closed_then and seen.closed_after
     assert seen.sent.endswith(b"3\r\nend\r\n0\r\n\r\n") and b"431" not in seen.sent
@@ -361,7 +362,7 @@ def test_two_thousand_idle_connections_do_not_lock_clients_out(tmp_path: Path) -
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-SLOW_HEAD = b"GET /healthz HTTP/1.1\r\nHost: svir\r\nX-Slow: "
+SLOW_HEAD = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: "
 
 
 @pytest.mark.external
@@ -416,7 +417,7 @@ def test_with_every_connection_busy_a_new_one_is_refused_and_none_is_cut(
 
     def post(body: dict[str, object], *extra: bytes) -> bytes:
         data = json.dumps(body).encode()
-        fields = [b"POST /v1/chat/completions HTTP/1.1", b"Host: svir", *extra]
+        fields = [b"POST /v1/chat/completions HTTP/1.1", b"Host: localhost", *extra]
         fields += [b"Content-Type: application/json", b"Content-Length: %d" % len(data)]
         return b"\r\n".join(fields) + b"\r\n\r\n" + data
 

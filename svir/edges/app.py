@@ -3,6 +3,10 @@ run before every request, the lifespan hooks, `GET /healthz`, and the one error 
 
 Every response carries `x-request-id`, and every log line of a request carries it too.
 
+What a web page may make a browser send is checked first, for every route (svir.edges.browsers):
+a refused Origin or Host is answered 403 before any guard runs, an allowed origin's CORS
+preflight 204, and an admin write a form could have sent is refused after the guards.
+
 Every error is answered here, for every front end, in the shape its route registered
 (svir.frontends.routes; OpenAI's `{"error": {...}}` unless it says otherwise): what a handler
 raises as the client's mistake (a GatewayError, a request the shared checks refused, a body that is
@@ -21,13 +25,23 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT, RESPONSE_STATUS, SERVER_STOPPING, Message, Receive, Scope, Send
+from svir.asgi import (
+    CALL_CONTEXT,
+    RESPONSE_STATUS,
+    SERVER_STOPPING,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+)
 from svir.call import CallContext
 from svir.config import Config
+from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
 from svir.errors import (
     BodyTooLarge,
@@ -96,6 +110,9 @@ class App:
     ) -> None:
         self.config = config
         self.environ = environ
+        # What a web page may make svir do through a browser (svir.edges.browsers): read at
+        # start, as the other [server] fields are.
+        self.browsers = BrowserGuard(config.server, environ)
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
         # The upstream client unless one is injected (svir.testing.MockTransport in tests), and
@@ -227,11 +244,21 @@ class App:
         afters: list[Callable[[dict[str, Any]], None]] = []
         try:
             try:
-                for guard in self._guards:
-                    after = await guard(scope, fields)
-                    if after is not None:
-                        afters.append(after)
-                status = await route.handler(scope, receive, response, rid, fields)
+                # Before the guards: a refused page's request reaches nothing (svir.edges.browsers).
+                cors = self.browsers.check(scope)
+                if cors is not None and _is_preflight(scope):
+                    # Answered before the key guard: a preflight carries no key.
+                    status = await _preflight(response, self.browsers.preflight(scope, cors), rid)
+                else:
+                    if cors is not None:
+                        response = _Response(with_headers(send, cors))
+                    for guard in self._guards:
+                        after = await guard(scope, fields)
+                        if after is not None:
+                            afters.append(after)
+                    if is_admin_write(method, path):
+                        check_admin_write(scope)
+                    status = await route.handler(scope, receive, response, rid, fields)
             except GatewayError as exc:
                 status = await _answer(response, shape, exc, rid, fields)
             except RequestError as exc:
@@ -288,6 +315,26 @@ class App:
                 body.update(extra())
         await send_json(send, status, body, {"x-request-id": rid})
         return status
+
+
+def _is_preflight(scope: Scope) -> bool:
+    """Whether the request is a CORS preflight (its Origin is checked by the caller)."""
+    return scope["method"] == "OPTIONS" and (
+        header(scope, b"access-control-request-method") is not None
+    )
+
+
+async def _preflight(send: Send, headers: Iterable[tuple[bytes, bytes]], rid: str) -> int:
+    """Answer an allowed origin's preflight: 204 with `headers` (svir.edges.browsers)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 204,
+            "headers": [(b"x-request-id", rid.encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})
+    return 204
 
 
 async def _ignored() -> None:

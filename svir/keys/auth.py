@@ -20,10 +20,8 @@ Lookups are cached for `[auth] cache_seconds`: a revocation reaches every replic
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import hmac
-import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
@@ -32,6 +30,7 @@ from svir.asgi import Scope, header
 from svir.errors import GatewayError, auth_error
 from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord
+from svir.wire.origins import is_loopback
 
 __all__ = [
     "ADMIN_ACCESS",
@@ -79,22 +78,6 @@ def api_key(scope: Scope) -> bytes | None:
         return token
     value = header(scope, b"x-api-key")
     return value.strip() or None if value is not None else None
-
-
-@functools.lru_cache(maxsize=1024)
-def is_loopback(host: str | None) -> bool:
-    """Whether `host` (an address, or `localhost`) is this machine. Names other than localhost
-    are not resolved: they count as elsewhere."""
-    if host is None:
-        return False
-    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 After = Callable[[dict[str, Any]], None]

@@ -545,7 +545,9 @@ def test_files_outside_the_console_folder_are_not_served_over_http(svir: SvirPro
     for target in ("/ui/../pyproject.toml", "/ui/%2e%2e/%2e%2e/pyproject.toml",
                    "/ui/..%2f..%2fpyproject.toml", "/ui/../edges/console_ui.py"):  # fmt: skip
         with socket.create_connection(("127.0.0.1", svir.port), timeout=30) as conn:
-            conn.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            conn.sendall(
+                f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+            )
             answer = b""
             while chunk := conn.recv(65536):
                 answer += chunk

@@ -88,7 +88,7 @@ def hang_up_when(
     a client gone at the stage `ready` says, however long the stage before it took."""
     payload = json.dumps(body).encode()
     head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: svir\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload)
     )
     with socket.create_connection(("127.0.0.1", svir.port), timeout=PATIENCE) as sock:

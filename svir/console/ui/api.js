@@ -35,10 +35,10 @@ export function authHeaders(extra = {}) {
 // One call: JSON in and out; an answer that is not 2xx is an ApiError with the server's words.
 export async function api(path, { method = "GET", body, signal, raw = false, headers } = {}) {
   const init = { method, signal, cache: "no-store", headers: authHeaders(headers) };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
+  // Every write says JSON, with a body or without: svir refuses an admin write that a form
+  // could have sent (README, "Security").
+  if (method !== "GET" && method !== "HEAD") init.headers["Content-Type"] = "application/json";
+  if (body !== undefined) init.body = JSON.stringify(body);
   let response;
   try {
     response = await fetch(path, init);
