@@ -7,6 +7,7 @@ the scripted upstream, on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -232,3 +233,49 @@ def test_an_open_host_refused_says_nothing_of_what_it_would_serve(tmp_path: Path
     assert "refusing to listen on 0.0.0.0" in done.stderr
     assert "serving" not in done.stderr
     assert "listening on" not in done.stderr
+
+
+# `svir serve` sent a SIGTERM as it starts (as a service manager that stops svir while it
+# starts): once its app is built (one process), or as its workers' supervisor is about to be made
+# (`--workers`; once made, the supervisor takes the signal). It must stop svir, not be lost
+# before uvicorn takes it.
+TERMINATED_WHILE_STARTING = """
+import signal, sys
+from svir import cli
+from svir.edges import server
+
+built, supervisor_class = server.build_app, server._supervisor_class
+
+def build_then_terminated(*args, **kwargs):
+    app = built(*args, **kwargs)
+    signal.raise_signal(signal.SIGTERM)
+    return app
+
+def terminated_then_supervisor():
+    signal.raise_signal(signal.SIGTERM)
+    return supervisor_class()
+
+server.build_app, server._supervisor_class = build_then_terminated, terminated_then_supervisor
+sys.exit(cli.main(["serve", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_sigterm_while_svir_starts_stops_it_without_serving(
+    tmp_path: Path, workers: str
+) -> None:
+    config = tmp_path / "svir.toml"
+    config.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", TERMINATED_WHILE_STARTING, "--port", "0", "--config", str(config),
+         "--log-format", "json", "--workers", workers],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
+    lines = json_lines(done.stdout + done.stderr)
+    messages = [line["msg"] for line in lines]
+    assert messages[-1].startswith("svir stopped listening on"), messages
+    # It never served: the app's start-up (which opens the stores) did not run.
+    assert "thread store open" not in messages
+    assert not any(line["level"] == "error" for line in lines), messages

@@ -573,24 +573,16 @@ def test_a_cap_the_limit_cannot_hold_is_said_as_info_by_default_and_warned_when_
 ) -> None:
     config = tmp_path / "svir.toml"
     config.write_text(config_text)
-    with subprocess.Popen(
-        [sys.executable, "-c", UNDER_A_LOW_FILE_LIMIT, "--port", "0", "--config", str(config),
-         "--log-format", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
-    ) as proc:  # fmt: skip
-        try:
-            assert proc.stdout is not None
-            lines: list[dict[str, object]] = []
-            for raw in proc.stdout:
-                if not raw.startswith(b"{"):
-                    continue  # the plain warning of a config without providers
-                line = json.loads(raw)
-                lines.append(line)
-                if "listening" in str(line.get("msg", "")) or line.get("level") == "error":
-                    break
-        finally:
-            proc.terminate()
-    [said] = [line for line in lines if "svir keeps at most" in str(line.get("msg", ""))]
+    # The cap is worked out before svir listens: on a port already taken it says so and exits.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        done = subprocess.run(
+            [sys.executable, "-c", UNDER_A_LOW_FILE_LIMIT, "--port", str(taken.getsockname()[1]),
+             "--config", str(config), "--log-format", "json"],
+            capture_output=True, timeout=120, check=False,
+            env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
+        )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [json.loads(raw) for raw in (done.stdout + done.stderr).splitlines() if raw[:1] == b"{"]
+    [said] = [line for line in lines if "svir keeps at most" in line["msg"]]
     assert said["level"] == level, lines
-    assert "at most 500 connections" in str(said["msg"])
+    assert "at most 500 connections" in said["msg"]

@@ -17,7 +17,7 @@ import resource
 import signal
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -302,19 +302,22 @@ def run(
     log.info(message, extra={"fields": fields, "banner": block})
     status = 0
     server: uvicorn.Server | None = None
-    # uvicorn stops on SIGTERM and then raises it again: caught here, so that the stop line is
-    # said first, and raised once more after it (the exit status stays the signal's).
-    terminated = False
+    # uvicorn stops on SIGTERM and then raises it again: noted here, so that the stop line is
+    # said first, and raised once more after it (the exit status stays the signal's). One that
+    # comes before uvicorn takes the signal is noted too (`_Stop`), and svir does not serve.
+    stop = _Stop()
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        previous = signal.signal(signal.SIGTERM, stop.handle)
     try:
         if workers == 1:
             ignore_sighup()
             source = os.path.abspath(path) if path else None
             app = build_app(config, os.environ, source=source, watch=True)
             server = uvicorn.Server(uvicorn.Config(app, **settings))
-            server.run(sockets=[sock])
+            stop.tell = functools.partial(setattr, server, "should_exit", True)
+            if not stop.requested:
+                server.run(sockets=[sock])
         else:
             # Each worker is a new interpreter that builds its own app from this environment;
             # they share this socket (as `uvicorn.run` shares the one it binds).
@@ -326,16 +329,17 @@ def run(
             worker = uvicorn.Config(
                 "svir.edges.server:worker_app", factory=True, workers=workers, **settings
             )
-            _supervisor_class()(worker, sockets=[sock]).run()
+            supervisor = _supervisor_class()(worker, sockets=[sock])
+            stop.tell = supervisor.should_exit.set
+            if not stop.requested:
+                supervisor.run()
     except KeyboardInterrupt:  # uvicorn raises the signal it caught again once it stopped
         pass
-    except _Terminated:
-        terminated = True
     finally:
         sock.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    if server is not None and not server.started:
+    if server is not None and not server.started and not stop.requested:
         status = 3
     if status:
         log.error("svir did not start (see the lines above)")
@@ -344,7 +348,7 @@ def run(
             f"svir stopped listening on {url_of(host, port)}",
             extra={"fields": {"url": url_of(host, port)}},
         )
-    if terminated:
+    if stop.requested:
         signal.raise_signal(signal.SIGTERM)
     return status
 
@@ -373,12 +377,22 @@ def _supervisor_class() -> type[Multiprocess]:
     return Supervisor
 
 
-class _Terminated(Exception):
-    """SIGTERM arrived (raised again by uvicorn once it stopped serving)."""
+class _Stop:
+    """svir's SIGTERM handler, around uvicorn's (which takes the signal while it serves, and
+    raises it again once it stopped). It only notes the signal, and tells uvicorn's server or
+    supervisor to stop once there is one (`tell`: its `should_exit`, which it reads as it starts
+    and then on every tick): an exception raised from a signal handler can be lost (one raised
+    while the interpreter compiled an import was, and svir served on as though it had never
+    been asked to stop)."""
 
+    def __init__(self) -> None:
+        self.tell: Callable[[], object] | None = None
+        self.requested = False
 
-def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated
+    def handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        if self.tell is not None:
+            self.tell()
 
 
 # Files svir holds besides its connections': the listening socket, the store, logs, managed

@@ -151,7 +151,7 @@ def test_graceful_shutdown_mid_continue_appends_nothing_and_frees_the_thread(
     runner = threading.Thread(target=lambda: answers.append(waiting.continue_(unstreamed)))
     runner.start()
     try:
-        wait_until(lambda: api.get(unstreamed)["busy"], 10, "the continuation never started")
+        wait_until(lambda: api.get(unstreamed)["busy"], "the continuation starting")
         got = b""
         with api.http.stream("POST", f"/threads/{streamed}/continue", json={"stream": True}) as r:
             assert r.status_code == 200
