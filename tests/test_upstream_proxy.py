@@ -26,6 +26,7 @@ from svir.wire.proxy import ProxyURL, UnusableProxy
 from tests.support.inprocess import InProcess
 from tests.support.proxy import ForwardProxy, PrivateCA
 from tests.support.upstream import ScriptedUpstream
+from tests.test_resilience import provider as resilience_provider
 
 CHAT = {"model": "lab/ok", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -36,16 +37,8 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> PrivateCA:
 
 
 def provider(base: str, extra: str = "", *, name: str = "lab", attempts: int = 1) -> str:
-    return f"""
-[[providers]]
-name = "{name}"
-kind = "openai-compatible"
-base_url = "{base}"
-discover = false
-{extra}
-[providers.retry]
-attempts = {attempts}
-"""
+    """test_resilience's provider at `base`, tried `attempts` times."""
+    return resilience_provider(name, base, f"{extra}\n[providers.retry]\nattempts = {attempts}")
 
 
 @asynccontextmanager
