@@ -708,10 +708,7 @@ class H1ServerProtocol(asyncio.Protocol):
             self._start(nxt)
         else:
             self._idle(self.loop.time())
-            try:
-                self.evictable.move_to_end(self)
-            except KeyError:  # passed over by `_evict` while busy
-                self.evictable[self] = None
+            self._came_to_rest()
 
     def shutdown(self) -> None:
         """The server stops: an idle connection closes now, a busy one after its response."""
