@@ -24,6 +24,7 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from svir.wire.errors import WireError
+from svir.wire.origins import is_loopback as is_loopback_address
 
 __all__ = [
     "DIRECT",
@@ -113,14 +114,9 @@ def parse_proxy_url(text: str) -> ProxyURL:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether `host` (a name, or an address, IPv6 with or without brackets) is this machine."""
-    host = host.strip("[]").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """Whether `host` (a name, or an address, IPv6 with or without brackets) is this machine:
+    svir.wire.origins' loopback addresses and `localhost`, and the names under `.localhost`."""
+    return host.rstrip(".").lower().endswith(".localhost") or is_loopback_address(host)
 
 
 @dataclass(frozen=True, slots=True)
