@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from svir.asgi import Message, Scope, Send, header
@@ -54,8 +54,7 @@ _PREFLIGHT_MAX_AGE: Final = b"600"
 _ALLOW_METHODS: Final = b"GET, HEAD, POST, PUT, PATCH, DELETE"
 _HEADER_NAME: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9a-z-]+")
 _SHOWN: Final = 80
-# The verdicts on Host values already seen (their bytes, as the server gives them): bounded, for
-# the values are the client's to choose.
+# How many Host and Origin values seen are remembered with their verdicts, each (`_verdict`).
 _CACHE_CAP: Final = 512
 
 
@@ -88,7 +87,11 @@ class BrowserGuard:
                 origin = origin or value
             elif key == b"sec-fetch-site":
                 site = value
-        if host is not None and not self._host_allowed(host) and self._checks_host(scope):
+        if (
+            host is not None
+            and not _verdict(self._hosts, host, self.policy.host_allowed)
+            and self._checks_host(scope)
+        ):
             raise _refused_host(host)
         if origin is None:
             if site in _OTHER_SITE and not _navigation(scope):
@@ -134,15 +137,6 @@ class BrowserGuard:
         server = scope.get("server")
         return server is None or is_loopback(server[0])
 
-    def _host_allowed(self, host: bytes) -> bool:
-        known = self._hosts.get(host)
-        if known is None:
-            known = self.policy.host_allowed(host.decode("latin-1"))
-            if len(self._hosts) >= _CACHE_CAP:
-                self._hosts.clear()
-            self._hosts[host] = known
-        return known
-
     def _origin_allowed(self, origin: bytes, host: bytes | None) -> bool:
         # The request's own origin (the console's, wherever svir is reached): what its page's
         # Host says, with whatever scheme a proxy in front may have added.
@@ -150,13 +144,7 @@ class BrowserGuard:
             _, sep, authority = origin.lower().partition(b"://")
             if sep and authority == host.lower():
                 return True
-        known = self._origins.get(origin)
-        if known is None:
-            known = self.policy.origin_allowed(origin.decode("latin-1"))
-            if len(self._origins) >= _CACHE_CAP:
-                self._origins.clear()
-            self._origins[origin] = known
-        return known
+        return _verdict(self._origins, origin, self.policy.origin_allowed)
 
 
 def check_admin_write(scope: Scope) -> None:
@@ -190,6 +178,18 @@ def with_headers(send: Send, headers: Headers) -> Send:
         return send(message)
 
     return sending
+
+
+def _verdict(cache: dict[bytes, bool], value: bytes, decide: Callable[[str], bool]) -> bool:
+    """`decide` on a header's `value`, remembered in `cache`: bounded (emptied when full), for
+    the values are the client's to choose."""
+    known = cache.get(value)
+    if known is None:
+        known = decide(value.decode("latin-1"))
+        if len(cache) >= _CACHE_CAP:
+            cache.clear()
+        cache[value] = known
+    return known
 
 
 def _navigation(scope: Scope) -> bool:
