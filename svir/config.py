@@ -909,6 +909,27 @@ def _checked_provider(
     )
 
 
+def _existing_file(
+    fail: Callable[[str, str], ConfigError],
+    field: str,
+    value: str,
+    base_dir: Path,
+    *,
+    empty: str,
+    missing: str,
+) -> str:
+    """The absolute path of the file `value` names (`~` expanded, a relative path taken from
+    `base_dir`, the config file's directory); `field`'s ConfigError if it is empty (`empty`) or
+    no file is there (`missing` follows the path in the message, as written)."""
+    if not value.strip():
+        raise fail(field, empty)
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        raise fail(field, f"no such file: {path}{missing}")
+    return str(path)
+
+
 def _checked_network(
     fail: Callable[[str, str], ConfigError],
     at: str,
@@ -961,16 +982,14 @@ def _checked_network(
         value = getattr(provider, field)
         if value is None:
             return None
-        if not value.strip():
-            raise fail(f"{at}.{field}", "must not be empty (remove the line for the default)")
-        path = Path(value).expanduser()
-        path = path if path.is_absolute() else base_dir / path
-        if not path.is_file():
-            raise fail(
-                f"{at}.{field}",
-                f"no such file: {path} (paths are relative to the config file's directory)",
-            )
-        return str(path)
+        return _existing_file(
+            fail,
+            f"{at}.{field}",
+            value,
+            base_dir,
+            empty="must not be empty (remove the line for the default)",
+            missing=" (paths are relative to the config file's directory)",
+        )
 
     tls = {field: path_of(field) for field in ("ca_file", "client_cert", "client_key")}
     if not any(tls.values()):
@@ -1044,18 +1063,15 @@ def _checked_managed(
     def path_of(field: str, value: str, special: str) -> str:
         if value == special:
             return value
-        if not value.strip():
-            raise fail(field, "must not be empty")
-        path = Path(value).expanduser()
-        path = path if path.is_absolute() else base_dir / path
-        if not path.is_file():
-            raise fail(
-                field,
-                f"no such file: {path}. If this line came from an example (the README's"
-                " qwen3-8b), it is an example path: edit it to a GGUF file you have, or delete"
-                " the line",
-            )
-        return str(path)
+        return _existing_file(
+            fail,
+            field,
+            value,
+            base_dir,
+            empty="must not be empty",
+            missing=". If this line came from an example (the README's qwen3-8b), it is an"
+            " example path: edit it to a GGUF file you have, or delete the line",
+        )
 
     def check_settings(field: str, entry: ManagedConfig | ManagedModel) -> None:
         if entry.ctx is not None and entry.ctx < 1:
