@@ -561,7 +561,7 @@ BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
     ("svir chat core (chat.py)", lambda f: "svir/chat.py" in f),
     (
         "svir app and front ends (edges/app.py, frontends/)",
-        lambda f: "svir/edges/app.py" in f or "svir/frontends/" in f,
+        lambda f: "svir/edges/app.py" in f or "svir/protocols/" in f,
     ),
     ("asyncio / uvloop", lambda f: "asyncio/" in f or "uvloop" in f),
 ]

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from svir.frontends.http import open_early, send_stream, sse_early_start
+from svir.protocols.http import open_early, send_stream, sse_early_start
 
 HEADERS = {"x-request-id": "bench"}
 

@@ -1,6 +1,6 @@
 """What an HTTP request is to svir: the ASGI types and the request-header reader, for every layer
 that reads a request (the front ends, the authenticator, tracing). The helpers that read a body
-and send an answer are the front ends' shared plumbing, `svir.frontends.http`."""
+and send an answer are the front ends' shared plumbing, `svir.protocols.http`."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 # Where a request's scope keeps the context of the chat call its front end made for it
-# (svir.frontends.http.new_call_context); the app writes the request's log fields from it.
+# (svir.protocols.http.new_call_context); the app writes the request's log fields from it.
 CALL_CONTEXT: Final = "svir.call"
 
 

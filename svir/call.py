@@ -47,7 +47,7 @@ CLIENT_USER_CHARS = 200
 
 class Commit(Protocol):
     """A streamed request's commit deadline, as the policy sees it (the front end keeps it:
-    svir.frontends.http.EarlyStart). Each attempt `arm`s it with its provider's deadline, counted
+    svir.protocols.http.EarlyStart). Each attempt `arm`s it with its provider's deadline, counted
     from the request's arrival; once it is past, the client has (or is getting) the response's
     head and keep-alives, so a failure is no longer retried nor sent to a fallback (`committed`).
     `upstream_keepalive` takes the upstream's keep-alive comments read while waiting for the

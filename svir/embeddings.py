@@ -40,6 +40,7 @@ from svir.wire.embeddings import (
 )
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Usage
+from svir.wire.tokens import estimate_input_tokens
 
 __all__ = ["EMBEDDINGS_BODY_LIMIT", "EmbeddingCall"]
 
@@ -102,6 +103,11 @@ class EmbeddingCall:
     def prompt_tokens(self) -> int | None:
         """The tokens the upstream counted in the inputs, if it said."""
         return self.answer.prompt_tokens if self.answer is not None else None
+
+    def input_tokens(self) -> int:
+        """The inputs' tokens: the upstream's count, or svir's estimate when it gave none."""
+        counted = self.prompt_tokens
+        return counted if counted is not None else estimate_input_tokens(self.request["input"])
 
     def attach(self, *, guard: StreamGuard | None, on_close: CloseHook) -> None:
         """A close hook for whoever gets the call opened (the key gate); the guard is never

@@ -12,7 +12,7 @@ The tree (`+` a class here, `-` one elsewhere that it relates to):
                                its front end raises it as a GatewayError, in Ollama's shape
 * BodyTooLarge                 the request body is over its route's limit; becomes a 413
 * ClientGone                   the client left before its body was read or while its request's
-                               work ran (svir.frontends.http.UntilDisconnect); nothing is
+                               work ran (svir.protocols.http.UntilDisconnect); nothing is
                                answered (499 in the log)
 * ConfigError                  a configuration that cannot be used (`<file>: <field>: <reason>`)
 * LimitsUnavailable            the limits' backend is unreachable: calls are refused

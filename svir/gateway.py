@@ -73,6 +73,13 @@ class Gateway:
         assert ctx.operation == EMBEDDINGS, "an embedding call's context says EMBEDDINGS"
         return await self._open(ctx, request)  # type: ignore[return-value]
 
+    async def embed(self, ctx: CallContext, request: dict[str, Any]) -> EmbeddingCall:
+        """Open the embedding call (its answer read whole) and close it at once: the vectors stay
+        on it, for the front end to answer with."""
+        call = await self.open_embeddings(ctx, request)
+        call.close()
+        return call
+
     def reconfigure(self, config: Config, table: RoutingTable, diff: ConfigDiff) -> None:
         """Serve `config` (whose routing is `table`) from now on: the router's table swapped in
         one assignment (a call opened before keeps the table it started with), and the learned

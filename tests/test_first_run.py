@@ -261,9 +261,7 @@ sys.exit(cli.main(["serve", *sys.argv[1:]]))
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_sigterm_while_svir_starts_stops_it_without_serving(
-    tmp_path: Path, workers: str
-) -> None:
+def test_a_sigterm_while_svir_starts_stops_it_without_serving(tmp_path: Path, workers: str) -> None:
     config = tmp_path / "svir.toml"
     config.write_text("")
     done = subprocess.run(

@@ -616,7 +616,7 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
     work is cancelled and leaves as ClientGone (answered 499), and no task was made to wait on
     `receive` for it."""
     from svir.errors import ClientGone
-    from svir.frontends.http import UntilDisconnect
+    from svir.protocols.http import UntilDisconnect
 
     started = asyncio.Event()
     cancelled = asyncio.Event()

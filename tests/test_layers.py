@@ -50,9 +50,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "svir.keys.gate",
         ),
     ),
-    # The front ends: one module per client protocol (request -> canonical chat request, canonical
-    # events -> its bytes or its answer), their shared plumbing and the one router.
-    ("frontends", ("svir.frontends",)),
+    # The client protocols: one package each (request -> canonical chat request, canonical
+    # events -> its bytes or its answer, its routes), their shared plumbing and the one router.
+    ("protocols", ("svir.protocols",)),
     # IO: the upstream HTTP client, the ASGI app, the server, stores (threads, keys, ledger), the
     # admin API and the console's, the llama.cpp process; and the probe of a model server with
     # its connection (HTTP to a server, nothing of the command line), which the console runs.
@@ -193,6 +193,42 @@ def test_imports_point_down_the_layers() -> None:
     )
     named = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})" for m, t in upward]
     assert named == []
+
+
+def _protocol(module: str) -> str | None:
+    """The protocol package `module` belongs to (`svir.protocols.<name>`), or None."""
+    parts = module.split(".")
+    if (
+        len(parts) >= 3
+        and parts[:2] == ["svir", "protocols"]
+        and (SRC / "protocols" / parts[2]).is_dir()
+    ):
+        return parts[2]
+    return None
+
+
+def test_protocols_do_not_import_each_other() -> None:
+    # A protocol is a folder: what two of them share lives below them (svir.protocols.http, the
+    # core, the wire), so that adding or removing one touches nothing else.
+    crossing = sorted(
+        (m, t)
+        for m, targets in GRAPH.items()
+        if _protocol(m) is not None
+        for t in targets
+        if _protocol(t) not in (None, _protocol(m))
+    )
+    assert crossing == []
+
+
+def test_the_shared_protocol_modules_import_no_protocol() -> None:
+    shared = sorted(
+        (m, t)
+        for m, targets in GRAPH.items()
+        if m.startswith("svir.protocols") and _protocol(m) is None
+        for t in targets
+        if _protocol(t) is not None
+    )
+    assert shared == []
 
 
 def test_every_allowed_exception_is_still_needed() -> None:

@@ -1,4 +1,4 @@
-"""The one router (svir.frontends.routes) and the app's answers for what it does not route: a path
+"""The one router (svir.protocols.router) and the app's answers for what it does not route: a path
 template's parameters, the template as the route's label, 404 and 405 (with `Allow`) in the error
 shape of the prefix a path is under."""
 
@@ -14,8 +14,8 @@ from svir.asgi import Receive, Scope, Send
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import GatewayError
-from svir.frontends.http import send_json
-from svir.frontends.routes import Routes
+from svir.protocols.http import send_json
+from svir.protocols.router import Routes
 
 
 async def echo(scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]) -> int:

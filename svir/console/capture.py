@@ -6,7 +6,7 @@ client's request (headers and body) and the bytes svir sends back are teed at th
 `receive` and `send`; the policy's transport is wrapped to tee the request svir sends upstream
 (URL, headers, body) and the upstream's raw stream, and an attempt watcher notes the upstream kind
 and decoder options (what replays the stream). The last attempt's upstream panes are kept. When
-the request ends, every pane is redacted (svir.wire.capture: the secrets svir hides from its logs,
+the request ends, every pane is redacted (svir.console.panes: the secrets svir hides from its logs,
 the client's own credentials, credential headers by name), bounded, and written to the shared store
 in the background (svir.store.captures), which prunes by age and count. When capture is off none
 of this is installed: no wrapper, no watcher.
@@ -25,11 +25,11 @@ from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, CloseHook, Route, tool_names
 from svir.config import CaptureConfig, Timeouts
-from svir.frontends.routes import Handler, Routes
+from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.log import hidden_values
+from svir.protocols.router import Handler, Routes
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.transport import JSON_BODY_LIMIT, Network, StreamResponse, Transport
-from svir.wire.capture import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.wire.completions import is_completion
 from svir.wire.errors import UpstreamError
 

@@ -24,8 +24,8 @@ import msgspec
 
 from svir.call import CallContext, CallRecord
 from svir.chat import CallStats
+from svir.console.panes import REDACTED
 from svir.log import hidden_values
-from svir.wire.capture import REDACTED
 
 if TYPE_CHECKING:
     from svir.chat import Call, CloseHook, Route

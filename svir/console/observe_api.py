@@ -29,8 +29,8 @@ from svir.console.capture import Capturer
 from svir.console.observe import Observer, Subscriber
 from svir.edges.app import App
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import UntilDisconnect, query_params, send_json
 from svir.keys.service import KeysService, admin_access, parse_since
+from svir.protocols.http import UntilDisconnect, query_params, send_json
 from svir.providers import KINDS
 from svir.store.captures import CaptureRecord, CaptureStore, LedgerFilter, ledger_page, ledger_rows
 from svir.wire.classify import ClientError

@@ -33,9 +33,9 @@ from svir.config import MANAGED_KIND, Config
 from svir.edges.app import App
 from svir.edges.managed import Managed, Supervisor
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import query_params, read_json, send_json
-from svir.frontends.routes import Handler
 from svir.keys.service import KeysService, admin_access
+from svir.protocols.http import query_params, read_json, send_json
+from svir.protocols.router import Handler
 from svir.wire.classify import redact, redact_url, to_client_error
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.model_meta import ModelFacts

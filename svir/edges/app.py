@@ -1,4 +1,4 @@
-"""The ASGI app: the route table front ends install themselves on (svir.frontends), the guards
+"""The ASGI app: the route table front ends install themselves on (svir.protocols), the guards
 run before every request, the lifespan hooks, `GET /healthz`, and the one error mapper.
 
 Every response carries `x-request-id`, and every log line of a request carries it too.
@@ -8,7 +8,7 @@ a refused Origin or Host is answered 403 before any guard runs, an allowed origi
 preflight 204, and an admin write a form could have sent is refused after the guards.
 
 Every error is answered here, for every front end, in the shape its route registered
-(svir.frontends.routes; OpenAI's `{"error": {...}}` unless it says otherwise): what a handler
+(svir.protocols.router; OpenAI's `{"error": {...}}` unless it says otherwise): what a handler
 raises as the client's mistake (a GatewayError, a request the shared checks refused, a body that is
 not JSON or over its limit, a client gone before its body came), a path no route has (404) or a
 method its routes do not take (405), and any other exception, which is svir's own failure: logged
@@ -52,13 +52,13 @@ from svir.errors import (
     invalid_request,
     request_error,
 )
-from svir.frontends.http import request_id_of, send_json
-from svir.frontends.routes import ErrorShape, Hook, Routes
 from svir.gateway import Gateway
 from svir.log import log_request, now_ms, request_id_var
 from svir.policy.catalog import Catalog
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
+from svir.protocols.http import request_id_of, send_json
+from svir.protocols.router import ErrorShape, Hook, Routes
 from svir.transport import Transport
 from svir.wire.classify import ClientError
 from svir.wire.jsonbody import BadJSON

@@ -76,7 +76,7 @@ from svir.asgi import (
 )
 from svir.chat import unique_id
 from svir.config import ServerConfig
-from svir.frontends.http import JSON_HEADERS, headers_with, send_json
+from svir.protocols.http import JSON_HEADERS, headers_with, send_json
 from svir.wire.classify import ClientError, error_body
 
 __all__ = ["FLUSH_AT", "H1ServerProtocol"]

@@ -38,9 +38,9 @@ from svir.config import Config, check_keys, load_config
 from svir.config_diff import diff_configs, effective
 from svir.edges.app import App
 from svir.errors import ConfigError, LlamaServerError
-from svir.frontends.http import send_json
 from svir.keys.service import admin_access
 from svir.policy.routing import RoutingTable
+from svir.protocols.http import send_json
 
 if TYPE_CHECKING:
     from svir.edges.managed import Managed

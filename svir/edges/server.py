@@ -69,7 +69,8 @@ def build_app(
     """
     from svir.console import observe_api, ops
     from svir.edges import console_ui, managed, reload
-    from svir.frontends import (
+    from svir.keys import service as keys_service
+    from svir.protocols import (
         anthropic,
         completions,
         embeddings,
@@ -78,12 +79,11 @@ def build_app(
         responses,
         threads,
     )
-    from svir.keys import service as keys_service
     from svir.store.responses import SqlResponseStore
 
     app = App(config, environ, transport=transport, timing=timing)
     keys = keys_service.install(app)
-    # The client protocols, one line each (svir.frontends says where a new one goes).
+    # The client protocols, one line each (svir.protocols says where a new one goes).
     openai_chat.install(app)
     completions.install(app)
     embeddings.install(app)

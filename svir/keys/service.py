@@ -29,8 +29,6 @@ from svir.errors import (
     auth_error,
     request_error,
 )
-from svir.frontends.http import query_params, read_json, send_json
-from svir.frontends.routes import Handler
 from svir.keys.auth import (
     ADMIN_ACCESS,
     Authenticator,
@@ -44,6 +42,8 @@ from svir.keys.store import KeyStore
 from svir.ledger import Ledger
 from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
 from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
+from svir.protocols.http import query_params, read_json, send_json
+from svir.protocols.router import Handler
 from svir.store import make_store, store_url
 from svir.store.base import SqlStore
 from svir.wire.classify import ClientError

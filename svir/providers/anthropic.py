@@ -7,12 +7,12 @@ from __future__ import annotations
 import urllib.parse
 from types import MappingProxyType
 
-from svir.providers.base import ProviderKind, ProviderSettings
-from svir.wire.anthropic_upstream import (
+from svir.providers.anthropic_dialect import (
     ANTHROPIC_VERSION,
     AnthropicStreamDecoder,
     messages_body,
 )
+from svir.providers.base import ProviderKind, ProviderSettings
 from svir.wire.errors import BaseURLError
 from svir.wire.models import normalize_base_url
 

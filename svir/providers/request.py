@@ -12,9 +12,8 @@ from typing import Any, Final
 
 from svir.errors import RequestError
 from svir.providers.base import ProviderKind, ProviderSettings
-from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.jsonbody import json_type, shown
-from svir.wire.request import build_messages
+from svir.wire.request import EFFORT_KEY, THINKING_KEY, build_messages
 
 __all__ = [
     "build_upstream_body",
@@ -30,7 +29,7 @@ _REBUILT: Final = frozenset(
     {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens"}
 )
 # Fields never copied: the rebuilt ones, and an Anthropic client's thinking object and effort,
-# which only the anthropic kind's own body builder reads (svir.wire.anthropic_upstream).
+# which only the anthropic kind's own body builder reads (svir.providers.anthropic_dialect).
 _NOT_COPIED: Final = _REBUILT | {THINKING_KEY, EFFORT_KEY}
 # A tool's cache mark (Anthropic's, which the Messages request side keeps for an Anthropic
 # upstream): OpenAI-compatible servers take no such key on a tool, and OpenAI refuses it.

@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from svir.errors import NotFound
-from svir.frontends.responses import ResponseStore, StoredResponse
+from svir.protocols.responses.routes import ResponseStore, StoredResponse
 from svir.store import make_store
 from svir.store.base import Row, SqlStore
 

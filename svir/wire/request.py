@@ -17,6 +17,8 @@ from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, split_data_url
 
 __all__ = [
+    "EFFORT_KEY",
+    "THINKING_KEY",
     "FileRef",
     "ReasoningKey",
     "StreamingBody",
@@ -30,6 +32,15 @@ __all__ = [
     "split_text",
     "tool_result_text",
 ]
+
+# The canonical chat request's key for an Anthropic client's own `thinking` object: the
+# request side (svir.protocols.anthropic.request) writes it beside the `reasoning_effort` it stands
+# for, the anthropic upstream kind sends it as it is, and every other kind's body leaves it out
+# (svir.providers.request), since Kimi and others read a `thinking` of their own.
+THINKING_KEY: Final = "anthropic_thinking"
+# Likewise an Anthropic client's `output_config.effort` as it came (`max` included), beside the
+# `reasoning_effort` it stands for.
+EFFORT_KEY: Final = "anthropic_effort"
 
 ReasoningKey = Literal["reasoning_content", "reasoning"]
 

@@ -12,7 +12,8 @@ from typing import Any
 import anthropic
 import httpx2
 
-from svir.wire.anthropic import MessageStreamEncoder, stop_reason, tool_input
+from svir.protocols.anthropic.encode import MessageStreamEncoder, stop_reason
+from svir.providers.anthropic_dialect import tool_input
 from svir.wire.events import Event
 
 REQUEST: dict[str, Any] = {

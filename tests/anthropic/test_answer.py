@@ -7,15 +7,14 @@ import anthropic
 import msgspec
 import pytest
 
-from svir.wire.anthropic import (
+from svir.protocols.anthropic.encode import (
     ERROR_STATUS,
     MessageAggregator,
     anthropic_error,
     error_type,
-    finish_reason,
     stop_reason,
-    tool_input,
 )
+from svir.providers.anthropic_dialect import finish_reason, tool_input
 from svir.wire.classify import (
     ClientError,
     classify_http_error,

@@ -14,9 +14,9 @@ import pytest
 
 from svir.config import parse_config
 from svir.edges.app import App
-from svir.frontends import anthropic
+from svir.protocols.anthropic import routes as anthropic
+from svir.protocols.anthropic.encode import error_type
 from svir.testing import MockRequest, MockResponse, MockTransport
-from svir.wire.anthropic import error_type
 from tests.anthropic.sdk import check_grammar, frames, stream, text_of
 from tests.support.asgi import Lifespan, post_raw
 from tests.support.upstream import token_stream

@@ -13,11 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from svir.protocols.anthropic.request import MessagesRequestError, count_tokens, translate_request
 from svir.providers.request import validate_chat_request
-from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
-from svir.wire.anthropic_request import MessagesRequestError, count_tokens, translate_request
 from svir.wire.errors import BodyError
-from svir.wire.request import build_messages
+from svir.wire.request import EFFORT_KEY, THINKING_KEY, build_messages
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 8).decode()
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from svir.protocols.anthropic.request import translate_request
 from svir.providers import build_upstream_body, get_kind
-from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
-from svir.wire.anthropic_request import translate_request
-from svir.wire.anthropic_upstream import messages_body
+from svir.providers.anthropic_dialect import messages_body
+from svir.wire.request import EFFORT_KEY, THINKING_KEY
 
 E = {"type": "ephemeral"}
 HOUR = {"type": "ephemeral", "ttl": "1h"}

@@ -12,8 +12,8 @@ import anthropic
 import httpx2
 import msgspec
 
-from svir.wire.anthropic import MessageAggregator
-from svir.wire.anthropic_request import count_tokens, translate_request
+from svir.protocols.anthropic.encode import MessageAggregator
+from svir.protocols.anthropic.request import count_tokens, translate_request
 from svir.wire.events import Done, Finish, TextDelta
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 8).decode()

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from svir.protocols.anthropic.encode import MessageStreamEncoder, stop_reason
+from svir.providers.anthropic_dialect import tool_input
 from svir.wire.answer import AnswerFold
-from svir.wire.anthropic import MessageStreamEncoder, stop_reason, tool_input
 from svir.wire.classify import ClientError
 from svir.wire.decoder import StreamDecoder
 from svir.wire.errors import ErrorKind, UpstreamError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svir.wire.anthropic_upstream import AnthropicStreamDecoder
+from svir.providers.anthropic_dialect import AnthropicStreamDecoder
 from svir.wire.conformance import summarize
 from svir.wire.decoder import ChatDecoder, StreamDecoder
 from svir.wire.events import Event

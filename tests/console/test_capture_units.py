@@ -1,4 +1,4 @@
-"""svir.wire.capture: secrets redacted wherever they are (also cut by a pane's bound or split
+"""svir.console.panes: secrets redacted wherever they are (also cut by a pane's bound or split
 between pieces), credential headers by name, and a pane bounded with its truncation said."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svir.config import CaptureConfig, parse_config
-from svir.errors import ConfigError
-from svir.wire.capture import (
+from svir.console.panes import (
     REDACTED,
     Pane,
     client_credentials,
@@ -19,6 +18,7 @@ from svir.wire.capture import (
     redact_headers,
     secret_forms,
 )
+from svir.errors import ConfigError
 
 KEY = 'sk-"quoted"-key-0123456789'
 

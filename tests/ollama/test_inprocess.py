@@ -9,7 +9,7 @@ import pytest
 
 from svir.config import parse_config
 from svir.edges.app import App
-from svir.frontends import ollama
+from svir.protocols.ollama import routes as ollama
 from svir.wire.errors import ErrorKind, UpstreamError
 
 CONFIG = """

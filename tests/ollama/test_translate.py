@@ -9,7 +9,7 @@ import pytest
 
 from svir.config import ProviderConfig
 from svir.errors import OllamaError
-from svir.frontends.ollama_translate import (
+from svir.protocols.ollama.translate import (
     done_reason,
     model_name,
     schema_name,

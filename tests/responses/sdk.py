@@ -12,8 +12,8 @@ from typing import Any
 import httpx2
 import openai
 
+from svir.protocols.responses.encode import ResponseStreamEncoder
 from svir.wire.events import Event
-from svir.wire.responses import ResponseStreamEncoder
 
 REQUEST: dict[str, Any] = {"model": "gpt-test", "input": "hi"}
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import msgspec
 
+from svir.protocols.responses.encode import ResponseStreamEncoder
+from svir.protocols.responses.request import ResponsesRequestError, translate_request
 from svir.wire import events as ev
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
-from svir.wire.responses import ResponseStreamEncoder
-from svir.wire.responses_request import ResponsesRequestError, translate_request
 
 RECORDING = Path(__file__).parent / "recorded" / "digests.json"
 CASES = 3000

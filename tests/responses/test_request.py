@@ -12,18 +12,18 @@ from typing import Any
 import msgspec
 import pytest
 
-from svir.providers.request import validate_chat_request
-from svir.wire.errors import BodyError
-from svir.wire.request import build_messages
-from svir.wire.responses import ECHO_KEYS
-from svir.wire.responses_request import (
+from svir.protocols.responses.encode import ECHO_KEYS
+from svir.protocols.responses.request import (
     ResponsesRequest,
     ResponsesRequestError,
     _plain,
     flat_tool_name,
     translate_request,
 )
-from svir.wire.sealed import seal_reasoning, sealed_key_id, unseal_reasoning
+from svir.protocols.responses.sealed import seal_reasoning, sealed_key_id, unseal_reasoning
+from svir.providers.request import validate_chat_request
+from svir.wire.errors import BodyError
+from svir.wire.request import build_messages
 
 PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 8).decode()
 KEY = bytes(range(32))
@@ -1040,7 +1040,7 @@ def _translated(body: dict[str, Any], *, walk: bool) -> bytes:
     made = iter(range(100))
     with pytest.MonkeyPatch.context() as mp:
         if walk:
-            mp.setattr("svir.wire.responses_request._PLAIN_FIELDS", frozenset())
+            mp.setattr("svir.protocols.responses.request._PLAIN_FIELDS", frozenset())
         t = translate_request(body, new_id=lambda prefix: f"{prefix}_{next(made)}")
     return msgspec.json.encode(t)
 
@@ -1056,7 +1056,7 @@ def test_a_plain_request_translates_as_the_general_walk_does(body: dict[str, Any
     # Without new_id, the ids derived from the item and its place are the same too.
     with pytest.MonkeyPatch.context() as mp:
         plain = translate_request(body)
-        mp.setattr("svir.wire.responses_request._PLAIN_FIELDS", frozenset())
+        mp.setattr("svir.protocols.responses.request._PLAIN_FIELDS", frozenset())
         assert translate_request(body) == plain
 
 

@@ -11,11 +11,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from svir.protocols.responses.request import ResponsesRequestError, translate_request
+from svir.protocols.responses.sealed import seal_reasoning, unseal_reasoning
 from svir.providers.request import validate_chat_request
 from svir.wire.errors import BodyError
 from svir.wire.request import build_messages
-from svir.wire.responses_request import ResponsesRequestError, translate_request
-from svir.wire.sealed import seal_reasoning, unseal_reasoning
 
 KEY = bytes(32)
 PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 8).decode()

@@ -9,6 +9,9 @@ import functools
 import itertools
 from typing import Any
 
+from svir.protocols.responses.encode import ResponseStreamEncoder
+from svir.protocols.responses.request import translate_request
+from svir.protocols.responses.sealed import seal_reasoning, unseal_reasoning
 from svir.wire.events import (
     Done,
     Finish,
@@ -18,9 +21,6 @@ from svir.wire.events import (
     ToolCallDelta,
     ToolCallStart,
 )
-from svir.wire.responses import ResponseStreamEncoder
-from svir.wire.responses_request import translate_request
-from svir.wire.sealed import seal_reasoning, unseal_reasoning
 from tests.responses.sdk import check_codex, check_grammar, frames, stream
 from tests.responses.test_request import NAMESPACE, user
 

@@ -23,9 +23,9 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_input_param import FunctionCallOutput
 
+from svir.protocols.responses.request import ResponsesRequest, translate_request
 from svir.providers.request import validate_chat_request
 from svir.wire.request import build_messages
-from svir.wire.responses_request import ResponsesRequest, translate_request
 
 EMPTY_RESPONSE = {
     "id": "resp_1",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from svir.errors import NotFound
-from svir.frontends.responses import StoredResponse
+from svir.protocols.responses.routes import StoredResponse
 from svir.store.migrations import MIGRATIONS, latest
 from svir.store.responses import SqlResponseStore
 

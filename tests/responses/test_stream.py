@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from svir.protocols.responses.encode import ResponseStreamEncoder, failure
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
@@ -31,7 +32,6 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
-from svir.wire.responses import ResponseStreamEncoder, failure
 from tests.responses.sdk import check_codex, check_grammar, encode, encoder, frames, stream
 
 ROLE = Role("assistant", "up-1", "upstream-model", 0)

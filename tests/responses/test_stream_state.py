@@ -16,7 +16,7 @@ import pytest
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import NotFound
-from svir.frontends import responses
+from svir.protocols.responses import routes as responses
 from svir.store.responses import SqlResponseStore
 from svir.testing import MockRequest, MockResponse, MockTransport
 from tests.responses.support import CONFIG

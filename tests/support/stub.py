@@ -11,7 +11,9 @@ from svir.chat import ChatCall
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import request_error
-from svir.frontends import completions, ollama, openai_chat
+from svir.protocols.completions import routes as completions
+from svir.protocols.ollama import routes as ollama
+from svir.protocols.openai_chat import routes as openai_chat
 
 CONFIG = """
 [server]

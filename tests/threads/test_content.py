@@ -11,7 +11,7 @@ import pytest
 
 from svir.config import StoreConfig, parse_config
 from svir.errors import ConfigError, GatewayError
-from svir.frontends.threads import ANONYMOUS, owner_of
+from svir.protocols.threads.routes import ANONYMOUS, owner_of
 from svir.providers import KINDS, build_upstream_body
 from svir.store import default_url
 from svir.threads import frames

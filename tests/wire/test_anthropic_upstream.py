@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from svir.protocols.anthropic.encode import MessageAggregator, MessageStreamEncoder
+from svir.protocols.anthropic.request import translate_request
 from svir.providers import build_upstream_body, get_kind
-from svir.wire.anthropic import MessageAggregator, MessageStreamEncoder
-from svir.wire.anthropic_request import translate_request
-from svir.wire.anthropic_upstream import (
+from svir.providers.anthropic_dialect import (
     DEFAULT_MAX_TOKENS,
     AnthropicStreamDecoder,
     messages_body,

@@ -18,7 +18,7 @@ request; the canonical events become the threads API's frames (svir.threads.fram
 or the last frame alone. Errors are OpenAI's shape, with more fields when a ThreadError carries
 them; a continue request answers every error with the error frame's object (seed 002). A streamed
 continue whose upstream has shown nothing by its provider's commit deadline starts anyway
-(`: keepalive` comments: svir.frontends.http `EarlyStart`), and a failure after that start is its
+(`: keepalive` comments: svir.protocols.http `EarlyStart`), and a failure after that start is its
 last frame, not retried.
 
 A thread belongs to the bearer token that created it (its SHA-256; no token is one fixed
@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from svir.asgi import GRACEFUL_STOP_SECONDS, Receive, Scope, Send, header
 from svir.errors import GatewayError, ThreadError, request_error
-from svir.frontends.http import (
+from svir.protocols.http import (
     ANONYMOUS,
     EarlyStart,
     UntilDisconnect,
@@ -48,7 +48,7 @@ from svir.frontends.http import (
     read_json,
     send_json,
 )
-from svir.frontends.routes import Handler, Host
+from svir.protocols.router import Handler, Host
 from svir.threads import frames
 from svir.threads.service import Continuation, ThreadService, parse_continue
 from svir.wire.classify import ClientError, error_body

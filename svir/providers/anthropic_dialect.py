@@ -3,7 +3,7 @@ a Messages request, and the Messages stream decoded into canonical events (docs/
 `anthropic`).
 
 The canonical request is OpenAI's chat request plus three keys that only this direction reads,
-so that a conversation that came in as Anthropic (svir.wire.anthropic_request writes them) or
+so that a conversation that came in as Anthropic (svir.protocols.anthropic.request writes them) or
 from a client that keeps them (LiteLLM's names; svir's non-streamed answer carries
 `thinking_blocks`) loses nothing a later turn needs; `build_messages` drops them for every other
 upstream:
@@ -30,7 +30,6 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY, finish_reason, tool_input
 from svir.wire.classify import classify_stream_error
 from svir.wire.decoder import ChatDecoder
 from svir.wire.errors import BodyError, ErrorKind, UpstreamError
@@ -51,16 +50,20 @@ from svir.wire.events import (
 )
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import split_data_url
-from svir.wire.request import build_messages
+from svir.wire.request import EFFORT_KEY, THINKING_KEY, build_messages
 from svir.wire.sse import DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, SSEEvent
 from svir.wire.toolcalls import ToolCall
 
 __all__ = [
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
+    "FINISH_REASONS",
     "THINKING_BUDGETS",
     "AnthropicStreamDecoder",
+    "finish_reason",
+    "json_object",
     "messages_body",
+    "tool_input",
 ]
 
 # The API version every request names (`anthropic-version`); the stream format below is its.
@@ -85,6 +88,47 @@ _CARRIER: Final[ReasoningCarrier] = "reasoning_content"
 
 # ---------------------------------------------------------------------------------------------
 # The request
+
+
+# The other way, for an Anthropic upstream: each stop_reason Anthropic documents, as a finish.
+# `pause_turn` (a server tool's long turn paused) ended the answer for now: a stop.
+# `model_context_window_exceeded` is the output cut by the context: a length.
+FINISH_REASONS: Final[Mapping[str, str]] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "pause_turn": "stop",
+    "refusal": "content_filter",
+}
+
+
+def finish_reason(reason: str | None) -> str | None:
+    """The canonical finish for an Anthropic stop_reason (None stays None; an unknown one is a
+    stop, the turn having ended)."""
+    if reason is None:
+        return None
+    return FINISH_REASONS.get(reason, "stop")
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as a tool_use block's `input` object. Empty arguments (a tool
+    without parameters, or a server that sent none) are `{}`; arguments that are not a JSON
+    object (a model's broken output) are `{}` too, since `input` can hold nothing else, and the
+    tool then refuses the call in words the model can act on."""
+    found = json_object(arguments)
+    return {} if found is None else found
+
+
+def json_object(arguments: str) -> dict[str, Any] | None:
+    if not arguments.strip():
+        return None
+    try:
+        value = msgspec.json.decode(arguments)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def messages_body(client: Mapping[str, Any], model_id: str) -> dict[str, Any]:

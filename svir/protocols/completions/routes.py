@@ -17,7 +17,7 @@ from typing import Any
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import (
+from svir.protocols.http import (
     EarlyStart,
     UntilDisconnect,
     new_call_context,
@@ -26,7 +26,7 @@ from svir.frontends.http import (
     send_json,
     sse_early_start,
 )
-from svir.frontends.routes import Host
+from svir.protocols.router import Host
 from svir.wire.completions import CompletionRequestError, parse_completion_request
 
 __all__ = ["Completions", "install"]

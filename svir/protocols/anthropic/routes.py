@@ -1,21 +1,21 @@
 """Anthropic's Messages API: `POST /v1/messages` (SSE stream, or one message with `"stream": false`;
 matched on the path only, so Claude Code's `/v1/messages?beta=true` is the same route),
-`POST /v1/messages/count_tokens`; the base URL clients probe (`HEAD /`, `GET /`) is answered by
-svir.frontends.ollama, whose words Ollama's clients check. The model list is OpenAI's route
-(svir.frontends.openai_chat), which answers in Anthropic's shape when the request carries
-`anthropic-version`.
+`POST /v1/messages/count_tokens`, and `GET /v1/models` for a request that carries
+`anthropic-version` (OpenAI's list otherwise, on the same path). The base URL clients probe
+(`HEAD /`, `GET /`) is Ollama's route (svir.protocols.ollama), whose words Ollama's clients check:
+Anthropic's clients only look for an answer there.
 
-The request becomes the canonical chat request by svir.wire.anthropic_request (what it ignored is
-said in `x-svir-warning`); the canonical events become Anthropic's SSE or message by
-svir.wire.anthropic. `anthropic-beta` and every other client header stay here: svir builds the
-upstream's headers itself. Every error on these routes, and on any path under `/v1/messages`, is
-answered in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`) with svir's
-status; a stream that fails after `message_start` ends with one `error` event. A `claude-*` model
-no route maps is a 404 that shows the `[[routes]]` entry to add.
+The request becomes the canonical chat request by svir.protocols.anthropic.request (what it ignored
+is said in `x-svir-warning`); the canonical events become Anthropic's SSE or message by
+svir.protocols.anthropic.encode. `anthropic-beta` and every other client header stay here: svir
+builds the upstream's headers itself. Every error on these routes, and on any path under
+`/v1/messages`, is answered in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`)
+with svir's status; a stream that fails after `message_start` ends with one `error` event. A
+`claude-*` model no route maps is a 404 that shows the `[[routes]]` entry to add.
 
 A streamed answer whose upstream has shown nothing by its provider's commit deadline
 (`timeouts.commit_deadline`: a local server reading a long prompt, a model being loaded) starts
-anyway (svir.frontends.http `EarlyStart`): `message_start`, then a `ping` every `ping_every`
+anyway (svir.protocols.http `EarlyStart`): `message_start`, then a `ping` every `ping_every`
 seconds and for each of the upstream's own keep-alives until the output comes, as Anthropic's API
 streams, because Claude Code gives up on a stream with no bytes for a few minutes. A failure after
 that start is the stream's one `error` event, not retried; one sooner (the common case) is still
@@ -36,7 +36,18 @@ from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, RequestError, request_error
-from svir.frontends.http import (
+from svir.protocols.anthropic.encode import (
+    MessageAggregator,
+    MessageStreamEncoder,
+    anthropic_error,
+    model_list,
+)
+from svir.protocols.anthropic.request import (
+    MessagesRequest,
+    MessagesRequestError,
+    translate_request,
+)
+from svir.protocols.http import (
     KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
@@ -49,13 +60,14 @@ from svir.frontends.http import (
     send_json,
     warning_header,
 )
-from svir.frontends.routes import Host
+from svir.protocols.router import Host
 from svir.providers import build_upstream_body, validate_chat_request
-from svir.wire.anthropic import MessageAggregator, MessageStreamEncoder, anthropic_error
-from svir.wire.anthropic_request import MessagesRequest, MessagesRequestError, translate_request
 from svir.wire.errors import BodyError, UpstreamError
 from svir.wire.events import Keepalive
 from svir.wire.tokens import estimate_prompt_tokens
+
+# Anthropic's list needs a `created_at`; svir does not know when a model was made.
+CREATED_AT: Final = "2023-11-14T22:13:20Z"
 
 __all__ = ["AnthropicMessages", "error_shape", "install"]
 
@@ -71,11 +83,15 @@ def install(app: Host, *, ping_every: float = KEEPALIVE_EVERY) -> AnthropicMessa
     app.routes.add("POST", "/v1/messages", api.messages, error_shape)
     app.routes.add("POST", "/v1/messages/count_tokens", api.count_tokens, error_shape)
     app.routes.errors_under("/v1/messages", error_shape)
+    # Anthropic's clients list models on OpenAI's path; the header tells them apart.
+    app.routes.add(
+        "GET", "/v1/models", api.list_models, error_shape, when_header=b"anthropic-version"
+    )
     return api
 
 
 def error_shape(exc: GatewayError) -> dict[str, Any]:
-    """An error answer as Anthropic gives it (the status stays svir's: svir.wire.anthropic)."""
+    """An error answer as Anthropic gives it (the status stays svir's: `anthropic_error`)."""
     return anthropic_error(exc.error)[1]
 
 
@@ -103,6 +119,14 @@ class AnthropicMessages:
         self.gateway = app.gateway
         self.max_body_bytes = app.config.server.max_body_bytes
         self.ping_every = ping_every
+
+    async def list_models(
+        self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
+    ) -> int:
+        models = await self.app.models()
+        listed = model_list([model for model, _ in models], CREATED_AT)
+        await send_json(send, 200, listed, {"x-request-id": rid})
+        return 200
 
     async def _translated(self, scope: Scope, receive: Receive) -> tuple[Any, MessagesRequest]:
         body = await read_json(scope, receive, self.max_body_bytes)

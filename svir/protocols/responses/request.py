@@ -20,10 +20,10 @@ OpenAI's error shape; nothing else escapes for any JSON value. Field by field:
   right after the assistant message holding its call (a user message that came between moves
   after it); its `input_text` parts are the text, `input_file` parts file blocks, and
   `input_image` parts a user message after the results (a tool message takes text only).
-- `reasoning` items: the text is what `unseal(encrypted_content)` gives back (a token svir
-  sealed, svir.wire.sealed), else the `content` (reasoning_text) parts, else the `summary`
-  parts. A token that does not verify is ignored with a warning, never trusted; null (Codex's)
-  is nothing.
+- `reasoning` items: the text is what `unseal(encrypted_content)` gives back (a token svir sealed,
+  svir.protocols.responses.sealed), else the `content` (reasoning_text) parts, else the `summary`
+  parts. A token that does not verify is ignored with a warning, never trusted; null (Codex's) is
+  nothing.
 - `item_reference` items are the item of that id in the history or earlier in the input.
 - tools: `function` tools as chat functions (`strict` kept); a `namespace` tool's functions
   offered as one flat function each (`<namespace>__<name>`, made unique and at most 64
@@ -1126,7 +1126,7 @@ def _include(include: Any) -> list[str]:
 
 
 # The request fields a response object repeats as they were sent, in the order the response
-# object has them (svir.wire.responses writes an echo in that order as it is), each with
+# object has them (svir.protocols.responses.encode writes an echo in that order as it is), each with
 # OpenAI's default when unset (those `_echo` derives are None here and set there, in place).
 _ECHOED: Final = (
     ("instructions", None),

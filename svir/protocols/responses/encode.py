@@ -3,7 +3,7 @@ SSE stream (`ResponseStreamEncoder`), whose output items are also the response o
 that did not stream gets, and svir's errors as the `error` of a failed response.
 
 The request side (a Responses request to the canonical chat request, and the sealing of
-reasoning) is svir.wire.responses_request. Everything here is pure: no I/O, no clock.
+reasoning) is svir.protocols.responses.request. Everything here is pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _DEFAULTS: Final[Mapping[str, Any]] = {
 # The response object's fields before `echo`'s: its own first three (`id` and `created_at` set
 # per response), then the defaults.
 _BASE: Final[dict[str, Any]] = {"id": "", "object": "response", "created_at": 0, **_DEFAULTS}
-# The keys of the echo svir.wire.responses_request makes, in the response object's order: the
+# The keys of the echo svir.protocols.responses.request makes, in the response object's order: the
 # table's, then the request fields OpenAI repeats beyond it. Such an echo is written as it is.
 ECHO_KEYS: Final = (
     *_DEFAULTS,

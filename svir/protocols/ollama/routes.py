@@ -14,10 +14,10 @@ Errors are `{"error": "<message>"}` with the status svir's `/v1` would
 give; a stream that fails after its first line ends with one `{"error": ...}` line. A stream
 whose upstream has shown nothing by its provider's commit deadline (a prompt being read, a model
 being loaded) sends its head at once and a space every few seconds until its first line
-(svir.frontends.http `EarlyStart`); a failure after that start is its one error line, not
+(svir.protocols.http `EarlyStart`); a failure after that start is its one error line, not
 retried. A client that disconnects stops its upstream request at once.
 
-The translation both ways is pure and tested on its own, in svir.frontends.ollama_translate: the
+The translation both ways is pure and tested on its own, in svir.protocols.ollama.translate: the
 request becomes the canonical chat request there, and the canonical events become NDJSON lines
 (`NDJSONEncoder`) or one answer (`ChatAggregator`, over the shared fold svir.wire.answer).
 """
@@ -38,8 +38,8 @@ from svir.asgi import Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import ChatCall, Route
 from svir.errors import GatewayError, OllamaError, RequestError, request_error
-from svir.frontends.embeddings import embed, prompt_tokens
-from svir.frontends.http import (
+from svir.policy.bounded import BoundedMap
+from svir.protocols.http import (
     NDJSON_HEADERS,
     EarlyStart,
     UntilDisconnect,
@@ -51,7 +51,7 @@ from svir.frontends.http import (
     send_json,
     send_stream,
 )
-from svir.frontends.ollama_translate import (
+from svir.protocols.ollama.translate import (
     OLLAMA_API_VERSION,
     ChatAggregator,
     GenerateAggregator,
@@ -71,8 +71,7 @@ from svir.frontends.ollama_translate import (
     to_generate_request,
     to_openai_request,
 )
-from svir.frontends.routes import Handler, Host
-from svir.policy.bounded import BoundedMap
+from svir.protocols.router import Handler, Host
 from svir.providers import validate_chat_request
 from svir.wire.classify import to_client_error
 from svir.wire.completions import is_completion
@@ -397,7 +396,7 @@ class OllamaAPI:
         await send_json(send, 200, answer, {"x-request-id": rid})
         return 200
 
-    # Embeddings (the call and its checks: svir.frontends.embeddings, svir.wire.embeddings)
+    # Embeddings (the call and its checks: svir.protocols.embeddings.routes, svir.wire.embeddings)
 
     async def embed(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -434,7 +433,8 @@ class OllamaAPI:
     async def _serve_embedding(
         self, request: dict[str, Any], label: str, send: Send, ctx: CallContext, *, legacy: bool
     ) -> int:
-        call, headers = await embed(self.app.gateway, ctx, request)
+        call = await self.app.gateway.embed(ctx, request)
+        headers = {"x-request-id": ctx.request_id, **call.headers}
         assert call.answer is not None
         self.recent[request["model"]] = self.clock()
         if legacy:
@@ -444,7 +444,7 @@ class OllamaAPI:
                 call.answer,
                 model=label,
                 total_duration=call.elapsed_ns(),
-                prompt_tokens=prompt_tokens(call),
+                prompt_tokens=call.input_tokens(),
             )
         await send_json(send, 200, answer, headers)
         return 200

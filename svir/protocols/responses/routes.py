@@ -7,17 +7,17 @@
     GET    /v1/responses/{response_id}/input_items  its input items, OpenAI's list (order, after,
                                                   limit)
 
-The request becomes the canonical chat request by svir.wire.responses_request (what it dropped is
-said in `x-svir-warning`); the canonical events become the Responses stream, or its response
-object, by svir.wire.responses. Errors are OpenAI's shape with `param`; a stream that fails after
-its start ends with `response.failed`, and one whose call ends without an end gets one too: a
-Responses stream never just ends (Codex reports "stream closed before response.completed").
+The request becomes the canonical chat request by svir.protocols.responses.request (what it dropped
+is said in `x-svir-warning`); the canonical events become the Responses stream, or its response
+object, by svir.protocols.responses.encode. Errors are OpenAI's shape with `param`; a stream that
+fails after its start ends with `response.failed`, and one whose call ends without an end gets one
+too: a Responses stream never just ends (Codex reports "stream closed before response.completed").
 
 State: with `store` (the default, as OpenAI's) the response (its request's input items, its output
 items and the response object) is written to svir's store before `response.completed` is sent, or
 before the answer not streamed, so that a request naming it as `previous_response_id` right after
 finds it; `store: false` writes nothing. A response belongs to the bearer token that made it (as a
-thread does: svir.frontends.http.owner_of); any other gets 404. Reasoning items sent back with
+thread does: svir.protocols.http.owner_of); any other gets 404. Reasoning items sent back with
 `encrypted_content` are opened with a random key kept in the store (every replica on it shares
 it), made on first use.
 
@@ -44,7 +44,7 @@ from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import GatewayError, NotFound, StoreError, request_error
-from svir.frontends.http import (
+from svir.protocols.http import (
     KEEPALIVE_EVERY,
     WARNING_HEADER,
     EarlyStart,
@@ -58,14 +58,14 @@ from svir.frontends.http import (
     send_json,
     warning_header,
 )
-from svir.frontends.routes import Host
+from svir.protocols.responses.encode import ResponseStreamEncoder
+from svir.protocols.responses.request import ResponsesRequestError, translate_request
+from svir.protocols.responses.sealed import NONCE_BYTES, seal_reasoning, unseal_reasoning
+from svir.protocols.router import Host
 from svir.providers import validate_chat_request
 from svir.threads.service import list_object, page_query
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.events import StreamError
-from svir.wire.responses import ResponseStreamEncoder
-from svir.wire.responses_request import ResponsesRequestError, translate_request
-from svir.wire.sealed import NONCE_BYTES, seal_reasoning, unseal_reasoning
 
 __all__ = ["ResponseStore", "ResponsesAPI", "StoredResponse", "install"]
 

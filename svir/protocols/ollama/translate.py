@@ -4,7 +4,7 @@ An Ollama client's `POST /api/chat` body becomes the OpenAI-shaped request the g
 (`to_openai_request`), and the gateway's normalized events become Ollama's answer: NDJSON lines
 for a stream (`NDJSONEncoder`), one object otherwise (`ChatAggregator`). Model listings
 (`/api/tags`, `/api/show`, `/api/ps`) are built here too. The edge that serves them over HTTP is
-`svir.frontends.ollama`; see docs/ollama.md for the mapping in prose.
+`svir.protocols.ollama.routes`; see docs/ollama.md for the mapping in prose.
 
 Every client mistake is an `OllamaError` with status 400 and Ollama's plain error string;
 nothing else escapes `to_openai_request` for any JSON value.

@@ -2,10 +2,10 @@
 SSE stream (`MessageStreamEncoder`), the shared fold as Anthropic's `message` object
 (`MessageAggregator`), svir's errors in Anthropic's error shape (`anthropic_error`); and the
 vocabulary both directions share (stop reasons, error types and their statuses), which the
-`anthropic` upstream kind (svir.wire.anthropic_upstream) imports from here.
+`anthropic` upstream kind (svir.providers.anthropic_dialect) imports from here.
 
 The request side (an Anthropic request to the canonical chat request, and count_tokens) is
-svir.wire.anthropic_request. Everything here is pure: no I/O, no clock, no randomness.
+svir.protocols.anthropic.request. Everything here is pure: no I/O, no clock, no randomness.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import msgspec
 
+from svir.providers.anthropic_dialect import json_object, tool_input
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.events import (
@@ -37,21 +38,16 @@ from svir.wire.events import (
 )
 
 __all__ = [
-    "EFFORT_KEY",
     "ERROR_STATUS",
-    "FINISH_REASONS",
     "STOP_REASONS",
-    "THINKING_KEY",
     "MessageAggregator",
     "MessageStreamEncoder",
     "anthropic_error",
     "error_body",
     "error_type",
-    "finish_reason",
     "message_id",
     "model_list",
     "stop_reason",
-    "tool_input",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -69,19 +65,6 @@ STOP_REASONS: Final[Mapping[str, str]] = {
     "content_filter": "refusal",
 }
 
-# The other way, for an Anthropic upstream: each stop_reason Anthropic documents, as a finish.
-# `pause_turn` (a server tool's long turn paused) ended the answer for now: a stop.
-# `model_context_window_exceeded` is the output cut by the context: a length.
-FINISH_REASONS: Final[Mapping[str, str]] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "pause_turn": "stop",
-    "refusal": "content_filter",
-}
-
 # Anthropic's error types and the status each comes with (docs.claude.com/en/api/errors).
 ERROR_STATUS: Final[Mapping[str, int]] = {
     "invalid_request_error": 400,
@@ -95,15 +78,6 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-
-# The canonical chat request's key for an Anthropic client's own `thinking` object: the
-# request side (svir.wire.anthropic_request) writes it beside the `reasoning_effort` it stands
-# for, the anthropic upstream kind sends it as it is, and every other kind's body leaves it out
-# (svir.providers.request), since Kimi and others read a `thinking` of their own.
-THINKING_KEY: Final = "anthropic_thinking"
-# Likewise an Anthropic client's `output_config.effort` as it came (`max` included), beside the
-# `reasoning_effort` it stands for.
-EFFORT_KEY: Final = "anthropic_effort"
 
 # Anthropic's words for a prompt over the context, which Claude Code matches on (it compacts the
 # conversation when it reads them) along with the two numbers after them.
@@ -121,14 +95,6 @@ def stop_reason(finish: str | None, *, tool_use: bool) -> str:
         return "end_turn"
     reason = STOP_REASONS.get(finish, "end_turn")
     return "end_turn" if reason == "tool_use" else reason
-
-
-def finish_reason(reason: str | None) -> str | None:
-    """The canonical finish for an Anthropic stop_reason (None stays None; an unknown one is a
-    stop, the turn having ended)."""
-    if reason is None:
-        return None
-    return FINISH_REASONS.get(reason, "stop")
 
 
 def error_type(status: int, code: str | None = None) -> str:
@@ -189,29 +155,10 @@ def model_list(models: list[str], created_at: str) -> dict[str, Any]:
     }
 
 
-def tool_input(arguments: str) -> dict[str, Any]:
-    """A tool call's arguments as a tool_use block's `input` object. Empty arguments (a tool
-    without parameters, or a server that sent none) are `{}`; arguments that are not a JSON
-    object (a model's broken output) are `{}` too, since `input` can hold nothing else, and the
-    tool then refuses the call in words the model can act on."""
-    found = _json_object(arguments)
-    return {} if found is None else found
-
-
-def _json_object(arguments: str) -> dict[str, Any] | None:
-    if not arguments.strip():
-        return None
-    try:
-        value = msgspec.json.decode(arguments)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _input_json(arguments: str) -> str:
     """A tool_use block's input as the JSON text of its one input_json_delta: the model's own
     text when it is an object, else `{}` (the same input `tool_input` gives)."""
-    return arguments if _json_object(arguments) is not None else "{}"
+    return arguments if json_object(arguments) is not None else "{}"
 
 
 # ---------------------------------------------------------------------------------------------

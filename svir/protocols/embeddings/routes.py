@@ -4,7 +4,7 @@ honours it; `user`), over the same gateway, routes and key gate as chat.
 
 The request is checked into the canonical embedding request (svir.wire.embeddings), opened as an
 embedding call (svir.embeddings) and answered in OpenAI's shape; Ollama's `/api/embed` and
-`/api/embeddings` are in svir.frontends.ollama, over the same call.
+`/api/embeddings` are in svir.protocols.ollama.routes, over the same call.
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ from typing import Any
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
-from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError, request_error
-from svir.frontends.http import UntilDisconnect, new_call_context, read_json, send_json
-from svir.frontends.routes import Host
-from svir.gateway import Gateway
+from svir.protocols.http import UntilDisconnect, new_call_context, read_json, send_json
+from svir.protocols.router import Host
 from svir.wire.embeddings import EmbeddingInputError, check_openai_request, openai_answer
-from svir.wire.tokens import estimate_input_tokens
 
-__all__ = ["API", "OpenAIEmbeddings", "embed", "input_error", "install", "prompt_tokens"]
+__all__ = ["API", "OpenAIEmbeddings", "input_error", "install"]
 
 # The front end's name in the ledger and the logs (`CallContext.api`).
 API = "embeddings"
@@ -37,23 +34,6 @@ def install(app: Host) -> OpenAIEmbeddings:
 def input_error(exc: EmbeddingInputError) -> GatewayError:
     """The 400 for an embedding request the wire checks refused."""
     return request_error(exc.message, param=exc.param, code="invalid_value")
-
-
-def prompt_tokens(call: EmbeddingCall) -> int:
-    """The inputs' tokens: the upstream's count, or svir's estimate when it gave none."""
-    counted = call.prompt_tokens
-    return counted if counted is not None else estimate_input_tokens(call.request["input"])
-
-
-async def embed(
-    gateway: Gateway, ctx: CallContext, request: dict[str, Any]
-) -> tuple[EmbeddingCall, dict[str, str]]:
-    """Open the embedding call (its answer read whole) and close it at once: the vectors stay
-    on it. Gives the call and the answer's headers."""
-    call = await gateway.open_embeddings(ctx, request)
-    call.close()
-    headers = {"x-request-id": ctx.request_id, **call.headers}
-    return call, headers
 
 
 class OpenAIEmbeddings:
@@ -78,13 +58,14 @@ class OpenAIEmbeddings:
             return await self._serve(request, send, ctx)
 
     async def _serve(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:
-        call, headers = await embed(self.gateway, ctx, request)
+        call = await self.gateway.embed(ctx, request)
+        headers = {"x-request-id": ctx.request_id, **call.headers}
         assert call.answer is not None
         answer = openai_answer(
             call.answer,
             model=call.model_label,
             encoding_format=request.get("encoding_format", "float"),
-            prompt_tokens=prompt_tokens(call),
+            prompt_tokens=call.input_tokens(),
         )
         await send_json(send, 200, answer, headers)
         return 200

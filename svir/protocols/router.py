@@ -6,7 +6,10 @@ Matching costs one dict lookup for a path without parameters (every chat request
 that is not one of those is tried against the templates, which keep their parameters in
 `scope["path_params"]`. A path no route has is a 404, one whose routes take other methods a 405
 naming them in `Allow`, each in the error shape of the prefix it is under (`errors_under`; OpenAI's
-otherwise). A route's template is the label it is counted and traced under (the app sets it as
+otherwise). Two protocols may share a path when one of them is told apart by a request header
+(`GET /v1/models` is OpenAI's list, and Anthropic's when `anthropic-version` is sent): the second
+adds its route with `when_header`, and only a path that has such a route pays for the look. A
+route's template is the label it is counted and traced under (the app sets it as
 `scope["svir.route"]`): a bounded set, whatever paths clients send.
 """
 
@@ -43,14 +46,25 @@ def openai_error(exc: GatewayError) -> dict[str, Any]:
 
 class Route:
     """What serves a request: `template` (None for a path no route has, under no prefix) is its
-    label in metrics and traces."""
+    label in metrics and traces. `variants` are the routes that take the request instead when it
+    carries their header (`Routes.add(..., when_header=...)`), in the order they were added."""
 
-    __slots__ = ("errors", "handler", "template")
+    __slots__ = ("errors", "handler", "template", "variants", "when_header")
 
     def __init__(self, template: str | None, handler: Handler, errors: ErrorShape) -> None:
         self.template = template
         self.handler = handler
         self.errors = errors
+        self.variants: tuple[tuple[bytes, Route], ...] = ()
+        self.when_header: bytes | None = None
+
+    def pick(self, scope: Scope) -> Route:
+        """This route, or the variant whose header the request carries."""
+        for name, variant in self.variants:
+            for key, _ in scope["headers"]:
+                if key == name:
+                    return variant
+        return self
 
 
 class Routes:
@@ -63,10 +77,22 @@ class Routes:
         self._prefixes: list[tuple[str, ErrorShape]] = []
 
     def add(
-        self, method: str, template: str, handler: Handler, errors: ErrorShape = openai_error
+        self,
+        method: str,
+        template: str,
+        handler: Handler,
+        errors: ErrorShape = openai_error,
+        *,
+        when_header: bytes | None = None,
     ) -> None:
         """Serve `method template` with `handler`; its errors are answered as `errors` shapes
-        them. `{name}` in `template` matches one path segment, kept as `path_params[name]`."""
+        them. `{name}` in `template` matches one path segment, kept as `path_params[name]`.
+        With `when_header` (lower case), the route takes only the requests that carry that
+        header, ahead of the plain route for `method template`, whichever was added first (alone,
+        it takes every request)."""
+        if when_header is not None and when_header != when_header.lower():
+            raise ValueError(f"header names are matched in lower case: {when_header!r}")
+        route = Route(template, handler, errors)
         methods = self._by_template.get(template)
         if methods is None:
             methods = self._by_template[template] = {}
@@ -74,19 +100,29 @@ class Routes:
                 self._templates.append((_pattern(template), methods))
             else:
                 self._by_path[template] = methods
-        if method in methods:
-            raise ValueError(f"{method} {template} has a route already")
-        route = Route(template, handler, errors)
+        existing = methods.get(method)
+        if existing is not None and when_header is not None:
+            existing.variants = (*existing.variants, (when_header, route))
+            return
+        if existing is not None:
+            if existing.when_header is None:
+                raise ValueError(f"{method} {template} has a route already")
+            # The header route came first: it becomes a variant of this one.
+            route.variants = ((existing.when_header, existing), *existing.variants)
+            existing.variants = ()
+        route.when_header = when_header
         methods[method] = route
         if "{" not in template:
             self._exact[(method, template)] = route
 
     def each(self) -> Iterator[tuple[str, str, Route]]:
-        """Every route added: (method, template, route); a route's handler may be replaced (the
-        console's capture wraps the client routes)."""
+        """Every route added, header variants included: (method, template, route); a route's
+        handler may be replaced (the console's capture wraps the client routes)."""
         for template, methods in self._by_template.items():
             for method, route in methods.items():
                 yield method, template, route
+                for _, variant in route.variants:
+                    yield method, template, variant
 
     def errors_under(self, prefix: str, errors: ErrorShape) -> None:
         """Answer the 404 or 405 of a path starting with `prefix` as `errors` shapes it."""
@@ -98,7 +134,7 @@ class Routes:
         path: str = scope["path"]
         route = self._exact.get((method, path))
         if route is not None:
-            return route
+            return route.pick(scope) if route.variants else route
         methods = self._by_path.get(path)
         params: dict[str, str] | None = None
         if methods is None:
@@ -114,7 +150,7 @@ class Routes:
             return _not_allowed(methods)
         if params is not None:
             scope["path_params"] = params
-        return route
+        return route.pick(scope) if route.variants else route
 
     def _not_found(self, path: str) -> Route:
         for prefix, errors in self._prefixes:

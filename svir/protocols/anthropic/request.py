@@ -23,7 +23,7 @@ for any JSON value. What the translation does, field by field:
   is sent (an empty signature, Claude Code's, is none: no block is kept for it).
 - `cache_control` marks: on a system or content block, on its text or image part (an
   assistant's text blocks stay parts then); on a tool_result, on its tool message; on a
-  tool_use, on its assistant message; on a tool, on the tool. svir.wire.anthropic_upstream reads
+  tool_use, on its assistant message; on a tool, on the tool. svir.providers.anthropic_dialect reads
   them there; no other upstream's body has them. Citations and other hints are not translated.
 - `tools` (custom tools): name, description, and `input_schema` as the function's parameters,
   with `$schema` taken off the schema's top (JSON Schema 2020-12's marker, which Gemini and some
@@ -56,10 +56,9 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.wire.anthropic import EFFORT_KEY, THINKING_KEY
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import TypeChecks, json_type, shown
-from svir.wire.request import file_block, split_text
+from svir.wire.request import EFFORT_KEY, THINKING_KEY, file_block, split_text
 from svir.wire.tokens import estimate_prompt_tokens
 
 __all__ = ["MessagesRequest", "MessagesRequestError", "count_tokens", "translate_request"]
@@ -433,7 +432,7 @@ class _Translation:
         texts: list[dict[str, Any]] = []
         reasoning: list[str] = []
         mark: Any = None
-        # The blocks an Anthropic upstream takes back as they were (svir.wire.anthropic_upstream
+        # The blocks an Anthropic upstream takes back as they were (svir.providers.anthropic_dialect
         # reads `thinking_blocks`; every other upstream's body leaves it out).
         sealed: list[dict[str, str]] = []
         calls: list[dict[str, Any]] = []

@@ -1,13 +1,14 @@
 """OpenAI's Chat Completions API: `POST /v1/chat/completions` (SSE stream, or one completion with
 `"stream": false`) and `GET /v1/models`, the one model list of `/v1` (each model with what svir
-knows of it as it serves it: `context_length` and Ollama's `capabilities` words), in Anthropic's
-shape for a request that carries `anthropic-version` (Anthropic's clients list models there too).
+knows of it as it serves it: `context_length` and Ollama's `capabilities` words). A request that
+carries `anthropic-version` gets Anthropic's list instead (svir.protocols.anthropic registers it
+on the same path).
 
 The request is already the canonical chat request (the shared checks of svir.providers validate
 it); the canonical events become OpenAI's bytes by the wire core's encoder (svir.wire.encoder),
 through the chat call. A client that disconnects stops its upstream request at once.
 
-A stream whose upstream has shown nothing by its provider's commit deadline (svir.frontends.http
+A stream whose upstream has shown nothing by its provider's commit deadline (svir.protocols.http
 `EarlyStart`) starts anyway: the head, then `: keepalive` comments (and the upstream's own, such
 as mlx-lm's prompt progress) until the first chunk; a failure after that start is the stream's
 one error frame (no `[DONE]`), and is not retried.
@@ -19,9 +20,9 @@ import asyncio
 import os
 from typing import Any
 
-from svir.asgi import Receive, Scope, Send, header
+from svir.asgi import Receive, Scope, Send
 from svir.errors import GatewayError, RequestError
-from svir.frontends.http import (
+from svir.protocols.http import (
     UntilDisconnect,
     new_call_context,
     open_early,
@@ -29,9 +30,8 @@ from svir.frontends.http import (
     send_json,
     sse_early_start,
 )
-from svir.frontends.routes import Host
+from svir.protocols.router import Host
 from svir.providers import validate_chat_request
-from svir.wire.anthropic import model_list
 from svir.wire.blobs import MIN_BLOB, Blobs, extract_blobs, new_token
 from svir.wire.jsonbody import decode_body
 from svir.wire.model_meta import ModelFacts
@@ -39,7 +39,6 @@ from svir.wire.model_meta import ModelFacts
 __all__ = ["OpenAIChat", "install"]
 
 CREATED = 1700000000  # /v1/models needs a `created`; svir does not know when a model was made
-CREATED_AT = "2023-11-14T22:13:20Z"  # the same time in Anthropic's list
 
 
 def install(app: Host) -> OpenAIChat:
@@ -60,10 +59,6 @@ class OpenAIChat:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         models = await self.app.models()
-        if header(scope, b"anthropic-version") is not None:
-            listed = model_list([model for model, _ in models], CREATED_AT)
-            await send_json(send, 200, listed, {"x-request-id": rid})
-            return 200
         facts = await asyncio.gather(*(self._facts(model) for model, _ in models))
         data = []
         for (model, owner), known in zip(models, facts, strict=True):
