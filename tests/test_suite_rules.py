@@ -95,3 +95,22 @@ def test_each_process_fixture_is_where_the_list_says() -> None:
         path, name = key.split("::")
         module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
         assert getattr(getattr(module, name, None), "name", None) == name, key
+
+
+# What a test module writes when it starts a process outside pytest itself.
+_STARTS_A_PROCESS = ("SvirProcess(", "chromium.launch(", "subprocess.Popen(", "npm_binary(")
+
+
+def test_a_test_module_that_starts_a_process_is_external() -> None:
+    # Its tests are marked by the module (`pytestmark`, or a mark on each) or reach the process
+    # through a fixture of PROCESS_FIXTURES; else `make test-fast` would run them, on a machine
+    # that may lack what they start (a browser test slipped through this way once).
+    fixture_files = {key.split("::")[0] for key in PROCESS_FIXTURES}
+    unmarked = sorted(
+        relative
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if (relative := str(path.relative_to(ROOT))) not in fixture_files
+        and any(call in (source := path.read_text(encoding="utf-8")) for call in _STARTS_A_PROCESS)
+        and "mark.external" not in source
+    )
+    assert unmarked == []

@@ -34,6 +34,9 @@ from svir.testing import MockServerThread
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedUpstream
 
+# svir, an HTTP server and Chromium, outside pytest: not in `make test-fast`.
+pytestmark = pytest.mark.external
+
 CHROMIUM = os.environ.get("SVIR_CHROMIUM", "/usr/bin/chromium")
 # A bound on waits for things that do happen (a page's requests on a loaded machine).
 SHORT = 60_000
