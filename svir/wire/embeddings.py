@@ -1,8 +1,9 @@
-"""Embeddings on the wire, both sides, sans-IO: the client's request (OpenAI's `POST
-/v1/embeddings`, Ollama's `POST /api/embed` and the older `POST /api/embeddings`) checked into
-the canonical embedding request, the upstream's body (OpenAI-compatible `/v1/embeddings`, which
-llama-server, vLLM and OpenAI serve, or Ollama's own `/api/embed`), its answer parsed back into
-an `EmbeddingAnswer`, and that answer rendered in each client protocol's shape.
+"""Embeddings on the wire, sans-IO: the canonical embedding request and the checks every
+protocol's request goes through into it (OpenAI's `POST /v1/embeddings` in
+svir.protocols.embeddings, Ollama's `/api/embed` and `/api/embeddings` in svir.protocols.ollama),
+the upstream's body (OpenAI-compatible `/v1/embeddings`, which llama-server, vLLM and OpenAI
+serve, or Ollama's own `/api/embed`), its answer parsed back into an `EmbeddingAnswer`, and its
+vectors in each encoding a client may ask for.
 
 The canonical request is a dict (the gateway's chain takes dicts): `model`, `input` (a list of
 strings, or a list of token arrays), and, when the client gave them, `encoding_format`,
@@ -34,19 +35,19 @@ __all__ = [
     "EmbeddingInputError",
     "Vector",
     "as_json_floats",
-    "check_ollama_embed",
-    "check_ollama_embeddings",
-    "check_openai_request",
+    "body_object",
+    "check_inputs",
+    "check_model",
     "decode_vector",
     "encode_vector",
     "input_texts",
-    "ollama_embed_answer",
-    "ollama_embeddings_answer",
     "ollama_upstream_body",
-    "openai_answer",
     "openai_upstream_body",
+    "optional_field",
     "parse_ollama_answer",
     "parse_openai_answer",
+    "positive_field",
+    "said",
 ]
 
 # OpenAI's own cap on the inputs of one request.
@@ -69,7 +70,7 @@ class EmbeddingInputError(BodyError):
         self.param = param
 
 
-def _model(body: dict[str, Any]) -> str:
+def check_model(body: dict[str, Any]) -> str:
     model = body.get("model")
     if model is None:
         raise EmbeddingInputError("model is required", "model")
@@ -93,7 +94,7 @@ def _check_tokens(items: list[Any], where: str, param: str) -> None:
             )
 
 
-def _inputs(value: Any, param: str, *, tokens: bool) -> list[str] | list[list[int]]:
+def check_inputs(value: Any, param: str, *, tokens: bool) -> list[str] | list[list[int]]:
     """The inputs as a list: a string is one input, an array of strings many; with `tokens`,
     an array of integers is one token array and an array of such arrays many."""
     if isinstance(value, str):
@@ -136,7 +137,7 @@ def _inputs(value: Any, param: str, *, tokens: bool) -> list[str] | list[list[in
     )
 
 
-def _positive(body: dict[str, Any], name: str) -> int | None:
+def positive_field(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
         return None
@@ -145,36 +146,11 @@ def _positive(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def check_openai_request(body: Any) -> dict[str, Any]:
-    """OpenAI's embeddings request, checked: the canonical embedding request, or an
-    EmbeddingInputError naming the field."""
-    body = _object(body)
-    request: dict[str, Any] = {"model": _model(body)}
-    if "input" not in body:
-        raise EmbeddingInputError("input is required", "input")
-    request["input"] = _inputs(body["input"], "input", tokens=True)
-    fmt = body.get("encoding_format")
-    if fmt is not None:
-        if fmt not in ("float", "base64"):
-            raise EmbeddingInputError(
-                f"encoding_format must be 'float' or 'base64', not {_said(fmt)}",
-                "encoding_format",
-            )
-        request["encoding_format"] = fmt
-    dimensions = _positive(body, "dimensions")
-    if dimensions is not None:
-        request["dimensions"] = dimensions
-    user = _optional(body, "user", lambda v: isinstance(v, str), "a string")
-    if user is not None:
-        request["user"] = user
-    return request
-
-
-def _said(value: Any) -> str:
+def said(value: Any) -> str:
     return repr(value) if isinstance(value, str) and len(value) <= 40 else json_type(value)
 
 
-def _optional(body: dict[str, Any], name: str, ok: Callable[[Any], bool], what: str) -> Any:
+def optional_field(body: dict[str, Any], name: str, ok: Callable[[Any], bool], what: str) -> Any:
     """The field `name` when it is there and not null, checked by `ok` (`what` it must be)."""
     value = body.get(name)
     if value is not None and not ok(value):
@@ -182,65 +158,12 @@ def _optional(body: dict[str, Any], name: str, ok: Callable[[Any], bool], what: 
     return value
 
 
-def _object(body: Any) -> dict[str, Any]:
+def body_object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise EmbeddingInputError(
             f"the request body must be a JSON object, not {json_type(body)}", "body"
         )
     return body
-
-
-def _is_duration(value: Any) -> bool:
-    return isinstance(value, str | int | float) and not isinstance(value, bool)
-
-
-def _ollama_common(body: dict[str, Any], request: dict[str, Any]) -> None:
-    for name, ok, what in (
-        ("keep_alive", _is_duration, "a duration or a number of seconds"),
-        ("options", lambda v: isinstance(v, dict), "an object"),
-    ):
-        value = _optional(body, name, ok, what)
-        if value is not None:
-            request[name] = value
-
-
-def _ollama_body(body: Any) -> dict[str, Any]:
-    body = _object(body)
-    model = body.get("model")
-    if model is None and "name" in body:
-        model = body["name"]
-    return {"model": _model({"model": model})}
-
-
-def check_ollama_embed(body: Any) -> dict[str, Any]:
-    """Ollama's `/api/embed` request (`input` a string or an array of strings, `truncate`,
-    `keep_alive`, `options`, `dimensions`), checked into the canonical embedding request."""
-    request = _ollama_body(body)
-    if "input" not in body:
-        raise EmbeddingInputError("input is required", "input")
-    request["input"] = _inputs(body["input"], "input", tokens=False)
-    truncate = _optional(body, "truncate", lambda v: isinstance(v, bool), "true or false")
-    if truncate is not None:
-        request["truncate"] = truncate
-    dimensions = _positive(body, "dimensions")
-    if dimensions is not None:
-        request["dimensions"] = dimensions
-    _ollama_common(body, request)
-    return request
-
-
-def check_ollama_embeddings(body: Any) -> dict[str, Any]:
-    """The older `/api/embeddings` request (`prompt`: one string), checked into the canonical
-    embedding request of one input."""
-    request = _ollama_body(body)
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise EmbeddingInputError("prompt is required", "prompt")
-    if not isinstance(prompt, str):
-        raise EmbeddingInputError(f"prompt must be a string, not {json_type(prompt)}", "prompt")
-    request["input"] = [prompt]
-    _ollama_common(body, request)
-    return request
 
 
 def input_texts(request: dict[str, Any]) -> bool:
@@ -421,52 +344,3 @@ def encode_vector(vector: Vector) -> str:
 def as_json_floats(vector: Vector) -> msgspec.Raw | list[float]:
     """A vector to write as a JSON array of floats: an upstream's array as it came."""
     return vector if isinstance(vector, msgspec.Raw | list) else decode_vector(vector)
-
-
-# Client answers
-
-
-class _OutItem(msgspec.Struct):
-    index: int
-    embedding: Vector
-    object: str = "embedding"
-
-
-class _OutUsage(msgspec.Struct):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class _OutList(msgspec.Struct):
-    data: list[_OutItem]
-    model: str
-    usage: _OutUsage
-    object: str = "list"
-
-
-def openai_answer(
-    answer: EmbeddingAnswer, *, model: str, encoding_format: str, prompt_tokens: int
-) -> _OutList:
-    """OpenAI's embeddings answer (encode with msgspec): a list of `embedding` objects, base64
-    or floats as the client asked."""
-    convert = encode_vector if encoding_format == "base64" else as_json_floats
-    data = [_OutItem(i, convert(v)) for i, v in enumerate(answer.vectors)]
-    return _OutList(data, model, _OutUsage(prompt_tokens, prompt_tokens))
-
-
-def ollama_embed_answer(
-    answer: EmbeddingAnswer, *, model: str, total_duration: int, prompt_tokens: int
-) -> dict[str, Any]:
-    """Ollama's `/api/embed` answer: `embeddings`, the counts and durations (nanoseconds)."""
-    return {
-        "model": model,
-        "embeddings": [as_json_floats(v) for v in answer.vectors],
-        "total_duration": total_duration,
-        "load_duration": answer.load_duration or 0,
-        "prompt_eval_count": prompt_tokens,
-    }
-
-
-def ollama_embeddings_answer(answer: EmbeddingAnswer) -> dict[str, Any]:
-    """The older `/api/embeddings` answer: the one input's `embedding`."""
-    return {"embedding": as_json_floats(answer.vectors[0])}

@@ -11,14 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from svir.errors import OllamaError
+from svir.protocols.completions.request import CompletionRequestError, parse_completion_request
 from svir.protocols.ollama.translate import to_generate_request
 from svir.wire.completions import (
-    CompletionRequestError,
     is_completion,
     is_fim,
     llama_body,
     openai_body,
-    parse_completion_request,
 )
 from tests.test_bad_input import json_values
 

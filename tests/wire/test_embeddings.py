@@ -16,19 +16,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from svir.protocols.embeddings.request import check_openai_request, openai_answer
+from svir.protocols.ollama.embed import (
+    check_ollama_embed,
+    check_ollama_embeddings,
+    ollama_embed_answer,
+)
 from svir.wire.classify import classify_http_error, to_client_error
 from svir.wire.embeddings import (
     MAX_INPUTS,
     EmbeddingAnswer,
     EmbeddingInputError,
-    check_ollama_embed,
-    check_ollama_embeddings,
-    check_openai_request,
     decode_vector,
     encode_vector,
-    ollama_embed_answer,
     ollama_upstream_body,
-    openai_answer,
     openai_upstream_body,
     parse_ollama_answer,
     parse_openai_answer,

@@ -17,6 +17,7 @@ from typing import Any
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.errors import GatewayError, request_error
+from svir.protocols.completions.request import CompletionRequestError, parse_completion_request
 from svir.protocols.http import (
     EarlyStart,
     UntilDisconnect,
@@ -27,7 +28,6 @@ from svir.protocols.http import (
     sse_early_start,
 )
 from svir.protocols.router import Host
-from svir.wire.completions import CompletionRequestError, parse_completion_request
 
 __all__ = ["Completions", "install"]
 

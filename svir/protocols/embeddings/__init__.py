@@ -1,8 +1,10 @@
 """OpenAI's embeddings API.
 
-    routes.py  its route: /v1/embeddings
+    request.py  the request checked into the canonical embedding request, the answer (pure)
+    routes.py   its route: /v1/embeddings
 
-The request checks are in svir.wire.embeddings, which Ollama's /api/embed shares.
+The canonical embedding request, the checks every protocol's request shares and the vectors are
+svir.wire.embeddings; the call is svir.embeddings.
 """
 
 from svir.protocols.embeddings.routes import install

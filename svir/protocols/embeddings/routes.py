@@ -14,9 +14,10 @@ from typing import Any
 from svir.asgi import Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
 from svir.errors import GatewayError, request_error
+from svir.protocols.embeddings.request import check_openai_request, openai_answer
 from svir.protocols.http import UntilDisconnect, new_call_context, read_json, send_json
 from svir.protocols.router import Host
-from svir.wire.embeddings import EmbeddingInputError, check_openai_request, openai_answer
+from svir.wire.embeddings import EmbeddingInputError
 
 __all__ = ["API", "OpenAIEmbeddings", "input_error", "install"]
 

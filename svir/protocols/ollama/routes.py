@@ -51,6 +51,12 @@ from svir.protocols.http import (
     send_json,
     send_stream,
 )
+from svir.protocols.ollama.embed import (
+    check_ollama_embed,
+    check_ollama_embeddings,
+    ollama_embed_answer,
+    ollama_embeddings_answer,
+)
 from svir.protocols.ollama.translate import (
     OLLAMA_API_VERSION,
     ChatAggregator,
@@ -75,13 +81,7 @@ from svir.protocols.router import Handler, Host
 from svir.providers import validate_chat_request
 from svir.wire.classify import to_client_error
 from svir.wire.completions import is_completion
-from svir.wire.embeddings import (
-    EmbeddingInputError,
-    check_ollama_embed,
-    check_ollama_embeddings,
-    ollama_embed_answer,
-    ollama_embeddings_answer,
-)
+from svir.wire.embeddings import EmbeddingInputError
 from svir.wire.errors import UpstreamError
 from svir.wire.events import Usage
 from svir.wire.model_meta import ModelFacts
