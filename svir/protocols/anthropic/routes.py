@@ -34,7 +34,7 @@ import msgspec
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
-from svir.chat import ChatCall, Route
+from svir.chat import ChatCall, UpstreamTarget
 from svir.errors import GatewayError, RequestError, request_error
 from svir.protocols.anthropic.encode import (
     MessageAggregator,
@@ -212,8 +212,8 @@ class AnthropicMessages:
         no route has, a server that fails to answer."""
         try:
             # A model without a configured route is resolved by route_for, once, as the policy
-            # does it (the Route found is kept in `resolved`).
-            resolved: dict[str, Route] = {}
+            # does it (the UpstreamTarget found is kept in `resolved`).
+            resolved: dict[str, UpstreamTarget] = {}
             target = self.gateway.policy.route_for(chat["model"], resolved).targets
             if not target:
                 return None

@@ -36,7 +36,7 @@ import msgspec
 from svir import __version__
 from svir.asgi import Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
-from svir.chat import ChatCall, Route
+from svir.chat import ChatCall, UpstreamTarget
 from svir.errors import GatewayError, OllamaError, RequestError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.protocols.http import (
@@ -451,7 +451,7 @@ class OllamaAPI:
 
     # Helpers
 
-    def _route(self, name: str) -> Route:
+    def _route(self, name: str) -> UpstreamTarget:
         """Where a model name goes (for a configured route, its first target), or an
         OllamaError: Ollama's 404 for a model it does not have."""
         asked = name
