@@ -4,10 +4,10 @@ The tree (`+` a class here, `-` one elsewhere that it relates to):
 
 * GatewayError                 an answer to the client in OpenAI's error shape (a ClientError)
   + ThreadError                  ... with more fields in the error object (threads API)
-  built by request_error (any 4xx), invalid_request (a RequestError's 400), body_too_large (413),
+  built by request_error (any 4xx), invalid_request (a BadRequest's 400), body_too_large (413),
   auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
   svir.threads.service.store_errors (a StoreError as the threads API answers it)
-* RequestError                 a client's request svir will not send upstream; becomes a 400
+* BadRequest                   a client's request svir will not send upstream; becomes a 400
 * OllamaError                  a request Ollama's translation refuses (a message and a status);
                                its front end raises it as a GatewayError, in Ollama's shape
 * BodyTooLarge                 the request body is over its route's limit; becomes a 413
@@ -51,6 +51,7 @@ from svir.wire.errors import UpstreamError
 
 __all__ = [
     "BadCursor",
+    "BadRequest",
     "BodyTooLarge",
     "Busy",
     "ClientGone",
@@ -64,7 +65,6 @@ __all__ = [
     "NotFound",
     "OllamaError",
     "ProxyError",
-    "RequestError",
     "SchemaTooNew",
     "StoreError",
     "TLSSetupError",
@@ -110,8 +110,8 @@ def request_error(
     return GatewayError(ClientError(status, type, code, message, param, headers or {}))
 
 
-def invalid_request(exc: RequestError) -> GatewayError:
-    """The 400 for a request the shared checks (svir.providers) refused with a RequestError."""
+def invalid_request(exc: BadRequest) -> GatewayError:
+    """The 400 for a request the shared checks (svir.providers) refused with a BadRequest."""
     return request_error(exc.message, param=exc.param, code=exc.code)
 
 
@@ -129,11 +129,14 @@ def auth_error(message: str, *, status: int = 401, code: str = "invalid_api_key"
     return GatewayError(ClientError(status, "invalid_request_error", code, message, None, headers))
 
 
-class RequestError(Exception):
+class BadRequest(Exception):
     """A client's request that svir will not send upstream; it becomes a 400 for the client.
 
     `param` names the offending field, `code` says what is wrong with it, as OpenAI's errors do.
     """
+
+    # Named for the answer it becomes (400 Bad Request). Not "RequestError": httpx's (the HTTP
+    # client of svir's command line and tests) means the opposite, a request that was not sent.
 
     def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
         super().__init__(message)
@@ -142,7 +145,7 @@ class RequestError(Exception):
         self.code = code
 
     def __repr__(self) -> str:
-        return f"RequestError({self.message!r}, param={self.param!r}, code={self.code!r})"
+        return f"BadRequest({self.message!r}, param={self.param!r}, code={self.code!r})"
 
 
 class BodyTooLarge(Exception):

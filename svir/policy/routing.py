@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from svir.chat import UpstreamTarget
 from svir.config import Config, ProviderConfig, RouteConfig, Timeouts
-from svir.errors import RequestError, request_error
+from svir.errors import BadRequest, request_error
 from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
 from svir.transport import Network, Transport, network_of
@@ -206,7 +206,7 @@ class Router:
     def _resolve(self, model: str, table: RoutingTable) -> UpstreamTarget:
         try:
             prefix, model_id = split_model(model)
-        except RequestError:
+        except BadRequest:
             prefix, model_id = "", ""
         providers = table.providers
         provider = providers.get(prefix)

@@ -35,7 +35,7 @@ import msgspec
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
 from svir.chat import ChatCall, UpstreamTarget
-from svir.errors import GatewayError, RequestError, request_error
+from svir.errors import BadRequest, GatewayError, request_error
 from svir.protocols.anthropic.encode import (
     MessageAggregator,
     MessageStreamEncoder,
@@ -219,7 +219,7 @@ class AnthropicMessages:
                 return None
             model = target[0].model
             route = resolved.get(model) or self.app.router.resolve(model)
-        except (GatewayError, RequestError):
+        except (GatewayError, BadRequest):
             return None
         if route.kind.name not in TOKENIZING_KINDS:
             return None
