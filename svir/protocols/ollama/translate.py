@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from svir.errors import BadRequest, OllamaError
+from svir.errors import BadRequest, OllamaError, SvirError
 from svir.providers import check_tools
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError
@@ -494,7 +494,7 @@ MetricsFn = Callable[[Usage | None], Metrics]
 Clock = Callable[[], str]
 
 
-class ToolArgumentsError(Exception):
+class ToolArgumentsError(SvirError):
     """A tool call whose arguments are not a JSON object, which Ollama's clients need."""
 
 
