@@ -63,8 +63,9 @@ _encode = msgspec.json.encode
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
-    """Where one request goes: a provider, the kind of server it is, and the model id there."""
+class UpstreamTarget:
+    """Where one request goes: a provider, the kind of server it is, and the model id there (what
+    `Router.resolve` makes of a model name; the HTTP route a request came by is router.Route)."""
 
     provider: ProviderConfig
     kind: ProviderKind
@@ -232,7 +233,7 @@ class Call(Protocol):
     it does: a `ChatCall` and an `EmbeddingCall` (svir.embeddings) are ones. Each goes
     through the same policy loop (retries, fallbacks, breakers) and the same interceptors."""
 
-    route: Route
+    route: UpstreamTarget
     request: dict[str, Any]
     model_label: str
     stats: CallStats
@@ -252,7 +253,7 @@ class Call(Protocol):
     def close(self) -> None: ...
 
 
-def upstream_headers(route: Route, request_id: str, accept: str) -> dict[str, str]:
+def upstream_headers(route: UpstreamTarget, request_id: str, accept: str) -> dict[str, str]:
     """The headers of a request to the route's upstream: JSON in, `accept` out, svir's request
     id, the provider's extra headers and the key in the kind's header."""
     headers = {"Content-Type": "application/json", "Accept": accept, "X-Request-Id": request_id}
@@ -262,7 +263,7 @@ def upstream_headers(route: Route, request_id: str, accept: str) -> dict[str, st
     return headers
 
 
-def scrubbed(route: Route, error: UpstreamError) -> UpstreamError:
+def scrubbed(route: UpstreamTarget, error: UpstreamError) -> UpstreamError:
     """The error without the route's upstream key in any of its words (message, code, type,
     param, details): a server may quote the key it was sent, and nothing past the call (the
     client, a log line, the ledger, a metric, a trace) may see it. Every front end's errors come
@@ -287,7 +288,7 @@ class ChatCall:
     def __init__(
         self,
         client: Transport,
-        route: Route,
+        route: UpstreamTarget,
         request: dict[str, Any],
         *,
         request_id: str,
@@ -752,7 +753,7 @@ class ChatCall:
 _LOCATED: Final = frozenset({ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.AUTH})
 
 
-def located(error: UpstreamError, route: Route, base: str) -> UpstreamError:
+def located(error: UpstreamError, route: UpstreamTarget, base: str) -> UpstreamError:
     """`error` naming the provider and the base URL it failed at ("cannot connect to upstream"
     says neither), and for a refused credential whether the provider's `api_key_env` is set.
     Errors in a stream, and svir's own, are left as they are."""

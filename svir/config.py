@@ -327,7 +327,8 @@ class ManagedModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     extra_args: tuple[str, ...] | None = None
     chat_template: str | None = None
     # Whether this model fills in the middle (has FIM tokens); None: the provider's `fim`, else
-    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's (Route.fim).
+    # what is known of the file (`pypi:gemma3-270m` has none), else the kind's
+    # (UpstreamTarget.fim).
     fim: bool | None = None
     # An embedding model: its server is started with `--embeddings`, and it answers
     # /v1/embeddings, /api/embed and /api/embeddings (docs/embeddings.md).

@@ -21,8 +21,8 @@ from svir.chat import (
     CallState,
     CallStats,
     CloseHook,
-    Route,
     StreamGuard,
+    UpstreamTarget,
     scrubbed,
     upstream_headers,
 )
@@ -58,7 +58,7 @@ class EmbeddingCall:
     def __init__(
         self,
         client: Transport,
-        route: Route,
+        route: UpstreamTarget,
         request: dict[str, Any],
         *,
         request_id: str,

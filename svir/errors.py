@@ -1,41 +1,69 @@
-"""The gateway's own errors, all in one place; the wire core's stay in `svir.wire.errors`.
+"""svir's errors: one tree, rooted at `SvirError`, beside the wire core's, rooted at `WireError`.
 
-The tree (`+` a class here, `-` one elsewhere that it relates to):
+Our exception hierarchy (`+` a class of this module, `-` one of the module named):
 
-* GatewayError                 an answer to the client in OpenAI's error shape (a ClientError)
-  + ThreadError                  ... with more fields in the error object (threads API)
-  built by request_error (any 4xx), invalid_request (a RequestError's 400), body_too_large (413),
-  auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
-  svir.threads.service.store_errors (a StoreError as the threads API answers it)
-* RequestError                 a client's request svir will not send upstream; becomes a 400
-* OllamaError                  a request Ollama's translation refuses (a message and a status);
-                               its front end raises it as a GatewayError, in Ollama's shape
-* BodyTooLarge                 the request body is over its route's limit; becomes a 413
-* ClientGone                   the client left before its body was read or while its request's
-                               work ran (svir.protocols.http.UntilDisconnect); nothing is
-                               answered (499 in the log)
-* ConfigError                  a configuration that cannot be used (`<file>: <field>: <reason>`)
-* LimitsUnavailable            the limits' backend is unreachable: calls are refused
-* StoreError                   the thread store's errors raised on purpose
-  + NotFound, Busy, BadCursor, LimitExceeded    the client's fault or the thread's state
-  + Unavailable                  the database failed; the request may be sent again
-    + Conflict                     a lost race the transaction simply runs again
-  + SchemaTooNew                 the database was migrated by a newer svir
-* H1Error                      the upstream connection failed or broke (the h1 client's own;
-                               svir.edges.upstream turns it into an UpstreamError)
-  + ProxyError                   the proxy on the way could not be reached or refused the tunnel
-  + TLSSetupError                the upstream's certificate was refused, or svir's was
-* LlamaServerError             the managed llama.cpp server is missing, or did not start or stop
+* SvirError                    every error svir raises on purpose, outside the wire core
+  + GatewayError                 an answer to the client in OpenAI's error shape (a ClientError)
+    + ThreadError                  ... with more fields in the error object (threads API)
+  + BadRequest                   a client's request svir will not send upstream; becomes a 400
+  + OllamaError                  a request Ollama's translation refuses (a message and a status);
+                                 its front end raises it as a GatewayError, in Ollama's shape
+  + BodyTooLarge                 the request body is over its route's limit; becomes a 413
+  + ClientGone                   the client left before its body was read or while its request's
+                                 work ran (svir.protocols.http.UntilDisconnect); nothing is
+                                 answered (499 in the log)
+  + ConfigError                  a configuration that cannot be used (`<file>: <field>: <reason>`)
+  + LimitsUnavailable            the limits' backend is unreachable: calls are refused
+  + StoreError                   the thread store's errors raised on purpose
+    + NotFound, Busy, BadCursor, LimitExceeded    the client's fault or the thread's state
+    + Unavailable                  the database failed; the request may be sent again
+      + Conflict                     a lost race the transaction simply runs again
+    + SchemaTooNew                 the database was migrated by a newer svir
+  + H1Error                      the upstream connection failed or broke (the h1 client's own;
+                                 svir.edges.upstream turns it into an UpstreamError)
+    + ProxyError                   the proxy on the way could not be reached or refused the tunnel
+    + TLSSetupError                the upstream's certificate was refused, or svir's was
+  + LlamaServerError             the managed llama.cpp server is missing, or did not start or stop
+  - ListenError                  svir cannot listen where it was asked to (svir.edges.server)
+  - ToolArgumentsError           a model's tool call whose arguments are not a JSON object, which
+                                 Ollama's clients need; becomes an UpstreamError
+                                 (svir.protocols.ollama.translate)
+  - AttachError                  a file `svir chat` cannot attach (svir.client.attach)
+  - ClientFailure                what the user of svir's command line has to fix or know
+                                 (svir.client.connection)
+    - Unreachable                  no answer from the server at all
+  - _Cut                         the test server's handler broke its stream: the connection is
+                                 aborted (svir.testing, private)
 
-The wire core's tree (sans-IO, in `svir.wire.errors`) sits beside this one, not under it:
+* WireError                    every error the sans-IO wire core raises (svir.wire.errors); the
+                               wire imports nothing outside svir/wire, so it cannot hang here
+  - SSEError                     not valid SSE within the limits
+    - LineTooLong, EventTooLarge
+  - ProtocolError                valid SSE, but not a valid chat-completion chunk
+  - ToolCallError                the assembled tool calls are not a valid set
+  - BodyError                    a request body could not be built from the client's input
+    - CompletionRequestError       (svir.wire.completions)
+    - EmbeddingInputError          (svir.wire.embeddings)
+    - MessagesRequestError         (svir.protocols.anthropic.request)
+    - ResponsesRequestError        (svir.protocols.responses.request)
+  - BaseURLError                 a configured base URL cannot be used
+  - BadJSON                      a client body that is not JSON, or nests too deep
+                                 (svir.wire.jsonbody)
+  - PatternError                 an allowed_origins or allowed_hosts entry that means nothing
+                                 (svir.wire.origins)
+  - ProxyURLError, ConnectRefused    a proxy URL svir cannot use; a CONNECT refused
+                                     (svir.wire.proxy)
+  - UpstreamError                one classified failure of an upstream (an ErrorKind)
 
-- WireError
-  - SSEError (LineTooLong, EventTooLarge), ProtocolError, ToolCallError, BodyError,
-    BaseURLError, BadJSON (svir.wire.jsonbody: a client body that is not JSON, or nests too deep)
-  - UpstreamError              one classified failure of an upstream (an ErrorKind)
+The trees meet in GatewayError: `error` is the ClientError the client gets (to_client_error of an
+UpstreamError, or one built here), `upstream` the UpstreamError behind it, if any. GatewayErrors
+are built by request_error (any 4xx), invalid_request (a BadRequest's 400), body_too_large (413),
+auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
+svir.threads.service.store_errors (a StoreError as the threads API answers it).
 
-They meet in GatewayError: `error` is the ClientError the client gets (to_client_error of an
-UpstreamError, or one built here), `upstream` the UpstreamError behind it, if any.
+No class subclasses a builtin exception besides Exception: nothing catches one of them as a
+ValueError or a RuntimeError. tests/test_errors.py keeps every exception class of svir in one of
+the two trees, and in this drawing.
 
 This module is core: it imports only from svir.wire, so that any layer can raise its errors
 without importing the chat core or an IO edge.
@@ -51,6 +79,7 @@ from svir.wire.errors import UpstreamError
 
 __all__ = [
     "BadCursor",
+    "BadRequest",
     "BodyTooLarge",
     "Busy",
     "ClientGone",
@@ -64,9 +93,9 @@ __all__ = [
     "NotFound",
     "OllamaError",
     "ProxyError",
-    "RequestError",
     "SchemaTooNew",
     "StoreError",
+    "SvirError",
     "TLSSetupError",
     "ThreadError",
     "Unavailable",
@@ -77,7 +106,11 @@ __all__ = [
 ]
 
 
-class GatewayError(Exception):
+class SvirError(Exception):
+    """Root of svir's own errors, everywhere but the wire core (whose root is WireError)."""
+
+
+class GatewayError(SvirError):
     """A failure answered to the client as an OpenAI-shaped HTTP error.
 
     `upstream` is the classified upstream failure behind it, when there is one: the policy
@@ -110,8 +143,8 @@ def request_error(
     return GatewayError(ClientError(status, type, code, message, param, headers or {}))
 
 
-def invalid_request(exc: RequestError) -> GatewayError:
-    """The 400 for a request the shared checks (svir.providers) refused with a RequestError."""
+def invalid_request(exc: BadRequest) -> GatewayError:
+    """The 400 for a request the shared checks (svir.providers) refused with a BadRequest."""
     return request_error(exc.message, param=exc.param, code=exc.code)
 
 
@@ -129,11 +162,14 @@ def auth_error(message: str, *, status: int = 401, code: str = "invalid_api_key"
     return GatewayError(ClientError(status, "invalid_request_error", code, message, None, headers))
 
 
-class RequestError(Exception):
+class BadRequest(SvirError):
     """A client's request that svir will not send upstream; it becomes a 400 for the client.
 
     `param` names the offending field, `code` says what is wrong with it, as OpenAI's errors do.
     """
+
+    # Named for the answer it becomes (400 Bad Request). Not "RequestError": httpx's (the HTTP
+    # client of svir's command line and tests) means the opposite, a request that was not sent.
 
     def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
         super().__init__(message)
@@ -142,10 +178,10 @@ class RequestError(Exception):
         self.code = code
 
     def __repr__(self) -> str:
-        return f"RequestError({self.message!r}, param={self.param!r}, code={self.code!r})"
+        return f"BadRequest({self.message!r}, param={self.param!r}, code={self.code!r})"
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(SvirError):
     """The request body is over `limit` bytes (the route's limit); answered as body_too_large."""
 
     def __init__(self, limit: int) -> None:
@@ -153,11 +189,11 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-class ClientGone(Exception):
+class ClientGone(SvirError):
     """The client disconnected before the body was read, or while the request's work ran."""
 
 
-class OllamaError(Exception):
+class OllamaError(SvirError):
     """A request svir answers with Ollama's error shape: `{"error": message}` and `status`."""
 
     def __init__(self, message: str, status: int = 400) -> None:
@@ -169,7 +205,7 @@ class OllamaError(Exception):
         return {"error": self.message}
 
 
-class ConfigError(Exception):
+class ConfigError(SvirError):
     """A configuration that cannot be used. `field` is a path such as `providers[0].kind`, or None
     for a fault of the file as a whole; its str is `<file>: <field>: <reason>`.
     """
@@ -182,11 +218,11 @@ class ConfigError(Exception):
         super().__init__(f"{where}: {reason}")
 
 
-class LimitsUnavailable(Exception):
+class LimitsUnavailable(SvirError):
     """The limits' backend cannot be reached: calls are refused rather than let through."""
 
 
-class StoreError(Exception):
+class StoreError(SvirError):
     """Root of the errors the store raises on purpose."""
 
 
@@ -227,7 +263,7 @@ class SchemaTooNew(StoreError):
     """The database was migrated by a newer svir than this one."""
 
 
-class H1Error(Exception):
+class H1Error(SvirError):
     """The request failed: could not connect (`connect` true) or the connection broke."""
 
     def __init__(self, message: str, *, connect: bool = False) -> None:
@@ -255,5 +291,5 @@ class TLSSetupError(H1Error):
         super().__init__(message, connect=True)
 
 
-class LlamaServerError(RuntimeError):
+class LlamaServerError(SvirError):
     """The binary or model is missing, or the server did not start, answer, or stop."""

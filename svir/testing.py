@@ -52,6 +52,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from svir.config import Timeouts
+from svir.errors import SvirError
 from svir.transport import (
     ERROR_BODY_LIMIT,
     JSON_BODY_LIMIT,
@@ -401,7 +402,7 @@ _MEMO_BODY = 64 * 1024  # a larger request is answered anew: its key would cost 
 _MEMO_ENTRIES = 4096
 
 
-class _Cut(Exception):
+class _Cut(SvirError):
     """The handler's body broke the stream (an `UpstreamError`): the connection is aborted."""
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from svir.errors import GatewayError, OllamaError, RequestError
+from svir.errors import BadRequest, GatewayError, OllamaError
 from svir.protocols.ollama.translate import to_openai_request
 from svir.providers import validate_chat_request, validate_chat_settings
 from svir.threads.content import Limits, parse_messages
@@ -131,10 +131,10 @@ def test_chat_settings_are_checked_without_messages() -> None:
         "model": "lab/m",
         "temperature": 1,
     }
-    with pytest.raises(RequestError) as exc:
+    with pytest.raises(BadRequest) as exc:
         validate_chat_settings({"model": "lab/m", "temperature": "hot"})
     assert exc.value.message == "temperature must be a number, not a string"
-    with pytest.raises(RequestError) as exc:
+    with pytest.raises(BadRequest) as exc:
         validate_chat_request({"model": "lab/m", "temperature": 1})
     assert exc.value.message == "messages is required"
 

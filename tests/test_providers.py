@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from svir.config import ProviderConfig, parse_config
-from svir.errors import RequestError
+from svir.errors import BadRequest
 from svir.providers import (
     KINDS,
     ProviderKind,
@@ -240,7 +240,7 @@ def test_split_model(model: str, expected: tuple[str, str]) -> None:
 
 @pytest.mark.parametrize("model", ["gemma", "/gemma", "lab/", ""])
 def test_split_model_needs_a_prefix_and_an_id(model: str) -> None:
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(BadRequest) as info:
         split_model(model)
     assert info.value.param == "model"
 
@@ -287,7 +287,7 @@ def test_nulls_count_as_absent() -> None:
     ],
 )
 def test_validate_errors(body: Any, param: str | None, code: str, words: str) -> None:
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(BadRequest) as info:
         validate_chat_request(body)
     assert info.value.param == param
     assert info.value.code == code
@@ -347,7 +347,7 @@ def test_validate_errors(body: Any, param: str | None, code: str, words: str) ->
 def test_a_field_of_the_wrong_type_is_refused(
     field: str, value: Any, param: str, words: str
 ) -> None:
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(BadRequest) as info:
         validate_chat_request(request(**{field: value}))
     assert info.value.param == param
     assert words in info.value.message
@@ -406,12 +406,12 @@ REQUESTS = st.dictionaries(FIELDS, VALUES)
 @settings(max_examples=600)
 @given(JSON | REQUESTS)
 def test_fuzz_validate_raises_only_request_error(body: Any) -> None:
-    """Any JSON is a request or a RequestError, and a request is a body for every kind or the
+    """Any JSON is a request or a BadRequest, and a request is a body for every kind or the
     client's BodyError."""
-    error: RequestError | None = None
+    error: BadRequest | None = None
     try:
         validate_chat_request(body)
-    except RequestError as exc:
+    except BadRequest as exc:
         error = exc
     if error is not None:
         assert error.message
@@ -710,7 +710,7 @@ def test_a_model_without_prefix_is_left_to_the_router() -> None:
     ],
 )
 def test_response_format_is_checked(rf: Any, param: str) -> None:
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(BadRequest) as info:
         validate_chat_request(request(response_format=rf))
     assert info.value.param == param
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from svir.errors import SvirError
 from svir.wire.media import sniff_image
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
 MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
 
 
-class AttachError(Exception):
+class AttachError(SvirError):
     """A file that cannot be attached, and why."""
 
 

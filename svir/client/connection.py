@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from svir.errors import SvirError
 from svir.wire.classify import check_stream_response, classify_http_error
 from svir.wire.decoder import StreamDecoder
 from svir.wire.errors import BaseURLError, ErrorKind, UpstreamError
@@ -41,7 +42,7 @@ _ERROR_BODY_LIMIT = 64 * 1024
 _encode = msgspec.json.encode
 
 
-class ClientFailure(Exception):
+class ClientFailure(SvirError):
     """Something the user has to fix or know (a bad URL, an unset key, a server that is down)."""
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
-from svir.chat import Call, CloseHook, Route, tool_names
+from svir.chat import Call, CloseHook, UpstreamTarget, tool_names
 from svir.config import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.log import hidden_values
@@ -278,7 +278,9 @@ class Capturer:
 
         return captured
 
-    def attempt(self, route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+    def attempt(
+        self, route: UpstreamTarget, request: dict[str, Any], ctx: CallContext
+    ) -> CloseHook:
         """The policy's attempt watcher: what reads the attempt's stream."""
         cap = _current.get()
         if cap is not None:

@@ -28,7 +28,7 @@ from svir.console.panes import REDACTED
 from svir.log import hidden_values
 
 if TYPE_CHECKING:
-    from svir.chat import Call, CloseHook, Route
+    from svir.chat import Call, CloseHook, UpstreamTarget
     from svir.gateway import OpenCall
 
 __all__ = ["AttemptFailure", "LiveRecord", "Observer", "Subscriber", "sse_frame"]
@@ -208,7 +208,9 @@ class Observer:
         )
         return proceed(ctx, request)
 
-    def attempt(self, route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+    def attempt(
+        self, route: UpstreamTarget, request: dict[str, Any], ctx: CallContext
+    ) -> CloseHook:
         """The policy's attempt watcher."""
         return self._attempt_closed
 

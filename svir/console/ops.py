@@ -25,7 +25,7 @@ from rich.console import Console
 
 from svir import __version__
 from svir.asgi import Receive, Scope, Send
-from svir.chat import Route
+from svir.chat import UpstreamTarget
 from svir.client.connection import ClientFailure, Connection
 from svir.client.probe import GROUPS as PROBE_GROUPS
 from svir.client.probe import Prober, Report, render
@@ -225,7 +225,7 @@ class Ops:
             "route": None,
         }
 
-    async def _facts(self, name: str, route: Route) -> ModelFacts | None:
+    async def _facts(self, name: str, route: UpstreamTarget) -> ModelFacts | None:
         try:
             return await self.app.catalog.facts(name, route)
         except (GatewayError, UpstreamError, ProtocolError):

@@ -44,10 +44,10 @@ from svir.config import Config
 from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
 from svir.errors import (
+    BadRequest,
     BodyTooLarge,
     ClientGone,
     GatewayError,
-    RequestError,
     body_too_large,
     invalid_request,
     request_error,
@@ -261,7 +261,7 @@ class App:
                     status = await route.handler(scope, receive, response, rid, fields)
             except GatewayError as exc:
                 status = await _answer(response, shape, exc, rid, fields)
-            except RequestError as exc:
+            except BadRequest as exc:
                 status = await _answer(response, shape, invalid_request(exc), rid, fields)
             except BadJSON as exc:
                 error = request_error(exc.message, code=exc.code)

@@ -41,7 +41,7 @@ from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
     from svir.call import CallContext, CallRecord
-    from svir.chat import Call, CloseHook, Route
+    from svir.chat import Call, CloseHook, UpstreamTarget
     from svir.policy.resilience import Resilience
     from svir.policy.routing import Router
 
@@ -551,7 +551,7 @@ class Metrics:
 
         closer = self._attempt_closed
 
-        def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+        def attempt(route: UpstreamTarget, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             return closer
 
         policy.on_attempt.append(attempt)

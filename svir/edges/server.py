@@ -26,6 +26,7 @@ from svir import __version__
 from svir.asgi import GRACEFUL_STOP_SECONDS
 from svir.config import DEFAULT_MAX_CONNECTIONS, MANAGED_KIND, Config, load_config
 from svir.edges.app import App
+from svir.errors import SvirError
 from svir.policy.resilience import Timing
 from svir.providers import get_kind
 from svir.store import make_store, sqlite_path, store_url, with_store_url
@@ -150,7 +151,7 @@ def worker_warnings(config: Config, workers: int) -> list[str]:
     return out
 
 
-class ListenError(Exception):
+class ListenError(SvirError):
     """svir cannot listen where it was asked to; the message says why and what to do."""
 
 

@@ -36,7 +36,7 @@ from svir.wire.completions import is_completion
 
 if TYPE_CHECKING:
     from svir.call import CallContext
-    from svir.chat import Call, CloseHook, Route
+    from svir.chat import Call, CloseHook, UpstreamTarget
     from svir.policy.resilience import Resilience
 
 __all__ = ["Tracing"]
@@ -161,7 +161,7 @@ class Tracing:
         trace = self._trace
         client = trace.SpanKind.CLIENT
 
-        def attempt(route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
+        def attempt(route: UpstreamTarget, request: dict[str, Any], ctx: CallContext) -> CloseHook:
             address, port = _server_address(route.base_url)
             # OpenTelemetry's names: "chat", "embeddings", "text_completion".
             operation = "text_completion" if is_completion(request) else ctx.operation

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from svir.chat import Route
+from svir.chat import UpstreamTarget
 from svir.errors import GatewayError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
@@ -86,14 +86,14 @@ class Runtime(Protocol):
 
 # What a route is for the settings other front ends own: whether a model fills in the middle,
 # whether it embeds.
-RouteFact = Callable[[Route], bool]
+RouteFact = Callable[[UpstreamTarget], bool]
 
 
-def _fim(route: Route) -> bool:
+def _fim(route: UpstreamTarget) -> bool:
     return route.fim
 
 
-def _embeds(route: Route) -> bool:
+def _embeds(route: UpstreamTarget) -> bool:
     return route.provider.embeds(route.model_id)
 
 
@@ -111,7 +111,7 @@ class Catalog:
         self.router = router
         self._clock = clock
         # What the completions and embeddings settings say of a route: whether it fills in the
-        # middle (`Route.fim`: `fim` of the provider or managed model, else the kind's) and
+        # middle (`UpstreamTarget.fim`: `fim` of the provider or managed model, else the kind's) and
         # whether it embeds (`ProviderConfig.embeds`: a managed model's `embeddings = true`, or
         # one of the provider's `embedding_models`).
         self.insert = insert
@@ -140,7 +140,7 @@ class Catalog:
             if name in names or (prefixes and name.startswith(prefixes)):
                 del self._server[name]
 
-    async def facts(self, name: str, route: Route) -> ModelFacts:
+    async def facts(self, name: str, route: UpstreamTarget) -> ModelFacts:
         """What is true of `name` (served by `route`) now."""
         kind = route.kind.name
         model_id = route.model_id
@@ -186,7 +186,7 @@ class Catalog:
         )
 
     async def check_context(
-        self, name: str, route: Route, request: dict[str, Any], num_ctx: int | None
+        self, name: str, route: UpstreamTarget, request: dict[str, Any], num_ctx: int | None
     ) -> None:
         """Refuse, before anything is sent, a request its model cannot take whole.
 
@@ -221,7 +221,7 @@ class Catalog:
             )
 
     async def _from_server(
-        self, key: str, base: str, route: Route, insert: bool
+        self, key: str, base: str, route: UpstreamTarget, insert: bool
     ) -> tuple[ServerProps, ModelInfo | None, bool | None]:
         """`/props` and `/v1/models` of the llama.cpp server at `base` (and with `insert`,
         whether its `/infill` works: None when not asked), cached under `key` (a restarted

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext
-from svir.chat import Call, ChatCall, CloseHook, Route
+from svir.chat import Call, ChatCall, CloseHook, UpstreamTarget
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError
@@ -86,7 +86,7 @@ class Timing:
 # Told of each attempt before it is sent (svir.keys installs metrics and tracing here): gets the
 # attempt's route, the request it sends and the call's context, and gives the hook the attempt's
 # close runs.
-AttemptWatcher = Callable[[Route, dict[str, Any], CallContext], CloseHook]
+AttemptWatcher = Callable[[UpstreamTarget, dict[str, Any], CallContext], CloseHook]
 
 
 @dataclass(slots=True)
@@ -206,12 +206,12 @@ class Resilience:
     def route_for(
         self,
         model: str,
-        resolved: dict[str, Route] | None = None,
+        resolved: dict[str, UpstreamTarget] | None = None,
         table: RoutingTable | None = None,
     ) -> RouteConfig:
         """The configured route of `model`, or a route of its own. A model without one is
         resolved here, so that an unknown provider is a 404 before any state is made for it;
-        the Route found is kept in `resolved`, for the attempt not to resolve it again. By
+        the UpstreamTarget found is kept in `resolved`, for the attempt not to resolve it again. By
         `table` when given (the one a call started with), else the router's current one."""
         table = table or self.router.table
         route = table.routes.get(model)
@@ -364,7 +364,7 @@ class Resilience:
         )
         asked = request["model"]
         outcome = ctx.outcome
-        resolved: dict[str, Route] = {}
+        resolved: dict[str, UpstreamTarget] = {}
         # The config this call started with, to its end, whatever a reload swaps in meanwhile.
         table = self.router.table
         route = self.route_for(asked, resolved, table)

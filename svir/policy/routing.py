@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from svir.chat import Route
+from svir.chat import UpstreamTarget
 from svir.config import Config, ProviderConfig, RouteConfig, Timeouts
-from svir.errors import RequestError, request_error
+from svir.errors import BadRequest, request_error
 from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model
 from svir.transport import Network, Transport, network_of
@@ -136,9 +136,10 @@ class Router:
         self._infos: dict[str, dict[str, ModelInfo]] = {}
         # Per provider, the clean ids of models its server lists by file path -> that path.
         self._aliases: dict[str, dict[str, str]] = {}
-        # The routes resolved so far (a Route is immutable and the same for every request to its
-        # model): forgotten whenever what makes one changes (a provider's hooks, its aliases).
-        self._routes: dict[str, Route] = {}
+        # The routes resolved so far (an UpstreamTarget is immutable and the same for every request
+        # to its model): forgotten whenever what makes one changes (a provider's hooks, its
+        # aliases).
+        self._routes: dict[str, UpstreamTarget] = {}
 
     @property
     def providers(self) -> Mapping[str, Provider]:
@@ -187,11 +188,11 @@ class Router:
         self.table = replace(table, providers={**table.providers, name: provider})
         self._routes.clear()
 
-    def resolve(self, model: str, table: RoutingTable | None = None) -> Route:
+    def resolve(self, model: str, table: RoutingTable | None = None) -> UpstreamTarget:
         """The route for a `<provider>/<model-id>` name, or a 404 naming what exists (also for
         a model a provider of closed models does not have); by `table` when given (the one a
         call started with), else the current one. The current table's routes are kept once
-        resolved (a Route is immutable), an older table's are resolved anew."""
+        resolved (an UpstreamTarget is immutable), an older table's are resolved anew."""
         if table is not None and table is not self.table:
             return self._resolve(model, table)
         route = self._routes.get(model)
@@ -202,10 +203,10 @@ class Router:
             self._routes[model] = route
         return route
 
-    def _resolve(self, model: str, table: RoutingTable) -> Route:
+    def _resolve(self, model: str, table: RoutingTable) -> UpstreamTarget:
         try:
             prefix, model_id = split_model(model)
-        except RequestError:
+        except BadRequest:
             prefix, model_id = "", ""
         providers = table.providers
         provider = providers.get(prefix)
@@ -227,7 +228,7 @@ class Router:
                 code="model_not_found",
                 param="model",
             )
-        return Route(
+        return UpstreamTarget(
             provider=provider.config,
             kind=provider.kind,
             model_id=model_id,

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from svir.errors import RequestError
+from svir.errors import BadRequest
 from svir.providers.base import ProviderKind, ProviderSettings
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.request import EFFORT_KEY, THINKING_KEY, build_messages
@@ -42,12 +42,10 @@ _TOOL_SETTINGS: Final = ("tool_choice", "parallel_tool_calls")
 def split_model(model: str) -> tuple[str, str]:
     """`"lab/org/model"` → `("lab", "org/model")`: the provider name, then the upstream's id."""
     if not isinstance(model, str):
-        raise RequestError(
-            f"model must be a string, not {json_type(model)}", "model", "invalid_type"
-        )
+        raise BadRequest(f"model must be a string, not {json_type(model)}", "model", "invalid_type")
     prefix, slash, model_id = model.partition("/")
     if not slash or not prefix or not model_id:
-        raise RequestError(
+        raise BadRequest(
             f"model {shown(model)} must be '<provider>/<model-id>', as listed by /v1/models",
             "model",
         )
@@ -59,18 +57,18 @@ def validate_chat_request(body: Any) -> dict[str, Any]:
 
     `model` and `messages` must be there; every other field OpenAI's Chat Completions defines is
     checked as `check_chat_fields` says. Messages are checked in depth when the upstream body is
-    built. Raises RequestError and nothing else, for any JSON value.
+    built. Raises BadRequest and nothing else, for any JSON value.
     """
     checked = _check_model(body)
     messages = checked.get("messages")
     if messages is None:
-        raise RequestError("messages is required", "messages", "missing_required_parameter")
+        raise BadRequest("messages is required", "messages", "missing_required_parameter")
     if not isinstance(messages, list):
-        raise RequestError(
+        raise BadRequest(
             f"messages must be an array, not {json_type(messages)}", "messages", "invalid_type"
         )
     if not messages:
-        raise RequestError("messages must not be empty", "messages")
+        raise BadRequest("messages must not be empty", "messages")
     check_chat_fields(checked)
     return checked
 
@@ -85,16 +83,14 @@ def validate_chat_settings(body: Any) -> dict[str, Any]:
 
 def _check_model(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise RequestError(
+        raise BadRequest(
             f"the request body must be a JSON object, not {json_type(body)}", None, "invalid_type"
         )
     model = body.get("model")
     if model is None or model == "":
-        raise RequestError("model is required", "model", "missing_required_parameter")
+        raise BadRequest("model is required", "model", "missing_required_parameter")
     if not isinstance(model, str):
-        raise RequestError(
-            f"model must be a string, not {json_type(model)}", "model", "invalid_type"
-        )
+        raise BadRequest(f"model must be a string, not {json_type(model)}", "model", "invalid_type")
     # Whether the name is a route or `<provider>/<model-id>` is the router's to say (404).
     return body
 
@@ -106,7 +102,7 @@ def check_chat_fields(body: Mapping[str, Any]) -> None:
     a wrong one is the client's 400 and not a failure further in; what svir relies on is checked
     in depth (`tools`, `response_format`, `stream_options`, `n`, the token limits). Values within
     their type, and fields OpenAI does not define, are left to the upstream, which knows its own
-    limits. Raises RequestError.
+    limits. Raises BadRequest.
     """
     for key, value in body.items():
         if value is None:
@@ -117,31 +113,29 @@ def check_chat_fields(body: Mapping[str, Any]) -> None:
 
 
 def check_tools(tools: Any) -> list[dict[str, Any]]:
-    """`tools`: an array of function tools, each with a name; raises RequestError."""
+    """`tools`: an array of function tools, each with a name; raises BadRequest."""
     if not isinstance(tools, list):
-        raise RequestError(
-            f"tools must be an array, not {json_type(tools)}", "tools", "invalid_type"
-        )
+        raise BadRequest(f"tools must be an array, not {json_type(tools)}", "tools", "invalid_type")
     for k, tool in enumerate(tools):
         where = f"tools[{k}]"
         if not isinstance(tool, dict):
-            raise RequestError(
+            raise BadRequest(
                 f"{where} must be an object, not {json_type(tool)}", where, "invalid_type"
             )
         kind = tool.get("type")
         if kind is not None and kind != "function":
             # svir's stream carries function calls only (§3).
-            raise RequestError(f"{where}.type must be 'function', not {shown(kind)}", where)
+            raise BadRequest(f"{where}.type must be 'function', not {shown(kind)}", where)
         fn = tool.get("function")
         if not isinstance(fn, dict):
-            raise RequestError(
+            raise BadRequest(
                 f"{where}.function must be an object, not {json_type(fn)}",
                 f"{where}.function",
                 "invalid_type",
             )
         name = fn.get("name")
         if not isinstance(name, str) or not name:
-            raise RequestError(
+            raise BadRequest(
                 f"{where}.function.name must be a non-empty string", f"{where}.function.name"
             )
         description = fn.get("description")
@@ -190,7 +184,7 @@ def _typed(what: str, ok: Callable[[Any], bool]) -> _Check:
 
     def check(key: str, value: Any) -> None:
         if not ok(value):
-            raise RequestError(f"{key} must be {what}, not {json_type(value)}", key, "invalid_type")
+            raise BadRequest(f"{key} must be {what}, not {json_type(value)}", key, "invalid_type")
 
     return check
 
@@ -215,7 +209,7 @@ def _check_stop(key: str, value: Any) -> None:
     if isinstance(value, str):
         return
     if not isinstance(value, list):
-        raise RequestError(
+        raise BadRequest(
             f"{key} must be a string or an array of strings, not {json_type(value)}",
             key,
             "invalid_type",
@@ -228,7 +222,7 @@ def _check_n(key: str, value: Any) -> None:
     _check_positive_int(key, value)
     if value > 1:
         # The stream carries one choice (§3.2); more would need n streams merged into one.
-        raise RequestError("only n=1 is supported", "n", "unsupported_value")
+        raise BadRequest("only n=1 is supported", "n", "unsupported_value")
 
 
 def _check_tools_field(key: str, value: Any) -> None:
@@ -240,14 +234,14 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 def _check_response_format(key: str, rf: Any) -> None:
     if not isinstance(rf, dict):
-        raise RequestError(
+        raise BadRequest(
             f"response_format must be an object, not {json_type(rf)}",
             "response_format",
             "invalid_type",
         )
     kind = rf.get("type")
     if kind not in ("text", "json_object", "json_schema"):
-        raise RequestError(
+        raise BadRequest(
             "response_format.type must be 'text', 'json_object' or 'json_schema', "
             f"not {shown(kind)}",
             "response_format.type",
@@ -257,7 +251,7 @@ def _check_response_format(key: str, rf: Any) -> None:
         return
     spec = rf.get("json_schema")
     if not isinstance(spec, dict):
-        raise RequestError(
+        raise BadRequest(
             "response_format.json_schema must be an object with a name and a schema",
             "response_format.json_schema",
             "invalid_type",
@@ -265,14 +259,14 @@ def _check_response_format(key: str, rf: Any) -> None:
     name = spec.get("name")
     # The name is required, of ASCII letters, digits, '_' and '-', at most 64 (§2.6).
     if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
-        raise RequestError(
+        raise BadRequest(
             "response_format.json_schema.name must be 1 to 64 ASCII letters, digits, '_' or '-'",
             "response_format.json_schema.name",
             "invalid_value",
         )
     schema = spec.get("schema")
     if schema is not None and not isinstance(schema, dict):
-        raise RequestError(
+        raise BadRequest(
             "response_format.json_schema.schema must be an object",
             "response_format.json_schema.schema",
             "invalid_type",
@@ -282,7 +276,7 @@ def _check_response_format(key: str, rf: Any) -> None:
 def _check_positive_int(key: str, value: Any) -> None:
     _INTEGER(key, value)
     if value < 1:
-        raise RequestError(f"{key} must be at least 1, not {value}", key)
+        raise BadRequest(f"{key} must be at least 1, not {value}", key)
 
 
 # Every field of OpenAI's Chat Completions request but `model` and `messages`, and its check.

@@ -22,11 +22,11 @@ from svir.chat import ChatCall
 from svir.config import StoreConfig
 from svir.errors import (
     BadCursor,
+    BadRequest,
     Busy,
     GatewayError,
     LimitExceeded,
     NotFound,
-    RequestError,
     StoreError,
     ThreadError,
     invalid_request,
@@ -224,7 +224,7 @@ def parse_continue(body: Any) -> ContinueParams:
     model = _check_model(body.get("model"))
     try:
         check_chat_fields(body)  # the words of every front end for the same mistake
-    except RequestError as exc:
+    except BadRequest as exc:
         raise invalid_request(exc) from None
     stream = body.get("stream") or False
     generation = {k: v for k, v in body.items() if k not in ("model", "stream")}
@@ -502,7 +502,7 @@ class Continuation:
         request: dict[str, Any] = {**self.params.generation, "model": model, "stream": True}
         try:
             validate_chat_settings(request)
-        except RequestError as exc:
+        except BadRequest as exc:
             raise invalid_request(exc) from None
         gateway = self.service.gateway
         known_model(gateway, model)

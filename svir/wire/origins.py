@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from svir.wire.errors import WireError
+
 __all__ = [
     "APP_SCHEMES",
     "NULL_ORIGIN",
@@ -56,7 +58,7 @@ _NAME: Final = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
 _SHOWN: Final = 60
 
 
-class PatternError(ValueError):
+class PatternError(WireError):
     """An entry of allowed_origins or allowed_hosts that means nothing; its str says why."""
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from svir.chat import Route
+from svir.chat import UpstreamTarget
 from svir.config import parse_config
 from svir.errors import ConfigError
 from svir.policy.routing import Router
@@ -198,7 +198,7 @@ plain = "{gguf}"
 """
 
 
-def managed_route(model_id: str, extra: str = "") -> Route:
+def managed_route(model_id: str, extra: str = "") -> UpstreamTarget:
     gguf = Path(__file__)  # any file: the config checks that it is there
     config = parse_config(MANAGED.format(extra=extra, gguf=gguf))
     return Router(config, {}, MockTransport(lambda r: MockResponse())).resolve(f"local/{model_id}")

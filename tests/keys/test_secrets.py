@@ -151,7 +151,7 @@ async def test_metric_labels_take_no_invented_values(
 
 def _codes_in(path: Path) -> Iterator[str]:
     """Every error code written out in a module of svir's: `code=` arguments and defaults, the
-    code of a ClientError or RequestError built in place, `"code": ...` in a dict, and what is put
+    code of a ClientError or BadRequest built in place, `"code": ...` in a dict, and what is put
     in a request's `error` log field."""
     tree = ast.parse(path.read_text())
 
@@ -168,7 +168,7 @@ def _codes_in(path: Path) -> Iterator[str]:
             for kw in node.keywords:
                 if kw.arg == "code":
                     yield from literal(kw.value)
-            if name in ("ClientError", "RequestError", "_bad") and len(node.args) >= 3:
+            if name in ("ClientError", "BadRequest", "_bad") and len(node.args) >= 3:
                 yield from literal(node.args[2])
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             a = node.args

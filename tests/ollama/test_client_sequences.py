@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from svir.chat import Route
+from svir.chat import UpstreamTarget
 from svir.testing import MockRequest, MockResponse
 from tests.support.inprocess import InProcess, serve
 from tests.support.upstream import LLAMA_CPP_MODELS, LLAMA_CPP_PROPS, ScriptedUpstream
@@ -67,7 +67,7 @@ async def svir(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
     async with serve(tmp_path, CONFIG, handler) as app:
         if fim:
-            app.app.catalog.insert = lambda route: isinstance(route, Route)
+            app.app.catalog.insert = lambda route: isinstance(route, UpstreamTarget)
         app.truth = {**TRUTH, "insert": request.param}  # type: ignore[attr-defined]
         # Served once, so /api/ps lists it (Open WebUI reads it).
         r = await app.http.post("/api/chat", json={"model": MODEL, "messages": [], "stream": False})

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from svir.config import ProviderConfig
 from svir.edges.app import App
-from svir.errors import OllamaError, RequestError
+from svir.errors import BadRequest, OllamaError
 from svir.protocols.ollama.translate import to_openai_request
 from svir.providers import build_upstream_body, get_kind, validate_chat_request
 from svir.wire.errors import BodyError
@@ -148,7 +148,7 @@ def test_translation_is_a_request_or_a_clean_400(body: Any) -> None:
         return  # answered as a model load, without an upstream
     try:
         validate_chat_request(request)
-    except RequestError:
+    except BadRequest:
         return
     for kind in ("llamacpp", "lmstudio", "openai", "kimi"):
         try:

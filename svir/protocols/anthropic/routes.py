@@ -34,8 +34,8 @@ import msgspec
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
-from svir.chat import ChatCall, Route
-from svir.errors import GatewayError, RequestError, request_error
+from svir.chat import ChatCall, UpstreamTarget
+from svir.errors import BadRequest, GatewayError, request_error
 from svir.protocols.anthropic.encode import (
     MessageAggregator,
     MessageStreamEncoder,
@@ -212,14 +212,14 @@ class AnthropicMessages:
         no route has, a server that fails to answer."""
         try:
             # A model without a configured route is resolved by route_for, once, as the policy
-            # does it (the Route found is kept in `resolved`).
-            resolved: dict[str, Route] = {}
+            # does it (the UpstreamTarget found is kept in `resolved`).
+            resolved: dict[str, UpstreamTarget] = {}
             target = self.gateway.policy.route_for(chat["model"], resolved).targets
             if not target:
                 return None
             model = target[0].model
             route = resolved.get(model) or self.app.router.resolve(model)
-        except (GatewayError, RequestError):
+        except (GatewayError, BadRequest):
             return None
         if route.kind.name not in TOKENIZING_KINDS:
             return None

@@ -36,8 +36,8 @@ import msgspec
 from svir import __version__
 from svir.asgi import Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
-from svir.chat import ChatCall, Route
-from svir.errors import GatewayError, OllamaError, RequestError, request_error
+from svir.chat import ChatCall, UpstreamTarget
+from svir.errors import BadRequest, GatewayError, OllamaError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.protocols.http import (
     NDJSON_HEADERS,
@@ -451,7 +451,7 @@ class OllamaAPI:
 
     # Helpers
 
-    def _route(self, name: str) -> Route:
+    def _route(self, name: str) -> UpstreamTarget:
         """Where a model name goes (for a configured route, its first target), or an
         OllamaError: Ollama's 404 for a model it does not have."""
         asked = name
@@ -461,7 +461,7 @@ class OllamaAPI:
                 break
         try:
             return self.app.router.resolve(name)
-        except RequestError as exc:
+        except BadRequest as exc:
             raise OllamaError(exc.message) from None
         except GatewayError as exc:
             raise OllamaError(error_message(exc.error, asked), exc.error.status) from None

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from svir.errors import OllamaError, RequestError
+from svir.errors import BadRequest, OllamaError, SvirError
 from svir.providers import check_tools
 from svir.wire.answer import AnswerFold
 from svir.wire.classify import ClientError
@@ -331,7 +331,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     # Checked as every front end's tools are, so that a mistake reads the same everywhere.
     try:
         check_tools(tools)
-    except RequestError as exc:
+    except BadRequest as exc:
         raise OllamaError(exc.message) from None
     out: list[dict[str, Any]] = []
     for tool in tools:
@@ -494,7 +494,7 @@ MetricsFn = Callable[[Usage | None], Metrics]
 Clock = Callable[[], str]
 
 
-class ToolArgumentsError(Exception):
+class ToolArgumentsError(SvirError):
     """A tool call whose arguments are not a JSON object, which Ollama's clients need."""
 
 

@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from svir.asgi import Receive, Scope, Send
-from svir.errors import GatewayError, RequestError
+from svir.errors import BadRequest, GatewayError
 from svir.protocols.http import (
     UntilDisconnect,
     new_call_context,
@@ -79,7 +79,7 @@ class OpenAIChat:
     async def _facts(self, model: str) -> ModelFacts | None:
         try:
             route = self.app.router.resolve(model)
-        except (RequestError, GatewayError):
+        except (BadRequest, GatewayError):
             return None
         return await self.app.catalog.facts(model, route)
 
