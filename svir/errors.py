@@ -5,7 +5,7 @@ The tree (`+` a class here, `-` one elsewhere that it relates to):
 * GatewayError                 an answer to the client in OpenAI's error shape (a ClientError)
   + ThreadError                  ... with more fields in the error object (threads API)
   built by request_error (any 4xx), invalid_request (a RequestError's 400), body_too_large (413),
-  auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
+  auth_error (401/403); elsewhere by svir.policy.key_gate.limit_error (429 of a key's limit) and
   svir.threads.service.store_errors (a StoreError as the threads API answers it)
 * RequestError                 a client's request svir will not send upstream; becomes a 400
 * OllamaError                  a request Ollama's translation refuses (a message and a status);

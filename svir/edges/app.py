@@ -52,9 +52,9 @@ from svir.errors import (
     invalid_request,
     request_error,
 )
-from svir.gateway import Gateway
 from svir.log import log_request, now_ms, request_id_var
 from svir.policy.catalog import Catalog
+from svir.policy.gateway import Gateway
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
 from svir.protocols.http import request_id_of, send_json

@@ -14,7 +14,7 @@ import httpx2
 import pytest
 
 from svir.config import parse_config
-from svir.edges.server import build_app
+from svir.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from tests.support.asgi import Lifespan
 from tests.support.inprocess import InProcess

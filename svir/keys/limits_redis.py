@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from svir.errors import LimitsUnavailable
-from svir.policy.limits import (
+from svir.keys.limits import (
     Ask,
     Backend,
     Denied,

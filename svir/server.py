@@ -68,8 +68,7 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.console import observe_api, ops
-    from svir.edges import console_ui, managed, reload
-    from svir.keys import service as keys_service
+    from svir.edges import console_ui, keys_service, managed, reload
     from svir.protocols import (
         anthropic,
         completions,
@@ -327,7 +326,7 @@ def run(
             os.environ[ENV_LOG_FORMAT] = log_format
             os.environ[ENV_WORKERS] = str(workers)
             worker = uvicorn.Config(
-                "svir.edges.server:worker_app", factory=True, workers=workers, **settings
+                "svir.server:worker_app", factory=True, workers=workers, **settings
             )
             supervisor = _supervisor_class()(worker, sockets=[sock])
             stop.tell = supervisor.should_exit.set

@@ -12,7 +12,7 @@ Per-minute limits are sliding windows: the count of the current minute plus the 
 weighted by the share of it still inside the last 60 seconds. Budgets are calendar days and
 months in UTC. Cost is counted in micro-USD, so that every counter is an integer.
 
-Two backends, one semantics: `MemoryBackend` (one process) and `svir.policy.limits_redis`
+Two backends, one semantics: `MemoryBackend` (one process) and `svir.keys.limits_redis`
 (several replicas over one Redis, atomic through Lua scripts). The decisions are the same
 arithmetic in both; the tests run one suite on each.
 """
