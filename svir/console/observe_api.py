@@ -21,7 +21,6 @@ import asyncio
 import math
 import os
 import time
-import weakref
 from typing import Any, Final
 
 from svir.asgi import Receive, Scope, Send
@@ -49,12 +48,11 @@ _SSE_HEADERS: Final = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-_consoles: weakref.WeakKeyDictionary[App, Console] = weakref.WeakKeyDictionary()
 
 
 def console_of(app: App) -> Console:
     """The console installed on `app`."""
-    return _consoles[app]
+    return app.part(Console)
 
 
 def _starting() -> GatewayError:
@@ -381,5 +379,5 @@ def install(app: App, service: KeysService) -> Console:
     app.routes.add("GET", "/admin/requests/{request_id}/conformance", console.conformance)
     app.on_stopping(observer.end_feeds)
     app.on_shutdown(console.shutdown)
-    _consoles[app] = console
+    app.add_part(console)
     return console
