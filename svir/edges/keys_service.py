@@ -85,7 +85,7 @@ def admin_access(scope: Scope) -> str:
 
     The rule (`KeysService.check_admin`) runs before any route under `/admin/`: a request it
     refuses never reaches one. A route calls this for the verdict; outside `/admin/`, or in an
-    app without svir.keys, there is none, and the request is refused.
+    app without svir.edges.keys_service, there is none, and the request is refused.
     """
     access: str | None = scope.get(ADMIN_ACCESS)
     if access is None:

@@ -32,9 +32,9 @@ from svir.wire.errors import BodyError, UpstreamError
 # policy, or the chain of interceptors around it.
 OpenCall = Callable[[CallContext, dict[str, Any]], Awaitable[Call]]
 OpenChat = OpenCall
-# Wraps every call opened, whatever the front end and the operation (svir.keys: keys, limits,
-# ledger, metrics): it gets the call's context and request and `proceed`, the rest of the chain,
-# which it calls (or not), and gives back the call `proceed` opened.
+# Wraps every call opened, whatever the front end and the operation (svir.edges.keys_service:
+# keys, limits, ledger, metrics): it gets the call's context and request and `proceed`, the rest
+# of the chain, which it calls (or not), and gives back the call `proceed` opened.
 Interceptor = Callable[[CallContext, dict[str, Any], OpenCall], Awaitable[Call]]
 
 
