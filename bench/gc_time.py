@@ -4,7 +4,7 @@ non-streamed requests and then 20-chunk streams, once per young-generation thres
 
     .venv/bin/python -m bench.gc_time [--duration 5] [--thresholds 700,10000]
 
-For each threshold (svir.edges.app's YOUNG_GC_THRESHOLD replaced in the child) and kind: the
+For each threshold (svir.server's YOUNG_GC_THRESHOLD replaced in the child) and kind: the
 requests answered (wrk's rate times the duration), the collections of each generation and the
 milliseconds they took, and the collector's µs per request; svir's CPU µs per request beside it
 (bench.common.run_wrk's, load-sensitive). A run with a failed request stops the bench.
@@ -55,11 +55,11 @@ def serve(argv: list[str]) -> int:
     gc.callbacks.append(timed)
     signal.signal(signal.SIGUSR1, zero)
     signal.signal(signal.SIGUSR2, report)
-    import svir.edges.app
+    import svir.server
 
     young = os.environ.get("SVIR_BENCH_YOUNG_GC")
     if young:
-        svir.edges.app.YOUNG_GC_THRESHOLD = int(young)
+        svir.server.YOUNG_GC_THRESHOLD = int(young)
     from svir.cli import main as svir_main
 
     return svir_main(argv) or 0

@@ -316,7 +316,7 @@ def start_svir(  # noqa: PLR0917
         # The app a `svir serve` worker builds, on granian.
         argv = [str(Path(py).with_name("granian")), "--interface", "asgi", "--loop", "uvloop"]
         argv += ["--workers", str(workers), "--log-level", "warning", "--factory"]
-        argv += ["svir.edges.server:worker_app", "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["svir.server:worker_app", "--host", "127.0.0.1", "--port", str(port)]
     env["PYTHONPATH"] = str(src or ROOT)
     child = Child(name, argv, tmp / f"{name.replace(' ', '-')}.log", env=env, cwd=src)
     wait_healthy(child, port, "/healthz")

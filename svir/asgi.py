@@ -46,7 +46,7 @@ CALL_CONTEXT: Final = "svir.call"
 SERVER_STOPPING: Final = "svir.server_stopping"
 
 # How long the server lets open responses run once it starts to stop, before it cancels them
-# (uvicorn's `timeout_graceful_shutdown`, set from this by svir.edges.server).
+# (uvicorn's `timeout_graceful_shutdown`, set from this by svir.server).
 GRACEFUL_STOP_SECONDS: Final = 5.0
 
 

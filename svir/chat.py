@@ -169,9 +169,9 @@ class Cut:
 
 
 class StreamGuard(Protocol):
-    """Watches a call's events as they go to the client (svir.keys: token budgets). `check` gets
-    each batch and returns None to let it pass, or an awaitable that gives None (pass) or a
-    `Cut`."""
+    """Watches a call's events as they go to the client (svir.policy.key_gate: token budgets).
+    `check` gets each batch and returns None to let it pass, or an awaitable that gives None
+    (pass) or a `Cut`."""
 
     def check(self, events: list[Event]) -> Awaitable[Cut | None] | None: ...
 

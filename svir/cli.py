@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from svir import __version__
 from svir.client.commands import CLIENT_COMMANDS, add_client_commands, run_client_command
-from svir.keys.cli import COMMANDS as KEYS_COMMANDS
-from svir.keys.cli import add_commands as add_keys_commands
+from svir.edges.keys_cli import COMMANDS as KEYS_COMMANDS
+from svir.edges.keys_cli import add_commands as add_keys_commands
 
 
 def port_number(text: str) -> int:
@@ -61,10 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from svir import server
     from svir.config import check_keys, load_config
-    from svir.edges import managed, server
+    from svir.edges import keys_cli, managed
     from svir.errors import ConfigError
-    from svir.keys import cli as keys_cli
     from svir.log import setup_logging
     from svir.store import with_store_url
 
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in CLIENT_COMMANDS:
         return run_client_command(args)
     if args.command in KEYS_COMMANDS:
-        from svir.keys.cli import run as run_keys_command
+        from svir.edges.keys_cli import run as run_keys_command
 
         return run_keys_command(args)
     parser.print_help()

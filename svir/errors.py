@@ -24,7 +24,7 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
     + ProxyError                   the proxy on the way could not be reached or refused the tunnel
     + TLSSetupError                the upstream's certificate was refused, or svir's was
   + LlamaServerError             the managed llama.cpp server is missing, or did not start or stop
-  - ListenError                  svir cannot listen where it was asked to (svir.edges.server)
+  - ListenError                  svir cannot listen where it was asked to (svir.server)
   - ToolArgumentsError           a model's tool call whose arguments are not a JSON object, which
                                  Ollama's clients need; becomes an UpstreamError
                                  (svir.protocols.ollama.translate)
@@ -42,7 +42,7 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
   - ProtocolError                valid SSE, but not a valid chat-completion chunk
   - ToolCallError                the assembled tool calls are not a valid set
   - BodyError                    a request body could not be built from the client's input
-    - CompletionRequestError       (svir.wire.completions)
+    - CompletionRequestError       (svir.protocols.completions.request)
     - EmbeddingInputError          (svir.wire.embeddings)
     - MessagesRequestError         (svir.protocols.anthropic.request)
     - ResponsesRequestError        (svir.protocols.responses.request)
@@ -58,7 +58,7 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
 The trees meet in GatewayError: `error` is the ClientError the client gets (to_client_error of an
 UpstreamError, or one built here), `upstream` the UpstreamError behind it, if any. GatewayErrors
 are built by request_error (any 4xx), invalid_request (a BadRequest's 400), body_too_large (413),
-auth_error (401/403); elsewhere by svir.keys.gate.limit_error (429 of a key's limit) and
+auth_error (401/403); elsewhere by svir.policy.key_gate.limit_error (429 of a key's limit) and
 svir.threads.service.store_errors (a StoreError as the threads API answers it).
 
 No class subclasses a builtin exception besides Exception: nothing catches one of them as a

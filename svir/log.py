@@ -260,12 +260,6 @@ def setup_logging(level: str = "info", stream: TextIO | None = None, fmt: str = 
     global _direct, _line
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
-    # The JSON lines name none of these; looking them up costs a system call per record, and
-    # finding the caller's file and line walks the stack (the logging HOWTO's optimization list).
-    logging.logProcesses = False
-    logging.logThreads = False
-    logging.logMultiprocessing = False
-    logging._srcfile = None
     handler = BatchedHandler(stream or sys.stderr)
     formatter = TextFormatter() if fmt == "text" else JSONFormatter()
     handler.setFormatter(formatter)

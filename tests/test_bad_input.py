@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 from svir.config import parse_config
 from svir.edges import managed
 from svir.edges.app import App
-from svir.edges.server import thread_service
 from svir.log import JSONFormatter
 from svir.policy.resilience import Timing
 from svir.protocols.embeddings import routes as embeddings
@@ -38,6 +37,7 @@ from svir.protocols.ollama import routes as ollama
 from svir.protocols.openai_chat import routes as openai_chat
 from svir.protocols.threads import routes as threads
 from svir.providers.adapt import AnswerValidator
+from svir.server import thread_service
 from svir.testing import MockTransport
 from svir.threads.service import ThreadService
 from svir.wire.events import Finish, StreamError, TextDelta

@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from svir.config import parse_config
-from svir.edges.server import build_app
 from svir.errors import ConfigError
+from svir.server import build_app
 from tests.support.inprocess import InProcess
 from tests.support.upstream import ScriptedUpstream
 

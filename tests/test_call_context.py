@@ -16,10 +16,10 @@ import pytest
 from svir.call import INTERNAL, CallContext
 from svir.chat import CallState, ChatCall, Cut
 from svir.config import parse_config
-from svir.edges.server import build_app
 from svir.errors import GatewayError
-from svir.gateway import Gateway
+from svir.policy.gateway import Gateway
 from svir.policy.resilience import Timing
+from svir.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event, Usage

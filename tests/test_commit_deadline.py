@@ -32,7 +32,7 @@ import uvicorn
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import H1ServerProtocol
-from svir.edges.server import build_app, listen
+from svir.server import build_app, listen
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from tests.support.upstream import PREFILL, ScriptedUpstream
 

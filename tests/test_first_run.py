@@ -242,7 +242,7 @@ def test_an_open_host_refused_says_nothing_of_what_it_would_serve(tmp_path: Path
 TERMINATED_WHILE_STARTING = """
 import signal, sys
 from svir import cli
-from svir.edges import server
+from svir import server
 
 built, supervisor_class = server.build_app, server._supervisor_class
 

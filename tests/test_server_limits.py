@@ -510,7 +510,7 @@ def test_the_open_files_limit_is_raised_to_fit_max_connections() -> None:
     # In a child: the test process's own limit is left alone.
     script = """
 import resource
-from svir.edges.server import connections_that_fit, open_files_needed, raise_file_limit
+from svir.server import connections_that_fit, open_files_needed, raise_file_limit
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
 limit = 10**9 if hard == resource.RLIM_INFINITY else hard
@@ -538,7 +538,7 @@ def test_a_system_that_refuses_the_limit_asked_gets_the_most_it_takes(
 ) -> None:
     """macOS refuses a soft limit over its own maximum (kern.maxfilesperproc) though the hard
     limit is infinite: svir takes the most it allows, not its former soft limit."""
-    from svir.edges import server
+    from svir import server
 
     limits = [256, resource.RLIM_INFINITY]
 

@@ -4,7 +4,7 @@ out, streams open), each model's latency, time to first token and tokens per sec
 requests' records (timings, attempts and why each was retried or fell back, usage, cost, error),
 and the live feed of request events to the pages that subscribe.
 
-Fed by the hooks that exist anyway: the key gate's `on_open` and `on_settle` (svir.keys.gate),
+Fed by the hooks that exist anyway: the key gate's `on_open` and `on_settle` (svir.policy.key_gate),
 the policy's attempt watchers (svir.policy.resilience), and an interceptor around every call. With
 nobody subscribed a request costs a few counters and one small record; events are made only for
 subscribers, each of whom has a bounded queue (the oldest dropped, then `event: lagged`), so a
@@ -29,7 +29,7 @@ from svir.log import hidden_values
 
 if TYPE_CHECKING:
     from svir.chat import Call, CloseHook, UpstreamTarget
-    from svir.gateway import OpenCall
+    from svir.policy.gateway import OpenCall
 
 __all__ = ["AttemptFailure", "LiveRecord", "Observer", "Subscriber", "sse_frame"]
 

@@ -1,5 +1,5 @@
 """The console's data routes, under `/admin/` and so behind the admin rule
-(svir.keys.service.admin_access; docs/capture.md, and the console API in docs/console.md):
+(svir.edges.keys_service.admin_access; docs/capture.md, and the console API in docs/console.md):
 
 - `GET /admin/events`: the live feed of this process (SSE): `request.started`,
   `request.progress`, `request.finished`, `stats` each second, `lagged` when the page fell behind,
@@ -12,7 +12,7 @@
 - `GET /admin/requests/{request_id}/conformance`: its captured upstream stream and the events it
   decodes to, as a case of the conformance corpus (a zip).
 
-Installed last by `svir.edges.server.build_app` (`install`): it feeds on the keys service's gate.
+Installed last by `svir.server.build_app` (`install`): it feeds on the keys service's gate.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ import asyncio
 import math
 import os
 import time
-import weakref
 from typing import Any, Final
 
 from svir.asgi import Receive, Scope, Send
 from svir.console.capture import Capturer
 from svir.console.observe import Observer, Subscriber
 from svir.edges.app import App
+from svir.edges.keys_service import KeysService, admin_access, parse_since
 from svir.errors import GatewayError, request_error
-from svir.keys.service import KeysService, admin_access, parse_since
+from svir.ledger.queries import LedgerFilter, ledger_page, ledger_rows
 from svir.protocols.http import UntilDisconnect, query_params, send_json
 from svir.providers import KINDS
-from svir.store.captures import CaptureRecord, CaptureStore, LedgerFilter, ledger_page, ledger_rows
+from svir.store.captures import CaptureRecord, CaptureStore
 from svir.wire.classify import ClientError
 from svir.wire.conformance import case_files, case_name, case_zip
 
@@ -48,12 +48,11 @@ _SSE_HEADERS: Final = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-_consoles: weakref.WeakKeyDictionary[App, Console] = weakref.WeakKeyDictionary()
 
 
 def console_of(app: App) -> Console:
     """The console installed on `app`."""
-    return _consoles[app]
+    return app.part(Console)
 
 
 def _starting() -> GatewayError:
@@ -380,5 +379,5 @@ def install(app: App, service: KeysService) -> Console:
     app.routes.add("GET", "/admin/requests/{request_id}/conformance", console.conformance)
     app.on_stopping(observer.end_feeds)
     app.on_shutdown(console.shutdown)
-    _consoles[app] = console
+    app.add_part(console)
     return console

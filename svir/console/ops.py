@@ -2,7 +2,7 @@
 what runs it (`/admin/models`, load, unload, a managed server's log), `svir probe` run on a
 provider (`/admin/probe`), and the running config with its secrets redacted (`/admin/config`).
 
-Every route is under `/admin/`, so the admin rule (svir.keys.service.admin_access) has passed
+Every route is under `/admin/`, so the admin rule (svir.edges.keys_service.admin_access) has passed
 before a handler runs; each still asks for the verdict, so that none is served without it.
 Nothing here runs on a chat request: the endpoints read the state the gateway, the policy and
 the managed supervisors keep anyway.
@@ -31,9 +31,9 @@ from svir.client.probe import GROUPS as PROBE_GROUPS
 from svir.client.probe import Prober, Report, render
 from svir.config import MANAGED_KIND, Config
 from svir.edges.app import App
+from svir.edges.keys_service import KeysService, admin_access
 from svir.edges.managed import Managed, Supervisor
 from svir.errors import GatewayError, request_error
-from svir.keys.service import KeysService, admin_access
 from svir.protocols.http import query_params, read_json, send_json
 from svir.protocols.router import Handler
 from svir.wire.classify import redact, redact_url, to_client_error

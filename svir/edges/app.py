@@ -19,7 +19,6 @@ started (once it has, the connection is closed).
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
 import logging
 import os
@@ -52,9 +51,9 @@ from svir.errors import (
     invalid_request,
     request_error,
 )
-from svir.gateway import Gateway
 from svir.log import log_request, now_ms, request_id_var
 from svir.policy.catalog import Catalog
+from svir.policy.gateway import Gateway
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
 from svir.protocols.http import request_id_of, send_json
@@ -64,6 +63,7 @@ from svir.wire.classify import ClientError
 from svir.wire.jsonbody import BadJSON
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = TypeVar("P")
 
 
 def _coroutine_function(func: F) -> F:
@@ -80,8 +80,6 @@ failures = logging.getLogger("svir.app")
 
 # `/healthz?verbose=1`: the operator's view (svir.keys guards it as it guards /metrics).
 VERBOSE = b"verbose=1"
-# Net container allocations between two collections of the youngest generation, once started.
-YOUNG_GC_THRESHOLD = 10_000
 INTERNAL_ERROR = GatewayError(
     ClientError(500, "server_error", "internal_error", "svir failed on this request.")
 )
@@ -135,6 +133,9 @@ class App:
         self.model_filters: list[Callable[[str], bool]] = []
         # The config reload's state (svir.edges.reload installs it): `reload_status()`.
         self.reload_state: Callable[[], dict[str, Any]] | None = None
+        # What an installer left here to be found again by its type (`part`): the app's own, not
+        # a registry of the process's that a second app would share.
+        self._parts: dict[type, object] = {}
         self.routes.add("GET", "/healthz", self.healthz)
 
     @property
@@ -152,6 +153,16 @@ class App:
         """The config reload's state (svir.edges.reload: source, generation, last attempt and
         success, error, what changed, what needs a restart), or None when nothing reloads."""
         return self.reload_state() if self.reload_state is not None else None
+
+    def add_part(self, part: object) -> None:
+        """Keep `part` (one of its type) on this app, for `part(type(part))`."""
+        self._parts[type(part)] = part
+
+    def part(self, kind: type[P]) -> P:
+        """The part of type `kind` an installer added (KeyError when none was)."""
+        found = self._parts[kind]
+        assert isinstance(found, kind)
+        return found
 
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
@@ -208,14 +219,6 @@ class App:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self.ready = True
-                # What start-up built lives as long as the process: out of the collector's way.
-                gc.collect()
-                gc.freeze()
-                # A young collection every 700 net allocations (CPython's default) ran every ~20
-                # requests under load, each walking every live object of the requests in flight:
-                # ~4% of a request's CPU (BENCHMARKS.md). Requests free what they make by
-                # reference counting; the collector is for the rare cycle.
-                gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.ready = False

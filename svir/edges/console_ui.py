@@ -9,7 +9,7 @@ gzipped for a client that takes it. The files are read and compressed once, on t
 nothing is spent while nobody opens the console.
 
 The files need no auth (the page holds no data: it asks the admin API, with the admin key the
-user gives it, svir.keys.service); the key guard is told to let `/ui` through.
+user gives it, svir.edges.keys_service); the key guard is told to let `/ui` through.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Final
 from svir.asgi import Receive, Scope, Send, header
 from svir.edges.app import App
 from svir.errors import request_error
-from svir.keys.auth import Authenticator
+from svir.policy.auth import Authenticator
 
 __all__ = ["CSP", "UI_PACKAGE", "Asset", "ConsoleFiles", "install"]
 

@@ -36,7 +36,7 @@ from svir import __version__
 from svir.asgi import CALL_CONTEXT
 from svir.call import EMBEDDINGS
 from svir.config import ServerConfig
-from svir.policy.limits import LIMIT_NAMES
+from svir.keys.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
@@ -476,7 +476,7 @@ class Metrics:
         cell[0] += 1.0
 
     def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
-        """What a chat call came to (svir.keys.gate): refused or failed, or served and closed.
+        """What a chat call came to (svir.policy.key_gate): refused or failed, or served and closed.
         The labels are worked out anew for each call (they follow the router's config); the
         cells they lead to are kept (`_CallSeries`)."""
         o = ctx.outcome

@@ -37,14 +37,14 @@ from svir.asgi import Receive, Scope, Send
 from svir.config import Config, check_keys, load_config
 from svir.config_diff import diff_configs, effective
 from svir.edges.app import App
+from svir.edges.keys_service import admin_access
 from svir.errors import ConfigError, LlamaServerError
-from svir.keys.service import admin_access
 from svir.policy.routing import RoutingTable
 from svir.protocols.http import send_json
 
 if TYPE_CHECKING:
+    from svir.edges.keys_service import KeysService
     from svir.edges.managed import Managed
-    from svir.keys.service import KeysService
 
 __all__ = ["POLL_SECONDS", "Reloader", "fingerprint", "install"]
 

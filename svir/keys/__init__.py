@@ -1,8 +1,11 @@
-"""svir's own API keys, their limits and budgets, and the usage they run up (docs/keys.md).
+"""svir's own API keys (docs/keys.md): what a key is (`model.py`), its rate limits and token
+budgets and the limiter that counts them (`limits.py`, with `limits_redis.py` across replicas),
+and the key of the request being served (`current_key()`, None when svir runs without keys).
 
-`svir.keys.service.install(app)` puts it all on an App: authentication, the admin API,
-GET /v1/usage, the limits around every chat call, the usage ledger, /metrics and tracing.
-`current_key()` is the key of the request being served (None when svir runs without keys).
+Nothing here imports the chat core, so that a call can carry its key: the gate that holds a call
+to its key's limits and the authentication of a request are policy (svir.policy.key_gate,
+svir.policy.auth), the key store a store (svir.store.keys), and the admin API that puts it all
+on an App an edge (`svir.edges.keys_service.install(app)`).
 """
 
 from __future__ import annotations

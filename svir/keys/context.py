@@ -1,4 +1,4 @@
-"""The key of the request being served (set by svir.keys.auth, read by the gate and by any
+"""The key of the request being served (set by svir.policy.auth, read by the gate and by any
 front end that keeps things per caller). Kept light: the CLI imports svir.keys too."""
 
 from __future__ import annotations

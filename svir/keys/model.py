@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from svir.policy.limits import Limits
+from svir.keys.limits import Limits
 
 __all__ = [
     "SECRET_PREFIX",

@@ -1,12 +1,16 @@
-"""Summaries of the usage ledger, for `svir usage`, GET /v1/usage and the admin API."""
+"""Reads of the usage ledger: summaries for `svir usage`, GET /v1/usage and the admin API, and
+the history the console pages through (`ledger_page`, `ledger_rows`)."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from svir.store.base import SqlStore
+import msgspec
 
-__all__ = ["ALL_KEYS", "GROUPS", "summarize"]
+from svir.ledger import COLUMNS
+from svir.store.base import Row, SqlStore
+
+__all__ = ["ALL_KEYS", "GROUPS", "LedgerFilter", "ledger_page", "ledger_rows", "summarize"]
 
 
 class _AllKeys:
@@ -116,3 +120,73 @@ def _day(days: int) -> str:
     import datetime
 
     return (datetime.date(1970, 1, 1) + datetime.timedelta(days=days)).isoformat()
+
+
+class LedgerFilter(msgspec.Struct, frozen=True):
+    """Which ledger rows a history page shows: each field that is set must match (`key` "none"
+    is the requests made without a key), `since` <= ts < `until`, and ids below `before`."""
+
+    key: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    api: str | None = None
+    status: str | None = None
+    since: float | None = None
+    until: float | None = None
+    before: int | None = None
+
+
+_LEDGER_COLUMNS: Final = ("id", *COLUMNS)
+
+
+def _ledger_row(row: Row) -> dict[str, Any]:
+    return {name: row[name] for name in _LEDGER_COLUMNS}
+
+
+async def ledger_page(
+    store: SqlStore, where: LedgerFilter, limit: int
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The newest rows that match, at most `limit`, and the `before` cursor of the next page
+    (None on the last)."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    if where.key is not None:
+        if where.key == "none":
+            clauses.append("key_id IS NULL")
+        else:
+            clauses.append("key_id = ?")
+            args.append(where.key)
+    for name in ("model", "provider", "api", "status"):
+        value = getattr(where, name)
+        if value is not None:
+            clauses.append(f"{name} = ?")
+            args.append(value)
+    if where.since is not None:
+        clauses.append("ts >= ?")
+        args.append(where.since)
+    if where.until is not None:
+        clauses.append("ts < ?")
+        args.append(where.until)
+    if where.before is not None:
+        clauses.append("id < ?")
+        args.append(where.before)
+    sql = f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM usage_ledger"
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    sql += " ORDER BY id DESC LIMIT ?"
+    async with store.transaction(write=False) as tx:
+        rows = await tx.fetch(sql, *args, limit + 1)
+    page = [_ledger_row(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return page, (int(page[-1]["id"]) if more and page else None)
+
+
+async def ledger_rows(store: SqlStore, request_id: str) -> list[dict[str, Any]]:
+    """Every ledger row of one request, oldest first."""
+    async with store.transaction(write=False) as tx:
+        rows = await tx.fetch(
+            f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM usage_ledger WHERE request_id = ?"
+            " ORDER BY id",
+            request_id,
+        )
+    return [_ledger_row(r) for r in rows]

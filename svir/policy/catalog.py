@@ -25,6 +25,7 @@ from svir.chat import UpstreamTarget
 from svir.errors import GatewayError, request_error
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router
+from svir.providers.llamacpp import LLAMACPP_KINDS, server_root
 from svir.transport import Network
 from svir.wire.classify import to_client_error
 from svir.wire.errors import ProtocolError, UpstreamError
@@ -32,12 +33,10 @@ from svir.wire.model_meta import ModelFacts, ServerProps, parse_props, quantizat
 from svir.wire.models import ModelInfo, parse_model_list
 from svir.wire.tokens import estimate_prompt_tokens
 
-__all__ = ["LLAMACPP_KINDS", "Catalog", "Loaded", "Runtime", "context_refusal"]
+__all__ = ["Catalog", "Loaded", "Runtime", "context_refusal"]
 
 log = logging.getLogger("svir.catalog")
 
-# Kinds whose server is llama.cpp's, with `/props` and the `meta` of its model list.
-LLAMACPP_KINDS: Final = frozenset({"llamacpp", "llamacpp-managed"})
 FETCH_TIMEOUT: Final = 5.0
 FAILED_RETRY: Final = 5.0
 
@@ -155,7 +154,7 @@ class Catalog:
                 # Stopped: what its server said when it last ran (the same model file).
                 props, info, infill = known.props, known.info, known.infill
         elif kind in LLAMACPP_KINDS:
-            base = _server_base(route.base_url)
+            base = server_root(route.base_url)
             props, info, infill = await self._from_server(name, base, route, insert)
         else:
             info = await self.router.listed_info(route.provider.name, model_id)
@@ -295,10 +294,6 @@ class _ServerSays:
 def context_refusal(message: str) -> GatewayError:
     """The 400 for a request its model's context cannot hold."""
     return request_error(message, code="context_length_exceeded", param="messages")
-
-
-def _server_base(base_url: str) -> str:
-    return base_url.removesuffix("/").removesuffix("/v1")
 
 
 def _hint(pattern: re.Pattern[str], model_id: str) -> bool:

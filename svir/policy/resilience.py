@@ -83,9 +83,9 @@ class Timing:
     clock: Callable[[], float] = time.monotonic
 
 
-# Told of each attempt before it is sent (svir.keys installs metrics and tracing here): gets the
-# attempt's route, the request it sends and the call's context, and gives the hook the attempt's
-# close runs.
+# Told of each attempt before it is sent (svir.edges.keys_service installs metrics and tracing
+# here): gets the attempt's route, the request it sends and the call's context, and gives the hook
+# the attempt's close runs.
 AttemptWatcher = Callable[[UpstreamTarget, dict[str, Any], CallContext], CloseHook]
 
 

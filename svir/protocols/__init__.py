@@ -25,12 +25,12 @@ route registered.
                    `Host`, the app's face
 
 A new client protocol is a new folder beside these, `svir/protocols/<protocol>/` with its
-`__init__.py` exporting `install`, plus the line in `svir.edges.server.build_app` that installs
+`__init__.py` exporting `install`, plus the line in `svir.server.build_app` that installs
 it. Its tests go in `tests/<protocol>/`: the translation tested as pure functions, the handlers
 in process over `svir.testing.MockTransport` (see tests/test_policy_inprocess.py), and its error
 shape added to tests/test_bad_input.py's routes.
 
-Layer: a protocol imports the core (svir.chat, svir.gateway, svir.policy, svir.providers), the
-errors, the wire core and the shared plumbing here, never another protocol; the app and the
-composition root (svir.edges) import protocols, never the other way (tests/test_layers.py).
+Layer: a protocol imports the core (svir.chat, svir.policy, svir.providers), the errors, the wire
+core and the shared plumbing here, never another protocol; the app (svir.edges.app) and the
+composition root (svir.server) import protocols, never the other way (tests/test_layers.py).
 """

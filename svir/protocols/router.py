@@ -22,8 +22,8 @@ from typing import Any, Final, Protocol
 from svir.asgi import Receive, Scope, Send
 from svir.config import Config
 from svir.errors import GatewayError, request_error
-from svir.gateway import Gateway
 from svir.policy.catalog import Catalog
+from svir.policy.gateway import Gateway
 from svir.policy.routing import Router
 from svir.wire.classify import error_body
 

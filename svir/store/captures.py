@@ -1,5 +1,6 @@
-"""The console's captures (table `captures`, migration 5) and the ledger's history as the console
-reads it, as queries over the store's transactions, on SQLite and PostgreSQL alike.
+"""The console's captures (table `captures`, migration 5), as queries over the store's
+transactions, on SQLite and PostgreSQL alike (the ledger's history the console reads beside them
+is the ledger's: svir.ledger.queries).
 
 A capture is one request's four byte streams, already redacted and bounded when they get here
 (svir.console.capture): kept in the shared store so that every worker's console shows every
@@ -12,10 +13,9 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.ledger import COLUMNS
 from svir.store.base import Row, SqlStore
 
-__all__ = ["CaptureRecord", "CaptureStore", "LedgerFilter", "ledger_page", "ledger_rows"]
+__all__ = ["CaptureRecord", "CaptureStore"]
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -125,73 +125,3 @@ class CaptureStore:
     async def count(self) -> int:
         async with self.store.transaction(write=False) as tx:
             return int(await tx.fetchval("SELECT COUNT(*) FROM captures"))
-
-
-class LedgerFilter(msgspec.Struct, frozen=True):
-    """Which ledger rows a history page shows: each field that is set must match (`key` "none"
-    is the requests made without a key), `since` <= ts < `until`, and ids below `before`."""
-
-    key: str | None = None
-    model: str | None = None
-    provider: str | None = None
-    api: str | None = None
-    status: str | None = None
-    since: float | None = None
-    until: float | None = None
-    before: int | None = None
-
-
-_LEDGER_COLUMNS: Final = ("id", *COLUMNS)
-
-
-def _ledger_row(row: Row) -> dict[str, Any]:
-    return {name: row[name] for name in _LEDGER_COLUMNS}
-
-
-async def ledger_page(
-    store: SqlStore, where: LedgerFilter, limit: int
-) -> tuple[list[dict[str, Any]], int | None]:
-    """The newest rows that match, at most `limit`, and the `before` cursor of the next page
-    (None on the last)."""
-    clauses: list[str] = []
-    args: list[Any] = []
-    if where.key is not None:
-        if where.key == "none":
-            clauses.append("key_id IS NULL")
-        else:
-            clauses.append("key_id = ?")
-            args.append(where.key)
-    for name in ("model", "provider", "api", "status"):
-        value = getattr(where, name)
-        if value is not None:
-            clauses.append(f"{name} = ?")
-            args.append(value)
-    if where.since is not None:
-        clauses.append("ts >= ?")
-        args.append(where.since)
-    if where.until is not None:
-        clauses.append("ts < ?")
-        args.append(where.until)
-    if where.before is not None:
-        clauses.append("id < ?")
-        args.append(where.before)
-    sql = f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM usage_ledger"
-    if clauses:
-        sql += " WHERE " + " AND ".join(clauses)
-    sql += " ORDER BY id DESC LIMIT ?"
-    async with store.transaction(write=False) as tx:
-        rows = await tx.fetch(sql, *args, limit + 1)
-    page = [_ledger_row(r) for r in rows[:limit]]
-    more = len(rows) > limit
-    return page, (int(page[-1]["id"]) if more and page else None)
-
-
-async def ledger_rows(store: SqlStore, request_id: str) -> list[dict[str, Any]]:
-    """Every ledger row of one request, oldest first."""
-    async with store.transaction(write=False) as tx:
-        rows = await tx.fetch(
-            f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM usage_ledger WHERE request_id = ?"
-            " ORDER BY id",
-            request_id,
-        )
-    return [_ledger_row(r) for r in rows]

@@ -32,7 +32,7 @@ from svir.errors import (
     invalid_request,
     request_error,
 )
-from svir.gateway import Gateway
+from svir.policy.gateway import Gateway
 from svir.providers import check_chat_fields, validate_chat_settings
 from svir.threads import frames
 from svir.threads.content import (

@@ -14,7 +14,7 @@ import httpx2
 import pytest
 
 from svir.config import parse_config
-from svir.edges.server import build_app
+from svir.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from tests.support.asgi import Lifespan
 from tests.support.inprocess import InProcess
@@ -404,10 +404,12 @@ discover = false
 
 async def test_count_tokens_is_exact_where_llama_cpp_tokenizes(tmp_path: Path) -> None:
     posted: list[tuple[str, dict[str, Any]]] = []
+    sent_headers: list[dict[str, str]] = []
 
     def llama(request: MockRequest) -> MockResponse:
         body = request.json()
         posted.append((request.url, body))
+        sent_headers.append({k.lower(): v for k, v in request.headers.items()})
         if request.url.endswith("/apply-template"):
             return MockResponse.json({"prompt": "<start>" + body["messages"][-1]["content"]})
         if request.url.endswith("/tokenize"):
@@ -416,8 +418,12 @@ async def test_count_tokens_is_exact_where_llama_cpp_tokenizes(tmp_path: Path) -
             return MockResponse.json({"tokens": list(range(len(body["content"])))})
         raise AssertionError(request.url)
 
-    text = LLAMA + f'\n[store]\nurl = "sqlite:///{tmp_path / "svir.db"}"\n'
-    app = build_app(parse_config(text), {}, transport=MockTransport(llama))
+    # Asked as a chat call asks: the provider's key and extra headers, svir's request id.
+    own = 'api_key_env = "LLAMA_KEY"\nextra_headers = { "X-Team" = "blue" }\n'
+    text = LLAMA + own + f'\n[store]\nurl = "sqlite:///{tmp_path / "svir.db"}"\n'
+    app = build_app(
+        parse_config(text), {"LLAMA_KEY": "llama-key-5"}, transport=MockTransport(llama)
+    )
     lifespan = Lifespan(app)
     await lifespan.start()
     http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://svir")
@@ -436,6 +442,10 @@ async def test_count_tokens_is_exact_where_llama_cpp_tokenizes(tmp_path: Path) -
         assert template["messages"][0] == {"role": "system", "content": "Be brief."}
         assert template["tools"][0]["function"]["name"] == "weather"
         assert tokenize == {"content": "<start>hi", "add_special": True}
+        for headers in sent_headers:
+            assert headers["authorization"] == "Bearer llama-key-5"
+            assert headers["x-team"] == "blue"
+            assert headers["x-request-id"] == raw.headers["x-request-id"]
         # A tokenizer that fails leaves svir's estimate, said so.
         raw = await client.messages.with_raw_response.count_tokens(
             model="llama/gemma", messages=[{"role": "user", "content": "broken"}]

@@ -16,7 +16,7 @@ import httpx2
 import pytest
 
 from svir.config import parse_config
-from svir.edges.server import build_app
+from svir.server import build_app
 from svir.testing import MockRequest, MockResponse, MockTransport
 from tests.anthropic.sdk import check_as_expected
 from tests.support.asgi import Lifespan

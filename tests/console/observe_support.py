@@ -18,8 +18,8 @@ import openai
 from svir.config import parse_config
 from svir.console.observe_api import Console, console_of
 from svir.edges.app import App
-from svir.edges.server import build_app
 from svir.policy.resilience import Timing
+from svir.server import build_app
 from svir.testing import MockTransport
 from tests.support.asgi import Lifespan
 from tests.support.upstream import ScriptedUpstream

@@ -117,6 +117,16 @@ async def test_stats_points_count_the_requests_tokens_and_errors(tmp_path: Path)
         assert errors == {"model_not_found": 1, "transient": 1}
 
 
+async def test_two_apps_in_one_process_each_have_their_own_console(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with Svir(tmp_path / "a") as one, Svir(tmp_path / "b") as other:
+        assert one.console is not other.console
+        await one.chat("up/tok-5")
+        stats = [(await svir.admin("/admin/stats", minutes="1")).json() for svir in (one, other)]
+        assert [sum(p["requests"] for p in s["points"]) for s in stats] == [1, 0]
+
+
 async def test_stats_refuse_a_bad_window(tmp_path: Path) -> None:
     async with Svir(tmp_path) as svir:
         for value in ("0", "-1", "16", "nan", "soon"):

@@ -10,9 +10,9 @@ from pathlib import Path
 import openai
 import pytest
 
+from svir.edges.keys_service import admin_access
 from svir.errors import GatewayError
-from svir.keys.auth import ADMIN_ACCESS
-from svir.keys.service import admin_access
+from svir.policy.auth import ADMIN_ACCESS
 from tests.console.support import ADMIN, ADMIN_KEY, CONFIG, ELSEWHERE, app, assert_error, client
 
 WITH_ADMIN = {"SVIR_ADMIN_KEY": ADMIN_KEY}

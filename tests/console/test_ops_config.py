@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from svir.config import parse_config
-from svir.edges.server import build_app
+from svir.server import build_app
 from tests.console.support import ADMIN, ADMIN_KEY, app
 
 LAB_KEY = "sk-lab-config-secret-0123456789"

@@ -10,8 +10,7 @@ import httpx
 
 from svir.config import Config, parse_config
 from svir.edges.app import App
-from svir.edges.server import thread_service
-from svir.keys.service import KeysService, install
+from svir.edges.keys_service import KeysService, install
 from svir.protocols.anthropic import routes as anthropic
 from svir.protocols.completions import routes as completions
 from svir.protocols.embeddings import routes as embeddings
@@ -19,6 +18,7 @@ from svir.protocols.ollama import routes as ollama
 from svir.protocols.openai_chat import routes as openai_chat
 from svir.protocols.responses import routes as responses
 from svir.protocols.threads import routes as threads
+from svir.server import thread_service
 from svir.store.responses import SqlResponseStore
 from tests.support.asgi import Lifespan
 

@@ -354,7 +354,7 @@ def test_svir_usage_and_keys_commands(tmp_path: Path, upstream: ScriptedServer) 
         '[[prices]]\nmodel = "fake/"\ninput = 1.0\noutput = 2.0\n'
     )
     out = io.StringIO()
-    from svir.keys import cli as keys_cli
+    from svir.edges import keys_cli
 
     def run(*argv: str) -> tuple[int, str]:
         import argparse
@@ -393,7 +393,7 @@ async def test_svir_usage_summarises_what_was_served(
     import argparse
 
     from svir.cli import build_parser
-    from svir.keys import cli as keys_cli
+    from svir.edges import keys_cli
 
     db = tmp_path / "usage.db"
     h = await harness_factory(store_url=f"sqlite:///{db}").start()

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svir.errors import LimitsUnavailable
-from svir.policy.limits import (
+from svir.keys.limits import (
     LIMIT_NAMES,
     Ask,
     Backend,
@@ -23,7 +23,7 @@ from svir.policy.limits import (
     MemoryBackend,
     windows_at,
 )
-from svir.policy.limits_redis import RedisBackend
+from svir.keys.limits_redis import RedisBackend
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from svir.keys.model import KeySpec
-from svir.keys.store import KeyStore
 from svir.ledger import Ledger
 from svir.store import make_store, migrations
 from svir.store.base import SqlStore
+from svir.store.keys import KeyStore
 from svir.store.responses import SqlResponseStore
 from tests.keys.conftest import Postgres
 from tests.keys.test_ledger import row

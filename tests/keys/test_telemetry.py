@@ -271,7 +271,7 @@ def test_no_opentelemetry_when_off(tmp_path: Path) -> None:
 import sys
 from svir.config import parse_config
 from svir.edges.app import App
-from svir.keys.service import install
+from svir.edges.keys_service import install
 app = App(parse_config('[store]\\nurl = "sqlite:///{tmp_path / "x.db"}"'), {{}})
 service = install(app)
 assert service.tracing is None

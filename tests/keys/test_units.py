@@ -10,8 +10,6 @@ import pytest
 from svir.chat import _first_visible
 from svir.config import PriceConfig
 from svir.edges.metrics import Counter, Histogram, Registry
-from svir.keys.auth import is_loopback
-from svir.keys.gate import Price, completion_allowance
 from svir.keys.model import (
     hash_secret,
     model_allowed,
@@ -20,6 +18,8 @@ from svir.keys.model import (
     parse_duration,
     parse_expiry,
 )
+from svir.policy.auth import is_loopback
+from svir.policy.key_gate import Price, completion_allowance
 from svir.wire.events import Finish, Role, TextDelta, ToolCallDelta, ToolCallStart
 from svir.wire.tokens import estimate_prompt_tokens
 

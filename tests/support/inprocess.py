@@ -16,8 +16,8 @@ import openai
 
 from svir.config import load_config, parse_config
 from svir.edges.app import App
-from svir.edges.server import build_app
 from svir.policy.resilience import Timing
+from svir.server import build_app
 from svir.testing import MockTransport
 from svir.transport import Transport
 from tests.support.asgi import Lifespan

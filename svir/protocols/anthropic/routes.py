@@ -22,8 +22,9 @@ that start is the stream's one `error` event, not retried; one sooner (the commo
 an HTTP error, retried or sent to a fallback as the policy says. (The call's own response
 headers, such as its cooling or limit notes, cannot follow a started response.)
 
-count_tokens is exact when the model's server is llama.cpp's (it tokenizes the prompt its chat
-template makes: `x-svir-token-count: exact`), svir's estimate otherwise (`estimate`).
+count_tokens is exact when the model's server is llama.cpp's (the gateway asks it to tokenize the
+prompt its chat template makes: `x-svir-token-count: exact`), svir's estimate otherwise
+(`estimate`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import msgspec
 
 from svir.asgi import Receive, Scope, Send
 from svir.call import CallContext
-from svir.chat import ChatCall, UpstreamTarget
-from svir.errors import BadRequest, GatewayError, request_error
+from svir.chat import ChatCall
+from svir.errors import GatewayError, request_error
 from svir.protocols.anthropic.encode import (
     MessageAggregator,
     MessageStreamEncoder,
@@ -61,8 +62,7 @@ from svir.protocols.http import (
     warning_header,
 )
 from svir.protocols.router import Host
-from svir.providers import build_upstream_body, validate_chat_request
-from svir.wire.errors import BodyError, UpstreamError
+from svir.providers import validate_chat_request
 from svir.wire.events import Keepalive
 from svir.wire.tokens import estimate_prompt_tokens
 
@@ -73,8 +73,6 @@ __all__ = ["AnthropicMessages", "error_shape", "install"]
 
 COUNT_HEADER: Final = "x-svir-token-count"
 _WAITING: Final = Keepalive("svir: the upstream has not answered yet")
-# Kinds whose server is llama.cpp's, which tokenizes on request (`/apply-template`, `/tokenize`).
-TOKENIZING_KINDS: Final = frozenset({"llamacpp", "llamacpp-managed"})
 
 
 def install(app: Host, *, ping_every: float = KEEPALIVE_EVERY) -> AnthropicMessages:
@@ -200,70 +198,11 @@ class AnthropicMessages:
         fields["api"] = "anthropic"
         body, translated = await self._translated(scope, receive)
         fields["model"] = body["model"]
-        exact = await self._tokenized(translated.chat)
+        exact = await self.gateway.count_tokens(translated.chat, rid)
         count = exact if exact is not None else estimate_prompt_tokens(translated.chat)
         headers = {"x-request-id": rid, COUNT_HEADER: "estimate" if exact is None else "exact"}
         await send_json(send, 200, {"input_tokens": count}, headers)
         return 200
-
-    async def _tokenized(self, chat: dict[str, Any]) -> int | None:
-        """The prompt's tokens as the model's llama.cpp server counts them (its chat template
-        applied, then tokenized), or None where svir cannot ask: another kind of server, a model
-        no route has, a server that fails to answer."""
-        try:
-            # A model without a configured route is resolved by route_for, once, as the policy
-            # does it (the UpstreamTarget found is kept in `resolved`).
-            resolved: dict[str, UpstreamTarget] = {}
-            target = self.gateway.policy.route_for(chat["model"], resolved).targets
-            if not target:
-                return None
-            model = target[0].model
-            route = resolved.get(model) or self.app.router.resolve(model)
-        except (GatewayError, BadRequest):
-            return None
-        if route.kind.name not in TOKENIZING_KINDS:
-            return None
-        held = False
-        try:
-            base = route.base_url
-            if route.ensure is not None:
-                base = await route.ensure(route.model_id)
-                # Held until both answers are in, as a chat call holds it: a swap may not stop
-                # the server between the template and the tokens.
-                held = route.release is not None
-            root = base.rstrip("/").removesuffix("/v1")
-            headers = {"Content-Type": "application/json", **route.kind.auth_headers(route.api_key)}
-            # What the chat call would send this server, so the template sees the same prompt.
-            sent = build_upstream_body(
-                chat, kind=route.kind, provider=route.provider, model_id=route.model_id
-            )
-            template = {"messages": sent["messages"]}
-            if sent.get("tools"):
-                template["tools"] = sent["tools"]
-            timeout = route.timeouts.first_byte
-            fetch = self.gateway.client.get_json_bytes
-            answer = await fetch(
-                f"{root}/apply-template",
-                headers=headers,
-                timeout=timeout,
-                body=msgspec.json.encode(template),
-                network=route.network,
-            )
-            prompt = msgspec.json.decode(answer)["prompt"]
-            answer = await fetch(
-                f"{root}/tokenize",
-                headers=headers,
-                timeout=timeout,
-                body=msgspec.json.encode({"content": prompt, "add_special": True}),
-                network=route.network,
-            )
-            tokens = msgspec.json.decode(answer)["tokens"]
-        except (UpstreamError, BodyError, msgspec.DecodeError, KeyError, TypeError):
-            return None
-        finally:
-            if held and route.release is not None:
-                route.release(route.model_id)
-        return len(tokens) if isinstance(tokens, list) else None
 
 
 async def _frames(call: ChatCall, encoder: MessageStreamEncoder) -> Any:

@@ -128,7 +128,7 @@ def install(
     app: Host, store: ResponseStore, *, keepalive_every: float = KEEPALIVE_EVERY
 ) -> ResponsesAPI:
     """Serve the Responses API on `app` over `store`, opened at start-up and closed at shut-down
-    (the composition root makes it: svir.edges.server)."""
+    (the composition root makes it: svir.server)."""
     api = ResponsesAPI(app, store, keepalive_every=keepalive_every)
     app.routes.add("POST", PREFIX, api.create)
     app.routes.add("GET", PREFIX + "/{response_id}", api.retrieve)

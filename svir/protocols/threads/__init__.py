@@ -1,6 +1,6 @@
 """svir's threads API.
 
-    routes.py  its routes: /v1/threads and below (the threads themselves are svir.threads)
+routes.py  its routes: /v1/threads and below (the threads themselves are svir.threads)
 """
 
 from svir.protocols.threads.routes import install

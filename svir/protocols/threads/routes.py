@@ -69,7 +69,7 @@ _STORE_CLOSED: Final = GatewayError(
 def install(app: Host, service: ThreadService) -> ThreadsAPI:
     """Serve /v1/threads on `app` with `service`: the routes, and the service's store opened at
     start-up and closed at shut-down (the composition root builds the service and its store:
-    svir.edges.server.thread_service)."""
+    svir.server.thread_service)."""
     api = ThreadsAPI(app, service)
     for method, template, handler in api.routes():
         shape = continue_error if template.endswith("/continue") else thread_error

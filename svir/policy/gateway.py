@@ -1,5 +1,5 @@
 """The gateway: the one entry point every front end (OpenAI, Ollama, threads) calls for a chat,
-or for embeddings.
+or for embeddings, or for a prompt's tokens as its model's server counts them.
 
 It resolves the model to a route, opens the upstream under the policy (retries, fallback, load
 balancing), and hands back an opened `ChatCall` whose output the front end encodes its own way
@@ -13,22 +13,28 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import msgspec
+
 from svir.call import EMBEDDINGS, CallContext
-from svir.chat import Call, ChatCall
+from svir.chat import Call, ChatCall, UpstreamTarget, upstream_headers
 from svir.config import Config
 from svir.config_diff import ConfigDiff
 from svir.embeddings import EmbeddingCall
+from svir.errors import BadRequest, GatewayError
 from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router, RoutingTable
+from svir.providers import build_upstream_body
+from svir.providers.llamacpp import LLAMACPP_KINDS, server_root
 from svir.transport import Transport
+from svir.wire.errors import BodyError, UpstreamError
 
 # Opens a call for a validated request (a chat, or embeddings: `CallContext.operation`): the
 # policy, or the chain of interceptors around it.
 OpenCall = Callable[[CallContext, dict[str, Any]], Awaitable[Call]]
 OpenChat = OpenCall
-# Wraps every call opened, whatever the front end and the operation (svir.keys: keys, limits,
-# ledger, metrics): it gets the call's context and request and `proceed`, the rest of the chain,
-# which it calls (or not), and gives back the call `proceed` opened.
+# Wraps every call opened, whatever the front end and the operation (svir.edges.keys_service:
+# keys, limits, ledger, metrics): it gets the call's context and request and `proceed`, the rest
+# of the chain, which it calls (or not), and gives back the call `proceed` opened.
 Interceptor = Callable[[CallContext, dict[str, Any], OpenCall], Awaitable[Call]]
 
 
@@ -79,6 +85,70 @@ class Gateway:
         call = await self.open_embeddings(ctx, request)
         call.close()
         return call
+
+    async def count_tokens(self, chat: dict[str, Any], request_id: str) -> int | None:
+        """The prompt of the checked chat request `chat` in tokens, as its model's llama.cpp
+        server counts them (its chat template applied, then tokenized); None where svir cannot
+        ask: another kind of server, a model no route has, a server that fails to answer.
+
+        Asked as the chat call asks its upstream: the route the policy would try first, through
+        the policy's transport, the route's network (proxy, TLS) and the same headers (svir's
+        request id, the provider's extra headers, its key). Not a call: no interceptor sees it,
+        and nothing is charged to a key or written to the ledger."""
+        try:
+            # A model without a configured route is resolved by route_for, once, as the policy
+            # does it (the UpstreamTarget found is kept in `resolved`).
+            resolved: dict[str, UpstreamTarget] = {}
+            targets = self.policy.route_for(chat["model"], resolved).targets
+            if not targets:
+                return None
+            model = targets[0].model
+            route = resolved.get(model) or self.router.resolve(model)
+        except (GatewayError, BadRequest):
+            return None
+        if route.kind.name not in LLAMACPP_KINDS:
+            return None
+        held = False
+        try:
+            base = route.base_url
+            if route.ensure is not None:
+                base = await route.ensure(route.model_id)
+                # Held until both answers are in, as a chat call holds it: a swap may not stop
+                # the server between the template and the tokens.
+                held = route.release is not None
+            root = server_root(base)
+            headers = upstream_headers(route, request_id, "application/json")
+            # What the chat call would send this server, so the template sees the same prompt.
+            sent = build_upstream_body(
+                chat, kind=route.kind, provider=route.provider, model_id=route.model_id
+            )
+            template = {"messages": sent["messages"]}
+            if sent.get("tools"):
+                template["tools"] = sent["tools"]
+            timeout = route.timeouts.first_byte
+            fetch = self.policy.client.get_json_bytes
+            answer = await fetch(
+                f"{root}/apply-template",
+                headers=headers,
+                timeout=timeout,
+                body=msgspec.json.encode(template),
+                network=route.network,
+            )
+            prompt = msgspec.json.decode(answer)["prompt"]
+            answer = await fetch(
+                f"{root}/tokenize",
+                headers=headers,
+                timeout=timeout,
+                body=msgspec.json.encode({"content": prompt, "add_special": True}),
+                network=route.network,
+            )
+            tokens = msgspec.json.decode(answer)["tokens"]
+        except (UpstreamError, BodyError, msgspec.DecodeError, KeyError, TypeError):
+            return None
+        finally:
+            if held and route.release is not None:
+                route.release(route.model_id)
+        return len(tokens) if isinstance(tokens, list) else None
 
     def reconfigure(self, config: Config, table: RoutingTable, diff: ConfigDiff) -> None:
         """Serve `config` (whose routing is `table`) from now on: the router's table swapped in

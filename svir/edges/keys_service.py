@@ -4,7 +4,7 @@ Routes: the admin API under `/admin/` (every path under it guarded by one rule, 
 `GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
 metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
 tracing (when on), authentication (which also guards `/healthz?verbose=1`); the metrics count
-each request when it ends. The gateway gets the gate (svir.keys.gate) around every chat call;
+each request when it ends. The gateway gets the gate (svir.policy.key_gate) around every chat call;
 what each call came to (its `svir.call.CallRecord`) goes from the gate to the ledger and the
 metrics.
 """
@@ -29,23 +29,23 @@ from svir.errors import (
     auth_error,
     request_error,
 )
-from svir.keys.auth import (
+from svir.keys.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
+from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
+from svir.ledger import Ledger
+from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
+from svir.policy.auth import (
     ADMIN_ACCESS,
     Authenticator,
     bearer_token,
     current_key,
     is_loopback,
 )
-from svir.keys.gate import Gate
-from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
-from svir.keys.store import KeyStore
-from svir.ledger import Ledger
-from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
-from svir.policy.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBackend
+from svir.policy.key_gate import Gate
 from svir.protocols.http import query_params, read_json, send_json
 from svir.protocols.router import Handler
 from svir.store import make_store, store_url
 from svir.store.base import SqlStore
+from svir.store.keys import KeyStore
 from svir.wire.classify import ClientError
 
 __all__ = ["KeysService", "admin_access", "install", "parse_since"]
@@ -85,7 +85,7 @@ def admin_access(scope: Scope) -> str:
 
     The rule (`KeysService.check_admin`) runs before any route under `/admin/`: a request it
     refuses never reaches one. A route calls this for the verdict; outside `/admin/`, or in an
-    app without svir.keys, there is none, and the request is refused.
+    app without svir.edges.keys_service, there is none, and the request is refused.
     """
     access: str | None = scope.get(ADMIN_ACCESS)
     if access is None:
@@ -196,7 +196,7 @@ class KeysService:
         limits = config.limits
         if backend is None:
             if limits.backend == "redis":
-                from svir.policy.limits_redis import RedisBackend
+                from svir.keys.limits_redis import RedisBackend
 
                 backend = RedisBackend(
                     limits.redis_url, prefix=limits.redis_prefix, lease_seconds=limits.lease_seconds

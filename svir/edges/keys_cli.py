@@ -17,8 +17,8 @@ import msgspec
 
 if TYPE_CHECKING:
     from svir.config import Config
+    from svir.keys.limits import Limits
     from svir.keys.model import KeySpec
-    from svir.policy.limits import Limits
     from svir.store.base import SqlStore
 
 __all__ = ["COMMANDS", "add_commands", "check_listen", "run"]
@@ -167,8 +167,8 @@ def cost_budget_refusal(config: Config, args: argparse.Namespace) -> str | None:
 
 
 def spec_from_args(args: argparse.Namespace) -> KeySpec:
+    from svir.keys.limits import Limits
     from svir.keys.model import KeySpec, parse_budget, parse_expiry, usd_to_micros
-    from svir.policy.limits import Limits
 
     budgets: dict[str, int] = {}
     for text in args.budget:
@@ -193,7 +193,7 @@ def spec_from_args(args: argparse.Namespace) -> KeySpec:
 
 
 async def _create(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
-    from svir.keys.store import KeyStore
+    from svir.store.keys import KeyStore
 
     spec = spec_from_args(args)
     record, secret = await KeyStore(store).create(spec)
@@ -240,7 +240,7 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
 
 
 async def _list(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
-    from svir.keys.store import KeyStore
+    from svir.store.keys import KeyStore
 
     records = await KeyStore(store).list(include_revoked=args.all)
     if args.json:
@@ -272,7 +272,7 @@ async def _list(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
 
 async def _revoke(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
     from svir.keys.model import is_key_id
-    from svir.keys.store import KeyStore
+    from svir.store.keys import KeyStore
 
     if not is_key_id(args.key_id):
         raise ValueError(f"{args.key_id!r} is not a key id (key_ and 16 hex digits)")
@@ -288,7 +288,7 @@ async def _revoke(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int
 
 
 async def _usage(store: SqlStore, args: argparse.Namespace, out: TextIO) -> int:
-    from svir.keys.service import parse_since
+    from svir.edges.keys_service import parse_since
     from svir.ledger.queries import ALL_KEYS, summarize
 
     now = time.time()
@@ -337,7 +337,7 @@ def _num(value: float | None) -> str:
 
 def _has_keys(config: Config) -> bool:
     """Whether the config's store holds a key (KeyStore.configured); StoreError if unreadable."""
-    from svir.keys.store import KeyStore
+    from svir.store.keys import KeyStore
 
     async def configured(store: SqlStore) -> int:
         return 1 if await KeyStore(store).configured() else 0
@@ -362,7 +362,7 @@ def check_listen(config: Config, host: str, allow_open: bool) -> str | None:
     """Why `svir serve` must not listen on `host`, or None: without keys, only on loopback,
     unless told otherwise (`--allow-open` or `[auth] allow_open_non_loopback`)."""
     from svir.errors import StoreError
-    from svir.keys.auth import is_loopback
+    from svir.policy.auth import is_loopback
 
     if is_loopback(host) or allow_open or config.auth.allow_open_non_loopback:
         return None

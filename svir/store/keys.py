@@ -7,8 +7,8 @@ from typing import Any, Final
 
 import msgspec
 
+from svir.keys.limits import Limits
 from svir.keys.model import KeyRecord, KeySpec, hash_secret, hint_of, new_key_id, new_secret
-from svir.policy.limits import Limits
 from svir.store.base import Row, SqlStore
 
 __all__ = ["KeyStore"]

@@ -29,10 +29,7 @@ from svir.call import EMBEDDINGS, CallContext, CallRecord
 from svir.chat import Call, Cut, visible_count
 from svir.config import LimitsConfig, PriceConfig
 from svir.errors import GatewayError, LimitsUnavailable
-from svir.gateway import OpenCall
-from svir.keys.model import KeyRecord, model_allowed
-from svir.log import hundredths, now_ms
-from svir.policy.limits import (
+from svir.keys.limits import (
     Ask,
     Backend,
     Denied,
@@ -41,6 +38,9 @@ from svir.policy.limits import (
     limit_description,
     windows_at,
 )
+from svir.keys.model import KeyRecord, model_allowed
+from svir.log import hundredths, now_ms
+from svir.policy.gateway import OpenCall
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event

@@ -12,7 +12,7 @@ Per-minute limits are sliding windows: the count of the current minute plus the 
 weighted by the share of it still inside the last 60 seconds. Budgets are calendar days and
 months in UTC. Cost is counted in micro-USD, so that every counter is an integer.
 
-Two backends, one semantics: `MemoryBackend` (one process) and `svir.policy.limits_redis`
+Two backends, one semantics: `MemoryBackend` (one process) and `svir.keys.limits_redis`
 (several replicas over one Redis, atomic through Lua scripts). The decisions are the same
 arithmetic in both; the tests run one suite on each.
 """
@@ -33,6 +33,7 @@ __all__ = [
     "LIMIT_NAMES",
     "Ask",
     "Backend",
+    "CounterNames",
     "Denied",
     "Figures",
     "Grant",
@@ -259,9 +260,17 @@ def window_denial(
 class Backend(abc.ABC):
     """Where the counters live. Every operation is atomic for the key it is about."""
 
-    def __init__(self, *, lease_seconds: float = 300.0, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        *,
+        lease_seconds: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        prefix: str = "",
+    ):
         self.lease_seconds = lease_seconds
         self.clock = clock
+        # The names of its counters, each under `prefix`.
+        self.names = CounterNames(prefix)
 
     @abc.abstractmethod
     async def admit(self, subject: str, limits: Limits, ask: Ask, lease: str) -> Grant | Denied:
@@ -339,7 +348,7 @@ class MemoryBackend(Backend):
         now = self.clock()
         w = windows_at(now)
         self._sweep(now)
-        k = _Keys.at(subject, w)
+        k = self.names.at(subject, w)
         if limits.concurrent is not None:
             slots = self._slots(subject, now)
             if len(slots) >= limits.concurrent:
@@ -392,7 +401,7 @@ class MemoryBackend(Backend):
 
     async def extend(self, grant: Grant, tokens: int, cost: int) -> tuple[int, int]:
         now = self.clock()
-        k = _Keys.of(grant)
+        k = self.names.of(grant)
         limits = grant.limits
         for name, key in (("tokens_per_day", k.day), ("tokens_per_month", k.month)):
             value = limits.value(name)
@@ -416,7 +425,7 @@ class MemoryBackend(Backend):
             return
         grant.settled = True
         now = self.clock()
-        k = _Keys.of(grant)
+        k = self.names.of(grant)
         limits = grant.limits
         dt, dc = tokens - grant.tokens, cost - grant.cost
         if limits.tpm is not None:
@@ -435,7 +444,7 @@ class MemoryBackend(Backend):
     async def figures(self, subject: str, limits: Limits) -> Figures:
         now = self.clock()
         w = windows_at(now)
-        k = _Keys.at(subject, w)
+        k = self.names.at(subject, w)
         used: dict[str, float] = {}
         if limits.concurrent is not None:
             used["concurrent"] = len(self._slots(subject, now))
@@ -460,8 +469,7 @@ class MemoryBackend(Backend):
 
 class _Keys:
     """Counter names of one subject in the windows of one moment (shared with the Redis
-    backend): `at` a moment's windows to check and charge, `of` a grant to correct what it
-    charged."""
+    backend), made by a backend's `CounterNames`."""
 
     __slots__ = (
         "conc",
@@ -488,30 +496,35 @@ class _Keys:
         self.cost_month = f"{base}:cmonth:{month}"
         self.conc = f"{base}:conc"
 
-    @classmethod
-    def at(cls, subject: str, w: Windows, prefix: str = "") -> _Keys:
-        return cls.cached(subject, w.minute, w.day, w.month, prefix)
 
-    @classmethod
-    def of(cls, grant: Grant, prefix: str = "") -> _Keys:
-        return cls.cached(grant.subject, grant.minute, grant.day, grant.month, prefix)
+class CounterNames:
+    """The counter names of each subject's windows (`_Keys`), made once a minute for a subject
+    (their nine strings cost ~15k instructions, and a call needs them at admission and at
+    settlement). Each backend keeps its own, named under its `prefix`."""
 
-    @classmethod
-    def cached(cls, subject: str, minute: int, day: int, month: int, prefix: str) -> _Keys:
-        """The keys of a subject's windows, made once a minute (their nine strings cost ~15k
-        instructions, and a call needs them at admission and at settlement)."""
-        at = (subject, minute, day, month, prefix)
-        found = _KEYS.get(at)
+    # The names made lately, by what they are made of; past this many, the cache starts again.
+    KEPT: Final = 4096
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self._made: dict[tuple[str, int, int, int], _Keys] = {}
+
+    def at(self, subject: str, w: Windows) -> _Keys:
+        """The names of `subject`'s counters in the windows `w`: to check and charge."""
+        return self._cached(subject, w.minute, w.day, w.month)
+
+    def of(self, grant: Grant) -> _Keys:
+        """The names of the counters `grant` charged: to correct what it charged."""
+        return self._cached(grant.subject, grant.minute, grant.day, grant.month)
+
+    def _cached(self, subject: str, minute: int, day: int, month: int) -> _Keys:
+        at = (subject, minute, day, month)
+        found = self._made.get(at)
         if found is None:
-            if len(_KEYS) >= _KEYS_KEPT:
-                _KEYS.clear()
-            found = _KEYS[at] = cls(subject, minute, day, month, prefix)
+            if len(self._made) >= self.KEPT:
+                self._made.clear()
+            found = self._made[at] = _Keys(subject, minute, day, month, self.prefix)
         return found
-
-
-# The keys made lately, by what they are made of; past this many, the cache starts again.
-_KEYS_KEPT: Final = 4096
-_KEYS: dict[tuple[str, int, int, int, str], _Keys] = {}
 
 
 def ttls(lease_seconds: float) -> dict[str, int]:

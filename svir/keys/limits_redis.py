@@ -13,14 +13,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from svir.errors import LimitsUnavailable
-from svir.policy.limits import (
+from svir.keys.limits import (
     Ask,
     Backend,
     Denied,
     Figures,
     Grant,
     Limits,
-    _Keys,
     budget_denial,
     sliding,
     ttls,
@@ -188,11 +187,10 @@ class RedisBackend(Backend):
         lease_seconds: float = 300.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(lease_seconds=lease_seconds, clock=clock)
+        super().__init__(lease_seconds=lease_seconds, clock=clock, prefix=f"{prefix}:lim:")
         import redis.asyncio as aioredis
 
         self.url = url
-        self.prefix = f"{prefix}:lim:"
         self._redis: Any = aioredis.from_url(
             url, decode_responses=True, socket_connect_timeout=5, socket_timeout=5
         )
@@ -221,7 +219,7 @@ class RedisBackend(Backend):
     async def admit(self, subject: str, limits: Limits, ask: Ask, lease: str) -> Grant | Denied:
         now = self.clock()
         w = windows_at(now)
-        k = _Keys.at(subject, w, self.prefix)
+        k = self.names.at(subject, w)
         ttl = self._ttl
         out = await self._run(
             self._admit,
@@ -273,7 +271,7 @@ class RedisBackend(Backend):
 
     async def extend(self, grant: Grant, tokens: int, cost: int) -> tuple[int, int]:
         now = self.clock()
-        k = _Keys.of(grant, self.prefix)
+        k = self.names.of(grant)
         limits = grant.limits
         out = await self._run(
             self._extend,
@@ -301,7 +299,7 @@ class RedisBackend(Backend):
         if grant.settled:
             return
         grant.settled = True
-        k = _Keys.of(grant, self.prefix)
+        k = self.names.of(grant)
         limits = grant.limits
         await self._run(
             self._settle,
@@ -323,7 +321,7 @@ class RedisBackend(Backend):
     async def figures(self, subject: str, limits: Limits) -> Figures:
         now = self.clock()
         w = windows_at(now)
-        k = _Keys.at(subject, w, self.prefix)
+        k = self.names.at(subject, w)
         names = [
             ("rpm", (k.rpm_prev, k.rpm)),
             ("tpm", (k.tpm_prev, k.tpm)),

@@ -3,8 +3,8 @@ clients send theirs), checked before any route runs.
 
 With no keys issued svir runs open, for clients on this machine only (unless
 `[auth] allow_open_non_loopback`). Once a key exists every request needs one, except the health
-check, the metrics (which take the admin key or the metrics token: svir.keys.service) and the
-admin API under `/admin/` (whose rule, `admin_check`, svir.keys.service gives; its verdict is
+check, the metrics (which take the admin key or the metrics token: svir.edges.keys_service) and the
+admin API under `/admin/` (whose rule, `admin_check`, svir.edges.keys_service gives; its verdict is
 left in the scope under `ADMIN_ACCESS`). The key of the request being served is `current_key()`,
 for the limits, the ledger, and any front end that keeps things per caller (threads).
 
@@ -53,7 +53,7 @@ HEALTH_PATH: Final = "/healthz"
 
 
 class KeyLookup(Protocol):
-    """What the authenticator asks of the key store (svir.keys.store.KeyStore is one)."""
+    """What the authenticator asks of the key store (svir.store.keys.KeyStore is one)."""
 
     async def configured(self) -> bool: ...
 
@@ -105,8 +105,8 @@ class Authenticator:
         # are like any other.
         self.admin_check: Callable[[Scope], Awaitable[str]] | None = None
         # Run for the health check (exempt from keys), which may refuse it (GatewayError):
-        # svir.keys.service guards `/healthz?verbose=1` with it. Part of this guard rather than
-        # a guard of its own, which every request would await.
+        # svir.edges.keys_service guards `/healthz?verbose=1` with it. Part of this guard rather
+        # than a guard of its own, which every request would await.
         self.health_check: Callable[[Scope], Awaitable[None]] | None = None
         self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
         self._configured: tuple[bool, float] | None = None
