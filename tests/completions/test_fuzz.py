@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from svir.errors import OllamaError
-from svir.protocols.ollama.translate import to_generate_request
+from svir.protocols.ollama.request import to_generate_request
 from svir.wire.completions import (
     CompletionRequestError,
     is_completion,
