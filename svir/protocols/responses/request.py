@@ -482,8 +482,9 @@ def _include(include: Any) -> list[str]:
 
 
 # The request fields a response object repeats as they were sent, in the order the response
-# object has them (svir.protocols.responses.encode writes an echo in that order as it is), each with
-# OpenAI's default when unset (those `_echo` derives are None here and set there, in place).
+# object has them (svir.protocols.responses.response writes an echo in that order as it is),
+# each with OpenAI's default when unset (those `_echo` derives are None here and set there, in
+# place).
 _ECHOED: Final = (
     ("instructions", None),
     ("max_output_tokens", None),
