@@ -27,7 +27,7 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
   - ListenError                  svir cannot listen where it was asked to (svir.server)
   - ToolArgumentsError           a model's tool call whose arguments are not a JSON object, which
                                  Ollama's clients need; becomes an UpstreamError
-                                 (svir.protocols.ollama.translate)
+                                 (svir.protocols.ollama.encode)
   - AttachError                  a file `svir chat` cannot attach (svir.client.attach)
   - ClientFailure                what the user of svir's command line has to fix or know
                                  (svir.client.connection)

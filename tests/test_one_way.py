@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from svir.errors import BadRequest, GatewayError, OllamaError
-from svir.protocols.ollama.translate import to_openai_request
+from svir.protocols.ollama.request import to_openai_request
 from svir.providers import validate_chat_request, validate_chat_settings
 from svir.threads.content import Limits, parse_messages
 from svir.wire.errors import BodyError

@@ -1,6 +1,6 @@
 """The one fold of normalized events into an answer, for every front end that does not stream it
 event by event: the OpenAI `chat.completion` (`encoder.CompletionAggregator`), Ollama's
-non-streamed answer and its tool-call line (`svir.protocols.ollama.translate`), the assistant
+non-streamed answer and its tool-call line (`svir.protocols.ollama.encode`), the assistant
 message the threads API stores, and the terminal client's transcript.
 
 `AnswerFold` only collects; each front end renders the result in its own shape, and decides there

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from svir.errors import OllamaError
 from svir.protocols.completions.request import CompletionRequestError, parse_completion_request
-from svir.protocols.ollama.translate import to_generate_request
+from svir.protocols.ollama.request import to_generate_request
 from svir.wire.completions import (
     is_completion,
     is_fim,

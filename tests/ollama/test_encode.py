@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from svir.protocols.ollama.translate import ChatAggregator, Metrics, NDJSONEncoder
+from svir.protocols.ollama.encode import ChatAggregator, Metrics, NDJSONEncoder
 from svir.wire.decoder import StreamDecoder
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (

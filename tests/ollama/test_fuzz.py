@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from svir.config import ProviderConfig
 from svir.edges.app import App
 from svir.errors import BadRequest, OllamaError
-from svir.protocols.ollama.translate import to_openai_request
+from svir.protocols.ollama.request import to_openai_request
 from svir.providers import build_upstream_body, get_kind, validate_chat_request
 from svir.wire.errors import BodyError
 from tests.support.stub import down_upstream_app

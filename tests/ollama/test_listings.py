@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from svir.protocols.ollama.translate import (
+from svir.protocols.ollama.listings import (
     details,
     ps_entry,
     pull_lines,

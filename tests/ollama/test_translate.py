@@ -9,8 +9,8 @@ import pytest
 
 from svir.config import ProviderConfig
 from svir.errors import OllamaError
-from svir.protocols.ollama.translate import (
-    done_reason,
+from svir.protocols.ollama.encode import done_reason
+from svir.protocols.ollama.request import (
     model_name,
     schema_name,
     to_openai_request,

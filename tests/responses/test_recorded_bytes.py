@@ -23,8 +23,9 @@ from typing import Any
 
 import msgspec
 
+from svir.protocols.responses.checks import ResponsesRequestError
 from svir.protocols.responses.encode import ResponseStreamEncoder
-from svir.protocols.responses.request import ResponsesRequestError, translate_request
+from svir.protocols.responses.request import translate_request
 from svir.wire import events as ev
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError

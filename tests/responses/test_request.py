@@ -12,15 +12,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from svir.protocols.responses.encode import ECHO_KEYS
-from svir.protocols.responses.request import (
-    ResponsesRequest,
-    ResponsesRequestError,
-    _plain,
-    flat_tool_name,
-    translate_request,
-)
+from svir.protocols.responses.checks import ResponsesRequestError
+from svir.protocols.responses.request import ResponsesRequest, _plain, translate_request
+from svir.protocols.responses.response import ECHO_KEYS
 from svir.protocols.responses.sealed import seal_reasoning, sealed_key_id, unseal_reasoning
+from svir.protocols.responses.tools import flat_tool_name
 from svir.providers.request import validate_chat_request
 from svir.wire.errors import BodyError
 from svir.wire.request import build_messages

@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.protocols.responses.request import ResponsesRequestError, translate_request
+from svir.protocols.responses.checks import ResponsesRequestError
+from svir.protocols.responses.request import translate_request
 from svir.protocols.responses.sealed import seal_reasoning, unseal_reasoning
 from svir.providers.request import validate_chat_request
 from svir.wire.errors import BodyError

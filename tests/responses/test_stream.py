@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svir.protocols.responses.encode import ResponseStreamEncoder, failure
+from svir.protocols.responses.encode import ResponseStreamEncoder
+from svir.protocols.responses.response import failure
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from svir.protocols.ollama.translate import ChatAggregator, Metrics
+from svir.protocols.ollama.encode import ChatAggregator, Metrics
 from svir.wire.answer import AnswerFold, openai_tool_call
 from svir.wire.encoder import CompletionAggregator
 from svir.wire.errors import ErrorKind, UpstreamError

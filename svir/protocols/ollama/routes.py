@@ -17,9 +17,10 @@ being loaded) sends its head at once and a space every few seconds until its fir
 (svir.protocols.http `EarlyStart`); a failure after that start is its one error line, not
 retried. A client that disconnects stops its upstream request at once.
 
-The translation both ways is pure and tested on its own, in svir.protocols.ollama.translate: the
-request becomes the canonical chat request there, and the canonical events become NDJSON lines
-(`NDJSONEncoder`) or one answer (`ChatAggregator`, over the shared fold svir.wire.answer).
+The translation both ways is pure and tested on its own: the request becomes the canonical chat
+request in svir.protocols.ollama.request, and the canonical events become NDJSON lines
+(`NDJSONEncoder`) or one answer (`ChatAggregator`, over the shared fold svir.wire.answer) in
+svir.protocols.ollama.encode; the listings' words are svir.protocols.ollama.listings.
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ from svir.protocols.ollama.embed import (
     ollama_embed_answer,
     ollama_embeddings_answer,
 )
-from svir.protocols.ollama.translate import (
-    OLLAMA_API_VERSION,
+from svir.protocols.ollama.encode import (
     ChatAggregator,
     GenerateAggregator,
     GenerateEncoder,
@@ -67,13 +67,18 @@ from svir.protocols.ollama.translate import (
     created_at,
     error_line,
     error_message,
-    model_name,
+)
+from svir.protocols.ollama.listings import (
+    OLLAMA_API_VERSION,
     not_managed,
-    num_ctx,
     ps_entry,
     pull_lines,
     show_response,
     tags_entry,
+)
+from svir.protocols.ollama.request import (
+    model_name,
+    num_ctx,
     to_generate_request,
     to_openai_request,
 )

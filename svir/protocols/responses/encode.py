@@ -1,6 +1,8 @@
 """OpenAI's Responses API as svir's front end writes it: the canonical events out as the Responses
 SSE stream (`ResponseStreamEncoder`), whose output items are also the response object a client
-that did not stream gets, and svir's errors as the `error` of a failed response.
+that did not stream gets. The response object itself, its lifecycle events and the `error` of a
+failed response are svir.protocols.responses.response; the events' bytes
+svir.protocols.responses.frames.
 
 The request side (a Responses request to the canonical chat request, and the sealing of
 reasoning) is svir.protocols.responses.request. Everything here is pure: no I/O, no clock.
@@ -8,14 +10,24 @@ reasoning) is svir.protocols.responses.request. Everything here is pure: no I/O,
 
 from __future__ import annotations
 
-import functools
-import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
 
+from svir.protocols.responses.frames import (
+    DELTA_HEAD,
+    DELTA_TAIL,
+    DELTA_TAILS,
+    ITEM_ADDED,
+    ITEM_DONE,
+    PART_ADDED,
+    PART_DONE,
+    TAILS_MADE,
+    event_head,
+    seq_end,
+)
+from svir.protocols.responses.response import INCOMPLETE_REASONS, ResponseObject, failure
 from svir.wire.classify import ClientError, to_client_error
 from svir.wire.events import (
     ContentFilter,
@@ -35,175 +47,13 @@ from svir.wire.events import (
     Usage,
 )
 
-__all__ = [
-    "ECHO_KEYS",
-    "INCOMPLETE_REASONS",
-    "ResponseStreamEncoder",
-    "failure",
-    "response_usage",
-]
-
-# The canonical finishes that end a response as `incomplete`, and the reason it then gives.
-INCOMPLETE_REASONS: Final[Mapping[str, str]] = {
-    "length": "max_output_tokens",
-    "content_filter": "content_filter",
-}
-
-_OVERFLOW_CODES: Final = frozenset({"context_length_exceeded", "context_window_exceeded"})
-# Codex reads the wait of a rate-limit failure from its message with this pattern
-# (codex-rs/codex-api/src/sse/responses.rs, `rate_limit_regex`), as OpenAI words it.
-_WAIT_SAID: Final = re.compile(r"(?i)try again in\s*\d+(?:\.\d+)?\s*(?:s|ms|seconds?)\b")
-
-# The fields of the response object svir fills when the request's `echo` leaves them out: what
-# OpenAI answers for a request that did not set them (the SDK's `Response` requires
-# `parallel_tool_calls`, `tool_choice` and `tools`).
-_DEFAULTS: Final[Mapping[str, Any]] = {
-    "instructions": None,
-    "max_output_tokens": None,
-    "metadata": {},
-    "parallel_tool_calls": True,
-    "previous_response_id": None,
-    "reasoning": {"effort": None, "summary": None},
-    "store": True,
-    "temperature": None,
-    "text": {"format": {"type": "text"}},
-    "tool_choice": "auto",
-    "tools": [],
-    "top_p": None,
-    "truncation": "disabled",
-    "user": None,
-}
-# The response object's fields before `echo`'s: its own first three (`id` and `created_at` set
-# per response), then the defaults.
-_BASE: Final[dict[str, Any]] = {"id": "", "object": "response", "created_at": 0, **_DEFAULTS}
-# The keys of the echo svir.protocols.responses.request makes, in the response object's order: the
-# table's, then the request fields OpenAI repeats beyond it. Such an echo is written as it is.
-ECHO_KEYS: Final = (
-    *_DEFAULTS,
-    "safety_identifier",
-    "prompt_cache_key",
-    "service_tier",
-    "background",
-    "top_logprobs",
-    "max_tool_calls",
-)
-# The fields the encoder owns, whatever `echo` holds.
-_OWN: Final = frozenset(
-    {"id", "object", "created_at", "status", "model", "output", "usage", "error",
-     "incomplete_details"}
-)  # fmt: skip
+__all__ = ["ResponseStreamEncoder"]
 
 _enc = msgspec.json.encode
 _EVENT_TYPES: Final = frozenset(
     {ContentFilter, Done, Finish, Keepalive, ReasoningDelta, ReasoningSignature, RedactedReasoning,
      RefusalDelta, Role, StreamError, TextDelta, ToolCallDelta, ToolCallStart, Usage}
 )  # fmt: skip
-# What follows the delta of an `output_text.delta` event, its sequence number and end included:
-# made once for the first numbers (a 1,000-piece answer's), so that a piece is two joins, not a
-# `%`-format (a third of a piece's cost).
-_DELTA_TAIL: Final = b',"logprobs":[],"sequence_number":%d}\n\n'
-_DELTA_TAILS: Final = tuple(_DELTA_TAIL % n for n in range(1024))
-_TAILS_MADE: Final = len(_DELTA_TAILS)
-_SEQ_END: Final = b',"sequence_number":%d}\n\n'
-_SEQ_ENDS: Final = tuple(_SEQ_END % n for n in range(_TAILS_MADE))
-# The encoder's own fields of the response as it starts, around its model (`_own_fields`' order).
-_STARTED_MODEL: Final = b'"status":"in_progress","model":'
-_STARTED_TAIL: Final = b',"output":[],"usage":null,"error":null,"incomplete_details":null}'
-
-
-@functools.cache
-def _head(type: str) -> bytes:
-    """An event's bytes up to its fields: `event: <type>` and `data: {"type":"<type>",` (the types
-    are the encoder's own constants, so the cache stays small)."""
-    return b"event: " + type.encode() + b"\ndata: " + _enc({"type": type})[:-1] + b","
-
-
-# The last two events of a message's part, around its ids and its text (encoded once for both),
-# each then ended by `_seq_end`: joined, not `%`-formatted (a bytes `%` costs a few joins).
-_PART_DONE: Final = {
-    "output_text": (
-        _head("response.output_text.done"),
-        b'"text":',
-        b',"logprobs":[]',
-        _head("response.content_part.done"),
-        b'"part":{"type":"output_text","text":',
-        b',"annotations":[],"logprobs":[]}',
-    ),
-    "refusal": (
-        _head("response.refusal.done"),
-        b'"refusal":',
-        b"",
-        _head("response.content_part.done"),
-        b'"part":{"type":"refusal","refusal":',
-        b"}",
-    ),
-}
-_ITEM_DONE: Final = _head("response.output_item.done") + b'"output_index":'
-_CREATED: Final = _head("response.created") + b'"response":'
-_ITEM_ADDED: Final = _head("response.output_item.added") + b'"output_index":'
-_PART_ADDED: Final = _head("response.content_part.added")
-_DELTA_HEAD: Final = _head("response.output_text.delta")
-_IN_PROGRESS: Final = _head("response.in_progress") + b'"response":'
-# The final response's status as JSON.
-_STATUS: Final = {s: _enc(s) for s in ("completed", "incomplete", "failed", "in_progress")}
-
-
-def _seq_end(seq: int) -> bytes:
-    """An event's end from its sequence number on."""
-    return _SEQ_ENDS[seq] if seq < _TAILS_MADE else _SEQ_END % seq
-
-
-def response_usage(u: Usage | None) -> dict[str, Any] | None:
-    """The Responses usage object for the upstream's counts (None when it reported none): the
-    details OpenAI always gives are 0 when the server left them out (Codex requires both)."""
-    if u is None:
-        return None
-    return {
-        "input_tokens": u.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": u.cached_tokens or 0},
-        "output_tokens": u.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens or 0},
-        "total_tokens": u.total_tokens,
-    }
-
-
-def _seconds(wait: float) -> str:
-    """A wait as OpenAI writes it in a rate-limit message: `7s`, `6.5s`, `120ms`."""
-    if wait < 1:
-        return f"{max(1, math.ceil(wait * 1000))}ms"
-    if wait == int(wait):
-        return f"{int(wait)}s"
-    return f"{math.ceil(wait * 1000) / 1000:g}s"
-
-
-def failure(ce: ClientError, *, retry_after: float | None = None) -> dict[str, Any]:
-    """The `error` of a failed response for svir's error `ce`, with the codes clients act on: a
-    context overflow is `context_length_exceeded` (Codex compacts its history on it), a rate
-    limit `rate_limit_exceeded` with the wait in its message ("Please try again in 7s", which
-    Codex reads before it retries), any 5xx `server_error` (retried); any other keeps svir's code
-    (`invalid_prompt` without one). The wait is `retry_after`, else the error's Retry-After."""
-    message = ce.message
-    if ce.code in _OVERFLOW_CODES:
-        code = "context_length_exceeded"
-    elif ce.status == 429 or ce.code == "rate_limit_exceeded":
-        code = "rate_limit_exceeded"
-        if retry_after is None:
-            try:
-                retry_after = float(ce.headers.get("Retry-After", ""))
-            except ValueError:
-                retry_after = None
-        if (
-            retry_after is not None
-            and math.isfinite(retry_after)
-            and retry_after >= 0
-            and not _WAIT_SAID.search(message)
-        ):
-            message = f"{message.rstrip()} Please try again in {_seconds(retry_after)}.".lstrip()
-    elif ce.status >= 500:
-        code = "server_error"
-    else:
-        code = ce.code or "invalid_prompt"
-    return {"code": code, "message": message, "type": ce.type, "param": ce.param}
 
 
 class _Held:
@@ -218,7 +68,7 @@ class _Held:
         self.parts: list[str] = []
 
 
-class ResponseStreamEncoder:
+class ResponseStreamEncoder(ResponseObject):
     """Canonical events in, the Responses API's SSE stream out, for one response; the output items
     it wrote are the response object (`response`) the front end stores and answers a client that
     did not stream with.
@@ -259,16 +109,10 @@ class ResponseStreamEncoder:
     """
 
     __slots__ = (
-        "_base_made",
         "_call_ids",
-        "_created_at",
-        "_echo",
-        "_error",
-        "_finish",
         "_held",
         "_held_calls",
         "_item_base",
-        "_items",
         "_live_call",
         "_open",
         "_open_index",
@@ -277,18 +121,8 @@ class ResponseStreamEncoder:
         "_part_index",
         "_parts",
         "_prefix",
-        "_seq",
-        "_skeleton_bytes",
-        "_started",
-        "_started_bytes",
-        "_status",
         "_taken",
         "_texting",
-        "_usage",
-        "_written",
-        "ended",
-        "id",
-        "model",
         "names",
         "seal",
         "summary",
@@ -306,27 +140,11 @@ class ResponseStreamEncoder:
         seal: Callable[[str], str] | None,
         taken_call_ids: Iterable[str] = (),
     ) -> None:
-        self.id = id
-        self.model = model
+        super().__init__(id=id, model=model, created_at=created_at, echo=echo)
         self.summary = summary
         self.names = names
         self.seal = seal
-        self.ended = False
-        # Taken as it is: the response's fields are made from it when first written or asked
-        # for (`_skeleton`, `_base`).
-        self._echo = echo
-        self._created_at = int(created_at)
-        self._base_made: dict[str, Any] | None = None
-        self._skeleton_bytes: bytes | None = None
-        self._started_bytes: bytes | None = None
         self._item_base = id[5:] if id.startswith("resp_") else id
-        self._seq = 0
-        self._started = False
-        self._status = "in_progress"
-        self._items: list[dict[str, Any]] = []  # the output, each item as it stands
-        # The JSON of each closed item (the first of `_items`), as `output_item.done` wrote it:
-        # the final response's output repeats it.
-        self._written: list[bytes] = []
         self._open: str | None = None  # the open item's type
         self._open_index = -1
         self._part: str | None = None  # the open message part's type
@@ -345,16 +163,8 @@ class ResponseStreamEncoder:
         self._call_ids: set[str] | None = None
         self._held: list[_Held] = []
         self._held_calls: dict[int, _Held] = {}
-        self._finish: str | None = None
-        self._usage: Usage | None = None
-        self._error: dict[str, Any] | None = None
 
-    # -- the object
-
-    @property
-    def started(self) -> bool:
-        """Whether `response.created` went out (before it, a failure can be an HTTP error)."""
-        return self._started
+    # -- the output
 
     @property
     def output_items(self) -> list[dict[str, Any]]:
@@ -364,66 +174,7 @@ class ResponseStreamEncoder:
             items[self._open_index] = self._snapshot("in_progress")
         return items
 
-    @property
-    def response(self) -> dict[str, Any]:
-        """The response object as it stands; after the end, the final one."""
-        out = dict(self._base())
-        out.update(self._own_fields())
-        return out
-
-    def _base(self) -> dict[str, Any]:
-        """The response object's fields the encoder does not own: the table, `id` and
-        `created_at`, then `echo` over them (in place, so that the order stays the table's, then
-        `echo`'s own)."""
-        base = self._base_made
-        if base is None:
-            base = self._base_made = _BASE.copy()
-            base["id"] = self.id
-            base["created_at"] = self._created_at
-            echo = self._echo
-            if _OWN.isdisjoint(echo):
-                base.update(echo)
-            else:
-                base.update((k, v) for k, v in echo.items() if k not in _OWN)
-        return base
-
-    def _own_fields(self) -> dict[str, Any]:
-        """The response object's fields the encoder owns, as they stand (they follow `_base`'s)."""
-        reason = INCOMPLETE_REASONS.get(self._finish or "")
-        return {
-            "status": self._status,
-            "model": self.model,
-            "output": self.output_items,
-            "usage": response_usage(self._usage),
-            "error": self._error,
-            "incomplete_details": (
-                {"reason": reason} if self._status == "incomplete" and reason else None
-            ),
-        }
-
     # -- the stream
-
-    def start(self) -> bytes:
-        """`response.created` and `response.in_progress`, if they have not gone out; every event
-        writes them first anyway."""
-        if self._started:
-            return b""
-        self._started = True
-        response = self._started_response()
-        seq = self._seq
-        self._seq = seq + 2
-        return b"".join(
-            (_CREATED, response, _seq_end(seq), _IN_PROGRESS, response, _seq_end(seq + 1))
-        )
-
-    def keepalive(self) -> bytes:
-        """A `response.in_progress` event that keeps a client's idle timer from running out while
-        the upstream is silent (nothing once the stream ended)."""
-        if self.ended:
-            return b""
-        if not self._started:
-            return self.start()
-        return self._lifecycle("response.in_progress")
 
     def encode(self, event: Event) -> bytes:
         """The bytes for one event (possibly empty)."""
@@ -436,9 +187,9 @@ class ResponseStreamEncoder:
             self._parts.append(text)
             seq = self._seq
             self._seq = seq + 1
-            if seq < _TAILS_MADE:
-                return self._prefix + _enc(text) + _DELTA_TAILS[seq]
-            return self._prefix + _enc(text) + _DELTA_TAIL % seq
+            if seq < TAILS_MADE:
+                return self._prefix + _enc(text) + DELTA_TAILS[seq]
+            return self._prefix + _enc(text) + DELTA_TAIL % seq
         if self.ended:
             return b""
         kind: Any = type(event)
@@ -501,92 +252,6 @@ class ResponseStreamEncoder:
                 "upstream_error",
                 "upstream_error",
                 "The model server's stream ended before the answer was complete.",
-            )
-        )
-
-    # -- framing
-
-    def _frame(self, type: str, fields: dict[str, Any]) -> bytes:
-        """The event `type` with `fields` (a fresh dict, taken): `{"type": …, **fields,
-        "sequence_number": …}` as JSON, its head bytes made once per type."""
-        fields["sequence_number"] = self._seq
-        self._seq += 1
-        return _head(type) + _enc(fields)[1:] + b"\n\n"
-
-    def _lifecycle(self, type: str, response: bytes | None = None) -> bytes:
-        """A lifecycle event nesting `response` (encoded; by default the response as it starts,
-        its output empty: encoded once, for `response.created`, `.in_progress` and every
-        keep-alive)."""
-        if response is None:
-            response = self._started_response()
-        seq = self._seq
-        self._seq = seq + 1
-        return b'%b"response":%b,"sequence_number":%d}\n\n' % (_head(type), response, seq)
-
-    def _started_response(self) -> bytes:
-        """The response as it starts, its output empty, encoded once: `_own_fields` written from
-        a template."""
-        response = self._started_bytes
-        if response is None:
-            response = self._started_bytes = b"".join(
-                (self._skeleton(), _STARTED_MODEL, _enc(self.model), _STARTED_TAIL)
-            )
-        return response
-
-    def _skeleton(self) -> bytes:
-        """The encoded response object's fields the encoder does not own, open at its end (`{…,`):
-        every lifecycle event's response begins with them."""
-        skeleton = self._skeleton_bytes
-        if skeleton is None:
-            echo = self._echo
-            if type(echo) is dict and tuple(echo) == ECHO_KEYS:
-                # The front end's echo is in the response's order: written as it is after the
-                # first three fields, with no dict made.
-                skeleton = b"".join(
-                    (
-                        b'{"id":',
-                        _enc(self.id),
-                        b',"object":"response","created_at":%d,' % self._created_at,
-                        _enc(echo)[1:-1],
-                        b",",
-                    )
-                )
-            else:
-                skeleton = _enc(self._base())[:-1] + b","
-            self._skeleton_bytes = skeleton
-        return skeleton
-
-    def _final(self, type: str) -> bytes:
-        """The last lifecycle event, nesting the final response (`response`'s bytes, the fields
-        in `_own_fields`' order): the closed items as they were written, a failure's cut item
-        encoded here."""
-        written = self._written
-        if len(written) < len(self._items):
-            written = written + [_enc(item) for item in self._items[len(written) :]]
-        status = self._status
-        reason = INCOMPLETE_REASONS.get(self._finish or "") if status == "incomplete" else None
-        usage, error = self._usage, self._error
-        seq = self._seq
-        self._seq = seq + 1
-        return b"".join(
-            (
-                _head(type),
-                b'"response":',
-                self._skeleton(),
-                b'"status":',
-                _STATUS[status],
-                b',"model":',
-                _enc(self.model),
-                b',"output":[',
-                b",".join(written),
-                b'],"usage":',
-                b"null" if usage is None else _enc(response_usage(usage)),
-                b',"error":',
-                b"null" if error is None else _enc(error),
-                b',"incomplete_details":',
-                b'{"reason":%b}' % _enc(reason) if reason else b"null",
-                b"}",
-                _seq_end(seq),
             )
         )
 
@@ -666,7 +331,7 @@ class ResponseStreamEncoder:
         self._written.append(data)
         seq = self._seq
         self._seq = seq + 1
-        return b"".join((out, _ITEM_DONE, b"%d" % index, b',"item":', data, _seq_end(seq)))
+        return b"".join((out, ITEM_DONE, b"%d" % index, b',"item":', data, seq_end(seq)))
 
     def _close_pieces(self, index: int) -> bytes:
         """The last events of the open reasoning or function call item."""
@@ -734,21 +399,21 @@ class ResponseStreamEncoder:
         ids = self._part_ids = b"".join(
             (b'"item_id":', id_json, b',"output_index":', b"%d" % index, b',"content_index":0,')
         )
-        self._prefix = _DELTA_HEAD + ids + b'"delta":'
+        self._prefix = DELTA_HEAD + ids + b'"delta":'
         seq = self._seq
         self._seq = seq + 2
         return b"".join(
             (
-                _ITEM_ADDED,
+                ITEM_ADDED,
                 b"%d" % index,
                 b',"item":{"id":',
                 id_json,
                 b',"type":"message","status":"in_progress","role":"assistant","content":[]}',
-                _seq_end(seq),
-                _PART_ADDED,
+                seq_end(seq),
+                PART_ADDED,
                 ids,
                 b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}',
-                _seq_end(seq + 1),
+                seq_end(seq + 1),
             )
         )
 
@@ -771,7 +436,7 @@ class ResponseStreamEncoder:
             self._part_index,
         )
         if kind == "output_text":
-            self._prefix = _head("response.output_text.delta") + ids + b'"delta":'
+            self._prefix = event_head("response.output_text.delta") + ids + b'"delta":'
         return self._part_frame(
             "response.content_part.added", {"part": self._part_object(kind, "")}
         )
@@ -780,14 +445,14 @@ class ResponseStreamEncoder:
         """`_frame` of an event of the open part: its ids, then `fields` (a fresh dict, taken)."""
         fields["sequence_number"] = self._seq
         self._seq += 1
-        return _head(type) + self._part_ids + _enc(fields)[1:] + b"\n\n"
+        return event_head(type) + self._part_ids + _enc(fields)[1:] + b"\n\n"
 
     def _text_delta(self, text: str) -> bytes:
         # `encode` writes the same frame inline, for the common case.
         self._parts.append(text)
         seq = self._seq
         self._seq = seq + 1
-        tail = _DELTA_TAILS[seq] if seq < _TAILS_MADE else _DELTA_TAIL % seq
+        tail = DELTA_TAILS[seq] if seq < TAILS_MADE else DELTA_TAIL % seq
         return b"".join((self._prefix, _enc(text), tail))
 
     def _close_part(self) -> bytes:
@@ -804,11 +469,11 @@ class ResponseStreamEncoder:
         ids = self._part_ids
         seq = self._seq
         self._seq = seq + 2
-        done, field, tail, part_done, part, part_tail = _PART_DONE[kind]
+        done, field, tail, part_done, part, part_tail = PART_DONE[kind]
         return b"".join(
             (
-                done, ids, field, data, tail, _seq_end(seq),
-                part_done, ids, part, data, part_tail, _seq_end(seq + 1),
+                done, ids, field, data, tail, seq_end(seq),
+                part_done, ids, part, data, part_tail, seq_end(seq + 1),
             )
         )  # fmt: skip
 

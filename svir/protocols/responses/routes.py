@@ -58,8 +58,9 @@ from svir.protocols.http import (
     send_json,
     warning_header,
 )
+from svir.protocols.responses.checks import ResponsesRequestError
 from svir.protocols.responses.encode import ResponseStreamEncoder
-from svir.protocols.responses.request import ResponsesRequestError, translate_request
+from svir.protocols.responses.request import translate_request
 from svir.protocols.responses.sealed import NONCE_BYTES, seal_reasoning, unseal_reasoning
 from svir.protocols.router import Host
 from svir.providers import validate_chat_request

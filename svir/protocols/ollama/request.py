@@ -1,84 +1,37 @@
-"""Ollama's native API in svir's terms: pure translation, both ways, with no I/O.
+"""An Ollama client's request as svir's canonical chat request: pure, with no I/O.
 
-An Ollama client's `POST /api/chat` body becomes the OpenAI-shaped request the gateway takes
-(`to_openai_request`), and the gateway's normalized events become Ollama's answer: NDJSON lines
-for a stream (`NDJSONEncoder`), one object otherwise (`ChatAggregator`). Model listings
-(`/api/tags`, `/api/show`, `/api/ps`) are built here too. The edge that serves them over HTTP is
-`svir.protocols.ollama.routes`; see docs/ollama.md for the mapping in prose.
+`to_openai_request` is an `/api/chat` body as the OpenAI-shaped request the gateway takes,
+`to_generate_request` an `/api/generate` body as a chat of one turn or a text completion;
+`model_name` is the svir model an Ollama name means, `num_ctx` the context a request asks for.
+The answers go back out by svir.protocols.ollama.encode; see docs/ollama.md for the mapping in
+prose.
 
 Every client mistake is an `OllamaError` with status 400 and Ollama's plain error string;
-nothing else escapes `to_openai_request` for any JSON value.
+nothing else escapes `to_openai_request` or `to_generate_request` for any JSON value.
 """
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
-from svir.errors import BadRequest, OllamaError, SvirError
+from svir.errors import BadRequest, OllamaError
 from svir.providers import check_tools
-from svir.wire.answer import AnswerFold
-from svir.wire.classify import ClientError
-from svir.wire.encoder import stream_error_fields
-from svir.wire.errors import BodyError, ErrorKind, UpstreamError
-from svir.wire.events import (
-    Done,
-    Event,
-    Finish,
-    ReasoningDelta,
-    RefusalDelta,
-    StreamError,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-)
+from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, sniff_image
-from svir.wire.model_meta import ModelFacts, parameter_size
 from svir.wire.request import message_role
-from svir.wire.toolcalls import ToolCall
 
 __all__ = [
-    "MODIFIED_AT",
-    "OLLAMA_API_VERSION",
-    "ChatAggregator",
-    "GenerateAggregator",
-    "GenerateEncoder",
-    "Metrics",
-    "NDJSONEncoder",
-    "created_at",
-    "details",
-    "done_reason",
-    "error_line",
-    "error_message",
     "model_name",
-    "not_managed",
     "num_ctx",
-    "parameters_text",
-    "ps_entry",
-    "pull_lines",
     "schema_name",
-    "show_response",
-    "tags_entry",
-    "template_text",
     "to_generate_request",
     "to_openai_request",
 ]
-
-# The Ollama API version svir answers `GET /api/version` with. Clients gate on it: GitHub
-# Copilot's Ollama provider refuses a server older than 0.6.4. svir speaks the API as Ollama
-# 0.12 does (`think` levels, `thinking`, `tool_name`, tool-call ids).
-OLLAMA_API_VERSION: Final = "0.12.0"
-
-# svir does not know when an upstream's model was made; Ollama's listings need a time.
-MODIFIED_AT: Final = "2023-11-14T22:13:20Z"  # the `created` of /v1/models, 1700000000
 
 _LATEST: Final = ":latest"
 _THINK_LEVELS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
@@ -96,10 +49,6 @@ _FLOAT_OPTIONS: Final = ("temperature", "top_p", "frequency_penalty", "presence_
 _encode = msgspec.json.encode
 
 
-# ---------------------------------------------------------------------------------------------
-# Names and times
-
-
 def model_name(name: str) -> str:
     """The svir model an Ollama client means: `lab/x:latest` is `lab/x`.
 
@@ -110,27 +59,6 @@ def model_name(name: str) -> str:
     if name.endswith(_LATEST) and len(name) > len(_LATEST):
         return name[: -len(_LATEST)]
     return name
-
-
-def created_at(moment: datetime.datetime | None = None) -> str:
-    """An Ollama timestamp: RFC 3339 in UTC with microseconds, as `created_at` carries it."""
-    moment = moment or datetime.datetime.now(datetime.UTC)
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def done_reason(finish: str | None) -> str:
-    """Ollama's `done_reason` for an OpenAI `finish_reason`.
-
-    Ollama ends an answer with tool calls as `stop`; other reasons it does not have
-    (`content_filter`) are passed on as they are rather than hidden.
-    """
-    if finish is None or finish in ("tool_calls", "function_call"):
-        return "stop"
-    return finish
-
-
-# ---------------------------------------------------------------------------------------------
-# Requests
 
 
 def to_openai_request(body: Any) -> dict[str, Any]:
@@ -457,256 +385,6 @@ def _json_text(where: str, value: Any) -> str:
         raise OllamaError(f"{where} cannot be written as JSON") from None
 
 
-# ---------------------------------------------------------------------------------------------
-# Responses
-
-
-class Metrics(msgspec.Struct, frozen=True, gc=False):
-    """The counts and durations (nanoseconds) of a final Ollama object.
-
-    svir loads no model and measures from its side of the wire: the prompt's evaluation is the
-    time to the first token, generation the time from it to the end. (A Struct: one is made a
-    request, and a frozen dataclass's __init__ costs ~5x a Struct's.)
-    """
-
-    total_duration: int
-    prompt_eval_duration: int
-    eval_duration: int
-    prompt_eval_count: int | None = None
-    eval_count: int | None = None
-    load_duration: int = 0
-
-    def fields(self) -> dict[str, int]:
-        out = {
-            "total_duration": self.total_duration,
-            "load_duration": self.load_duration,
-        }
-        if self.prompt_eval_count is not None:
-            out["prompt_eval_count"] = self.prompt_eval_count
-        out["prompt_eval_duration"] = self.prompt_eval_duration
-        if self.eval_count is not None:
-            out["eval_count"] = self.eval_count
-        out["eval_duration"] = self.eval_duration
-        return out
-
-
-MetricsFn = Callable[[Usage | None], Metrics]
-Clock = Callable[[], str]
-
-
-class ToolArgumentsError(SvirError):
-    """A tool call whose arguments are not a JSON object, which Ollama's clients need."""
-
-
-def _ollama_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
-    """Assembled tool calls in Ollama's form: each call whole, its arguments an object; raises
-    ToolArgumentsError."""
-    return [
-        {
-            "id": c.id,
-            "function": {
-                "index": c.index,
-                "name": c.name,
-                "arguments": _arguments(c.name, c.arguments),
-            },
-        }
-        for c in calls
-    ]
-
-
-def _arguments(name: str, text: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        value = None
-    if not isinstance(value, dict):
-        shown = text if len(text) <= 80 else text[:80] + "…"
-        raise ToolArgumentsError(
-            f"the model called {name!r} with arguments that are not a JSON object: {shown!r}"
-        )
-    return value
-
-
-def _tool_error(exc: ToolArgumentsError) -> UpstreamError:
-    return UpstreamError(ErrorKind.MODEL_OUTPUT, str(exc), in_stream=True)
-
-
-def error_message(error: ClientError, model: str) -> str:
-    """The words of an error answer: Ollama's own for a model it does not have (its clients
-    read the 404 as "pull it first"), svir's for every other."""
-    if error.code == "model_not_found":
-        return f"model '{model}' not found"
-    return error.message
-
-
-def error_line(message: str) -> bytes:
-    """The NDJSON line that ends a failed stream."""
-    return _encode({"error": message}) + b"\n"
-
-
-class NDJSONEncoder:
-    """A streamed `/api/chat` answer: normalized events in, NDJSON lines out.
-
-    Consecutive text (or thinking) in one batch is one line. Tool calls go out whole in one line
-    when the answer finishes, then the final `done: true` object. A failure is one
-    `{"error": ...}` line; a failure before any line (`early_error`) is left to the caller,
-    which can still answer it with an HTTP error status.
-    """
-
-    def __init__(self, *, model: str, metrics: MetricsFn, clock: Clock = created_at) -> None:
-        self.model = model
-        self.metrics = metrics
-        self.clock = clock
-        self.sent = False
-        self.ended = False
-        self.early_error: UpstreamError | None = None
-        self._answer = AnswerFold()  # the tool calls, finish and usage, for the last lines
-
-    def feed(self, events: Iterable[Event]) -> bytes:
-        """The lines for one batch of events (possibly none)."""
-        if self.ended:
-            return b""
-        now = self.clock()
-        lines: list[bytes] = []
-        run: list[str] = []
-        run_key: Literal["content", "thinking"] = "content"
-
-        def flush() -> None:
-            if run:
-                lines.append(self._line(now, {run_key: "".join(run)}))
-                run.clear()
-
-        # On the exact type: see svir.wire.events.
-        for ev in events:
-            if type(ev) is TextDelta or type(ev) is RefusalDelta or type(ev) is ReasoningDelta:
-                key: Literal["content", "thinking"] = (
-                    "thinking" if type(ev) is ReasoningDelta else "content"
-                )
-                if key != run_key:
-                    flush()
-                    run_key = key
-                if ev.text:
-                    run.append(ev.text)
-            elif type(ev) is ToolCallStart or type(ev) is ToolCallDelta or type(ev) is Usage:
-                self._answer.add(ev)
-            elif type(ev) is Finish:
-                flush()
-                self._answer.add(ev)
-                if self._answer.has_tool_calls:
-                    try:
-                        calls = _ollama_calls(self._answer.tool_calls())
-                    except ToolArgumentsError as exc:
-                        self._fail(_tool_error(exc), lines)
-                        break
-                    lines.append(self._line(now, {"tool_calls": calls}))
-            elif type(ev) is Done:
-                flush()
-                lines.append(self._final(now))
-                self.ended = True
-                break
-            elif type(ev) is StreamError:
-                flush()
-                self._fail(ev.error, lines)
-                break
-            # Role, Keepalive and ContentFilter have no Ollama form.
-        else:
-            flush()
-        if lines:
-            self.sent = True
-        return b"".join(lines)
-
-    def _fail(self, error: UpstreamError, lines: list[bytes]) -> None:
-        self.ended = True
-        if not self.sent and not lines:
-            self.early_error = error
-            return
-        message, _, _ = stream_error_fields(error)
-        lines.append(error_line(message))
-
-    def _line(self, now: str, message: dict[str, Any]) -> bytes:
-        obj = {"model": self.model, "created_at": now, **self._content(message), "done": False}
-        return _encode(obj) + b"\n"
-
-    def _final(self, now: str) -> bytes:
-        obj: dict[str, Any] = {
-            "model": self.model,
-            "created_at": now,
-            **self._content({}),
-            "done": True,
-            "done_reason": done_reason(self._answer.finish_reason),
-        }
-        obj.update(self.metrics(self._answer.usage).fields())
-        return _encode(obj) + b"\n"
-
-    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
-        """What one line carries of the answer: `/api/chat` puts it in a `message`."""
-        return {"message": {"role": "assistant", "content": "", **message}}
-
-
-class ChatAggregator(AnswerFold):
-    """A non-streamed `/api/chat` answer: events in, one Ollama chat object out. Ollama has no
-    refusal field: a refusal is content."""
-
-    __slots__ = ()
-
-    def response(self, *, model: str, metrics: MetricsFn, now: str | None = None) -> dict[str, Any]:
-        """The answer; raises UpstreamError when the model's tool calls cannot be given."""
-        content = "".join(self.text) + "".join(self.refusal)
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.reasoning:
-            message["thinking"] = "".join(self.reasoning)
-        if self.has_tool_calls:
-            try:
-                message["tool_calls"] = _ollama_calls(self.tool_calls())
-            except ToolArgumentsError as exc:
-                raise _tool_error(exc) from None
-        out: dict[str, Any] = {
-            "model": model,
-            "created_at": now or created_at(),
-            **self._content(message),
-            "done": True,
-            "done_reason": done_reason(self.finish_reason),
-        }
-        out.update(metrics(self.usage).fields())
-        return out
-
-    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Where the answer goes: `/api/chat` puts it in a `message`."""
-        return {"message": message}
-
-
-# ---------------------------------------------------------------------------------------------
-# /api/generate
-
-
-def _generate_text(message: dict[str, Any]) -> dict[str, Any]:
-    """An answer's text as `/api/generate` carries it: `response`, and `thinking` if any."""
-    out: dict[str, Any] = {"response": message.get("content", "")}
-    thinking = message.get("thinking")
-    if thinking:
-        out["thinking"] = thinking
-    return out
-
-
-class GenerateEncoder(NDJSONEncoder):
-    """A streamed `/api/generate` answer: the lines of `/api/chat`, with `response` (and
-    `thinking`) where a chat line has its `message`; no `context`."""
-
-    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
-        return _generate_text(message)
-
-
-class GenerateAggregator(ChatAggregator):
-    """A non-streamed `/api/generate` answer."""
-
-    __slots__ = ()
-
-    def _content(self, message: dict[str, Any]) -> dict[str, Any]:
-        return _generate_text(message)
-
-
 def to_generate_request(body: Any) -> dict[str, Any]:
     """The canonical request for an Ollama `/api/generate` body (docs/ollama.md).
 
@@ -765,130 +443,3 @@ def to_generate_request(body: Any) -> dict[str, Any]:
     messages.append({"role": "user", "content": prompt, "images": images})
     chat = {k: v for k, v in body.items() if k in ("format", "think")}
     return {**to_openai_request({**head, **chat, "messages": messages}), "model": base["model"]}
-
-
-# ---------------------------------------------------------------------------------------------
-# Model listings
-
-# What svir answers for a model, from what is true of it (svir.policy.catalog's ModelFacts).
-
-
-def _digest(name: str) -> str:
-    # Ollama's digest is the sha256 of the model's manifest; the name's is stable and unique.
-    return hashlib.sha256(name.encode("utf-8")).hexdigest()
-
-
-def details(facts: ModelFacts) -> dict[str, Any]:
-    """`details`, with every field a string (and `families` a list) as strict clients parse it:
-    Zed drops the whole list when one is missing, Roo needs `family` and `parameter_size`."""
-    family = facts.architecture
-    return {
-        "parent_model": "",
-        "format": facts.format,
-        "family": family,
-        "families": [family],
-        "parameter_size": parameter_size(facts.parameters, facts.own_id),
-        "quantization_level": facts.quantization,
-    }
-
-
-def tags_entry(facts: ModelFacts) -> dict[str, Any]:
-    """One model of `GET /api/tags`."""
-    return {
-        "name": facts.name,
-        "model": facts.name,
-        "modified_at": MODIFIED_AT,
-        "size": facts.size or 0,
-        "digest": _digest(facts.name),
-        "details": details(facts),
-    }
-
-
-def ps_entry(facts: ModelFacts, expires_at: str, size: int | None = None) -> dict[str, Any]:
-    """One model of `GET /api/ps`: svir's servers run on the CPU (`size_vram` 0) unless one
-    says otherwise."""
-    entry = tags_entry(facts)
-    del entry["modified_at"]
-    entry["size"] = size if size is not None else entry["size"]
-    entry["expires_at"] = expires_at
-    entry["size_vram"] = 0
-    entry["context_length"] = facts.context_length or 0
-    return entry
-
-
-def template_text(facts: ModelFacts) -> str:
-    """A `template` in Ollama's Go-template words that says what svir passes on: clients decide
-    by its words (Continue: fill-in-the-middle when it has `.Suffix`; LiteLLM: tools when it has
-    "tools"), so each appears exactly when it is true. The upstream applies its own template."""
-    lines = ["{{- /* svir passes these on; the model's server applies its own template */ -}}"]
-    if facts.embedding:
-        return "{{ .Prompt }}"
-    if facts.tools:
-        lines.append("{{- if .Tools }}{{ range .Tools }}{{ . }}{{ end }}{{ end }}")
-    lines.append("{{- range .Messages }}{{ .Role }}: {{ .Content }}{{ end }}")
-    if facts.insert:
-        lines.append("{{- if .Suffix }}{{ .Prompt }}{{ .Suffix }}{{ else }}{{ .Prompt }}{{ end }}")
-    else:
-        lines.append("{{ .Prompt }}")
-    return "\n".join(lines)
-
-
-def parameters_text(facts: ModelFacts) -> str:
-    """`parameters`: Ollama's lines of `name value`, each matching Continue's pattern (it reads
-    `num_ctx` there, and stops reading at a line that does not match)."""
-    if facts.context_length is None:
-        return ""
-    return f"num_ctx {facts.context_length}"
-
-
-def show_response(facts: ModelFacts, provider: str) -> dict[str, Any]:
-    """`POST /api/show` for one model: only true things. `<arch>.context_length` is the context
-    it runs with (Copilot, Roo and LiteLLM read the first key with `context_length` in it, so
-    there is just one); the context it was trained for is svir's own key."""
-    arch = facts.architecture
-    info: dict[str, Any] = {
-        "general.architecture": arch,
-        "general.basename": facts.basename,
-    }
-    if facts.parameters is not None:
-        info["general.parameter_count"] = facts.parameters
-    if facts.context_length is not None:
-        info[f"{arch}.context_length"] = facts.context_length
-    if facts.context_train is not None:
-        info["general.svir.n_ctx_train"] = facts.context_train
-    info["general.svir.provider"] = provider
-    info["general.svir.kind"] = facts.kind
-    return {
-        "modelfile": "",
-        "parameters": parameters_text(facts),
-        "template": template_text(facts),
-        "details": details(facts),
-        "model_info": info,
-        "capabilities": facts.capabilities,
-        "modified_at": MODIFIED_AT,
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Model files: svir serves models, it does not keep them
-
-
-def pull_lines(name: str) -> list[dict[str, Any]]:
-    """`POST /api/pull` of a model svir serves: it is there already, so the status lines an
-    Ollama pull ends with, and `success`."""
-    digest = "sha256:" + _digest(name)
-    return [
-        {"status": "pulling manifest"},
-        {"status": f"pulling {digest[7:19]}", "digest": digest, "total": 0, "completed": 0},
-        {"status": "verifying sha256 digest"},
-        {"status": "writing manifest"},
-        {"status": "success"},
-    ]
-
-
-def not_managed(action: str) -> str:
-    """The error for `/api/<action>` of a model file."""
-    return (
-        f"svir does not manage model files: /api/{action} is not supported; configure the "
-        "model in svir's config ([[providers]]) instead"
-    )
