@@ -19,6 +19,7 @@ from svir.log import hundredths
 if TYPE_CHECKING:
     from svir.chat import CallStats
     from svir.keys.model import KeyRecord
+    from svir.transport import Transport
     from svir.wire.blobs import Blobs
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CallContext",
     "CallOutcome",
     "CallRecord",
+    "Capture",
     "Commit",
 ]
 
@@ -59,6 +61,14 @@ class Commit(Protocol):
     def upstream_keepalive(self, comment: str) -> None: ...
 
 
+class Capture(Protocol):
+    """A captured request's tap on its upstream traffic (svir.console.capture): the policy opens
+    each attempt of the request's call through `tap(transport)`, which keeps what goes up and
+    comes back, the last attempt's winning."""
+
+    def tap(self, transport: Transport) -> Transport: ...
+
+
 # msgspec Structs rather than dataclasses: one of each is made per request, and a Struct is made
 # in a fraction of the time a frozen dataclass takes.
 class CallOutcome(msgspec.Struct):
@@ -84,8 +94,8 @@ class CallContext(msgspec.Struct, frozen=True):
     """One chat request as the gateway sees it: its id, the front end it came in on ("openai",
     "ollama", "threads", ... or INTERNAL), the caller's key (None without keys), the large image
     data kept out of its body, the end user the client named (Anthropic's `metadata.user_id`,
-    OpenAI's `user`; at most CLIENT_USER_CHARS), the outcome (the only part that changes), and
-    for a streamed answer its commit deadline."""
+    OpenAI's `user`; at most CLIENT_USER_CHARS), the outcome (the only part that changes), for
+    a streamed answer its commit deadline, and the request's capture when it is captured."""
 
     request_id: str
     api: str
@@ -97,6 +107,8 @@ class CallContext(msgspec.Struct, frozen=True):
     operation: str = CHAT
     # A streamed answer's commit deadline (None: the answer is held to its first output).
     commit: Commit | None = None
+    # The request's capture ([capture] on, a client route): None when it is not captured.
+    capture: Capture | None = None
 
     def log_into(self, fields: dict[str, Any]) -> None:
         """Write the call's outcome into the request's log fields (the access log's names)."""

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.asgi import Receive, Scope, Send
+from svir.asgi import Receive, Scope, Send, exchange
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import GatewayError
@@ -19,7 +19,7 @@ from svir.protocols.router import Routes
 
 
 async def echo(scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]) -> int:
-    body = {"route": scope["svir.route"], "params": scope.get("path_params")}
+    body = {"route": exchange(scope).route, "params": scope.get("path_params")}
     await send_json(send, 200, body, {"x-request-id": rid})
     return 200
 

@@ -3,9 +3,11 @@ request, for the console's request page and its "download as a conformance case"
 
 When capture is on, every client route that makes calls (POST, outside /admin/) is wrapped: the
 client's request (headers and body) and the bytes svir sends back are teed at the ASGI
-`receive` and `send`; the policy's transport is wrapped to tee the request svir sends upstream
-(URL, headers, body) and the upstream's raw stream, and an attempt watcher notes the upstream kind
-and decoder options (what replays the stream). The last attempt's upstream panes are kept. When
+`receive` and `send`, and the request's `Capture` goes on its call's context (through the
+request's `svir.asgi.Exchange`): the policy opens each attempt through the capture's `tap` of its
+transport, which tees the request svir sends upstream (URL, headers, body) and the upstream's raw
+stream, and an attempt watcher notes the upstream kind and decoder options (what replays the
+stream). The last attempt's upstream panes are kept. When
 the request ends, every pane is redacted (svir.console.panes: the secrets svir hides from its logs,
 the client's own credentials, credential headers by name), bounded, and written to the shared store
 in the background (svir.store.captures), which prunes by age and count. When capture is off none
@@ -15,13 +17,12 @@ of this is installed: no wrapper, no watcher.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
+from svir.asgi import Message, Receive, Scope, Send, exchange
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, CloseHook, Route, tool_names
 from svir.config import CaptureConfig, Timeouts
@@ -33,20 +34,12 @@ from svir.transport import JSON_BODY_LIMIT, Network, StreamResponse, Transport
 from svir.wire.completions import is_completion
 from svir.wire.errors import UpstreamError
 
-__all__ = ["Capture", "Capturer", "CapturingTransport", "current_capture"]
+__all__ = ["Capture", "Capturer", "CapturingTransport"]
 
 log = logging.getLogger("svir.console")
 
-_current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
-    "svir_capture", default=None
-)
 # Captures being written at once; past it a capture is dropped (and counted), not queued.
 MAX_WRITES: Final = 32
-
-
-def current_capture() -> Capture | None:
-    """The capture of the request this task serves, if it is captured."""
-    return _current.get()
 
 
 def _noop(call: Call) -> None:
@@ -101,6 +94,10 @@ class Capture:
         self.model: str | None = None
         self.server: str | None = None
         self.options: dict[str, Any] = {}
+
+    def tap(self, transport: Transport) -> Transport:
+        """`transport` teeing this request's upstream traffic (svir.call.Capture)."""
+        return CapturingTransport(transport, self)
 
     def record(self) -> CaptureRecord:
         """What is stored: every pane redacted and bounded."""
@@ -159,11 +156,13 @@ class _TeeResponse:
 
 
 class CapturingTransport:
-    """The policy's transport, teeing the streamed requests of a captured request (the others go
-    through untouched)."""
+    """The policy's transport as a captured request's call opens its attempts through it
+    (`Capture.tap`): its streamed requests teed into `capture` (the others go through
+    untouched)."""
 
-    def __init__(self, inner: Transport) -> None:
+    def __init__(self, inner: Transport, capture: Capture) -> None:
         self.inner = inner
+        self.capture = capture
 
     async def open_stream(
         self,
@@ -174,11 +173,7 @@ class CapturingTransport:
         timeouts: Timeouts,
         network: Network | None = None,
     ) -> StreamResponse:
-        cap = _current.get()
-        if cap is None:
-            return await self.inner.open_stream(
-                url, headers=headers, body=body, timeouts=timeouts, network=network
-            )
+        cap = self.capture
         # Each attempt starts the upstream panes again: the last one is kept.
         cap.upstream_url = url
         cap.upstream_headers = list(headers.items())
@@ -234,11 +229,10 @@ class Capturer:
         self._writes: set[asyncio.Task[None]] = set()
 
     def install(self, routes: Routes, policy: Any) -> None:
-        """Wrap the client routes, the policy's transport, and watch its attempts."""
+        """Wrap the client routes, and watch the policy's attempts."""
         for method, template, route in routes.each():
             if method == "POST" and not template.startswith("/admin/"):
                 route.handler = self.wrap(route.handler)
-        policy.client = CapturingTransport(policy.client)
         policy.on_attempt.append(self.attempt)
 
     def wrap(self, handler: Handler) -> Handler:
@@ -264,12 +258,13 @@ class Capturer:
                     cap.client_status = message.get("status", 200)
                 await send(message)
 
-            token = _current.set(cap)
+            noted = exchange(scope)
+            noted.capture = cap
             try:
                 return await handler(scope, tee_receive, tee_send, rid, fields)
             finally:
-                _current.reset(token)
-                ctx: CallContext | None = scope.get(CALL_CONTEXT)
+                noted.capture = None
+                ctx = noted.call
                 if ctx is not None and ctx.operation != EMBEDDINGS:
                     cap.api = ctx.api
                     if cap.provider is None:
@@ -280,8 +275,8 @@ class Capturer:
 
     def attempt(self, route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
         """The policy's attempt watcher: what reads the attempt's stream."""
-        cap = _current.get()
-        if cap is not None:
+        cap = ctx.capture
+        if isinstance(cap, Capture):
             cap.provider = route.provider.name
             cap.model = request.get("model")
             if ctx.operation == EMBEDDINGS or is_completion(request):

@@ -133,7 +133,7 @@ class Console:
         admin_access(scope)
         sub = self.observer.subscribe()
         try:
-            with UntilDisconnect(receive):
+            with UntilDisconnect(scope, receive):
                 return await self._feed(send, sub, rid)
         finally:
             self.observer.unsubscribe(sub)

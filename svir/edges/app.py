@@ -30,16 +30,16 @@ from typing import Any, TypeVar
 
 from svir import __version__
 from svir.asgi import (
-    CALL_CONTEXT,
-    RESPONSE_STATUS,
+    EXCHANGE,
     SERVER_STOPPING,
-    Message,
+    Exchange,
     Receive,
+    Response,
     Scope,
     Send,
     header,
+    server_extension,
 )
-from svir.call import CallContext
 from svir.config import Config
 from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
@@ -131,8 +131,8 @@ class App:
         self._ends: list[EndHook] = []
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
-        # Which models the current request may see listed (svir.keys: the key's models).
-        self.model_filters: list[Callable[[str], bool]] = []
+        # Which models a request may see listed (svir.keys: the key's models).
+        self.model_filters: list[Callable[[Scope, str], bool]] = []
         # The config reload's state (svir.edges.reload installs it): `reload_status()`.
         self.reload_state: Callable[[], dict[str, Any]] | None = None
         self.routes.add("GET", "/healthz", self.healthz)
@@ -141,12 +141,12 @@ class App:
     def router(self) -> Router:
         return self.gateway.router
 
-    async def models(self) -> list[tuple[str, str]]:
-        """(model, provider) for every model the current request may see, for model lists."""
+    async def models(self, scope: Scope) -> list[tuple[str, str]]:
+        """(model, provider) for every model the request `scope` may see, for model lists."""
         models = await self.gateway.router.models()
         if not self.model_filters:
             return models
-        return [m for m in models if all(allowed(m[0]) for allowed in self.model_filters)]
+        return [m for m in models if all(allowed(scope, m[0]) for allowed in self.model_filters)]
 
     def reload_status(self) -> dict[str, Any] | None:
         """The config reload's state (svir.edges.reload: source, generation, last attempt and
@@ -234,13 +234,17 @@ class App:
         method, path = scope["method"], scope["path"]
         fields: dict[str, Any] = {"method": method, "path": path}
         route = self.routes.match(scope)
-        scope["svir.route"] = route.template
+        # What the guards and the handler note about the request (svir.asgi.Exchange).
+        noted = Exchange(route.template)
+        extensions = scope.get("extensions")
+        if extensions is None:
+            extensions = scope["extensions"] = {}
+        extensions[EXCHANGE] = noted
         shape = route.errors
-        # Whether (and with which status) the response started: noted by svir's own server on
-        # the object its `send` is bound to, else by a wrapper around `send` (`_answer` reads it).
-        response = (
-            send if hasattr(getattr(send, "__self__", None), RESPONSE_STATUS) else _Response(send)
-        )
+        # Whether (and with which status) the response started (`_answer` reads it), and svir's
+        # own server's piece sender for the handler's streams.
+        server = server_extension(scope)
+        response = Response(send, server.send_piece if server is not None else None)
         afters: list[Callable[[dict[str, Any]], None]] = []
         try:
             try:
@@ -251,7 +255,7 @@ class App:
                     status = await _preflight(response, self.browsers.preflight(scope, cors), rid)
                 else:
                     if cors is not None:
-                        response = _Response(with_headers(send, cors))
+                        response = Response(with_headers(send, cors))
                     for guard in self._guards:
                         after = await guard(scope, fields)
                         if after is not None:
@@ -279,7 +283,7 @@ class App:
             fields["status"] = status
         finally:
             # The one place the log fields about the request's chat call are written.
-            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            ctx = noted.call
             if ctx is not None:
                 ctx.log_into(fields)
             fields["duration_ms"] = now_ms(started)
@@ -297,7 +301,7 @@ class App:
             request_id_var.reset(token)
             # uvicorn keeps a connection's last scope until its next request: not the call's
             # context and what it reaches (1 KB an idle connection).
-            scope.pop(CALL_CONTEXT, None)
+            extensions.pop(EXCHANGE, None)
 
     async def healthz(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -341,24 +345,8 @@ async def _ignored() -> None:
     """What a scope svir does not serve (a websocket's) gets."""
 
 
-class _Response:
-    """A request's `send`, noting the status it started the response with (None: not yet) under
-    RESPONSE_STATUS, for a server that does not note it itself."""
-
-    __slots__ = ("_send", "svir_response_status")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.svir_response_status: int | None = None
-
-    def __call__(self, message: Message) -> Awaitable[None]:
-        if self.svir_response_status is None:  # the first message starts the response
-            self.svir_response_status = message.get("status", 200)
-        return self._send(message)
-
-
 async def _answer(
-    response: Send,
+    response: Response,
     shape: ErrorShape,
     error: GatewayError,
     rid: str,
@@ -371,8 +359,7 @@ async def _answer(
     the log, unless `logged`)."""
     ce = error.error
     fields["error"] = ce.code or ce.type
-    # Noted on the object svir's server's bound `send` belongs to, or on the `_Response` wrapper.
-    status: int | None = getattr(getattr(response, "__self__", response), RESPONSE_STATUS)
+    status = response.status
     if status is not None:
         if not logged:
             failures.error(

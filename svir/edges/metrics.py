@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT
+from svir.asgi import exchange
 from svir.call import EMBEDDINGS
 from svir.config import ServerConfig
 from svir.policy.limits import LIMIT_NAMES
@@ -414,7 +414,8 @@ class Metrics:
         (route, method, status) are taken once: this runs for every request."""
         status = fields.get("status") or 500
         method = scope["method"]
-        key = (scope.get("svir.route"), method if method in METHODS else OTHER, status)
+        noted = exchange(scope)
+        key = (noted.route, method if method in METHODS else OTHER, status)
         series = self._http.get(key)
         if series is None:
             series = self._http_series(key)
@@ -427,7 +428,7 @@ class Metrics:
         # call's failure (closed: ERROR_CLASSES), else `http_<status>` for an error status.
         error = fields.get("error")
         if not error:
-            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            ctx = noted.call
             if ctx is not None:
                 stats = ctx.outcome.stats
                 if stats is not None:

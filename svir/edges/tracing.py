@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from svir import __version__
-from svir.asgi import Scope, call_context, header
+from svir.asgi import Scope, exchange, header
 from svir.config import TelemetryConfig
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
 from svir.wire.completions import is_completion
@@ -100,7 +100,8 @@ class Tracing:
             parent = self.propagator.extract(carrier) if carrier else None
             # The span's name and route are svir's own (a path no route matched is the client's
             # and stays in url.path); an unknown method is "_OTHER", as the conventions say.
-            route = scope.get("svir.route")
+            noted = exchange(scope)
+            route = noted.route
             method = scope["method"] if scope["method"] in METHODS else "_OTHER"
             attributes = {"http.request.method": method, "url.path": scope["path"]}
             if route:
@@ -126,7 +127,7 @@ class Tracing:
                     if isinstance(key_id, str):
                         ended["svir.key_id"] = key_id
                     error = done.get("error")
-                    call = call_context(scope)
+                    call = noted.call
                     if call is None:
                         # A request about a model that made no call (Ollama's /api/show).
                         model = done.get("model")

@@ -2,11 +2,11 @@
 
 `svir.keys.service.install(app)` puts it all on an App: authentication, the admin API,
 GET /v1/usage, the limits around every chat call, the usage ledger, /metrics and tracing.
-`current_key()` is the key of the request being served (None when svir runs without keys).
+`caller_key(scope)` is the key of the request being served (None when svir runs without keys).
 """
 
 from __future__ import annotations
 
-from svir.keys.context import current_key
+from svir.keys.context import caller_key
 
-__all__ = ["current_key"]
+__all__ = ["caller_key"]

@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any, Final
 
-from svir.asgi import Receive, Scope, Send
+from svir.asgi import Receive, Scope, Send, exchange
 from svir.call import CallContext, CallRecord
 from svir.edges.app import VERBOSE, App
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
@@ -29,13 +29,7 @@ from svir.errors import (
     auth_error,
     request_error,
 )
-from svir.keys.auth import (
-    ADMIN_ACCESS,
-    Authenticator,
-    bearer_token,
-    current_key,
-    is_loopback,
-)
+from svir.keys.auth import Authenticator, bearer_token, caller_key, is_loopback
 from svir.keys.gate import Gate
 from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
 from svir.keys.store import KeyStore
@@ -87,7 +81,7 @@ def admin_access(scope: Scope) -> str:
     refuses never reaches one. A route calls this for the verdict; outside `/admin/`, or in an
     app without svir.keys, there is none, and the request is refused.
     """
-    access: str | None = scope.get(ADMIN_ACCESS)
+    access = exchange(scope).admin_access
     if access is None:
         raise auth_error("This needs svir's admin key.", status=403, code="admin_disabled")
     return access
@@ -344,7 +338,7 @@ class KeysService:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         headers = {"x-request-id": rid}
-        key = current_key()
+        key = caller_key(scope)
         query = query_params(scope)
         now = time.time()
         try:
@@ -544,9 +538,9 @@ def _no_key(key_id: str) -> GatewayError:
     return request_error(f"No key {key_id!r}", status=404, code="key_not_found")
 
 
-def _listed_for_key(model: str) -> bool:
+def _listed_for_key(scope: Scope, model: str) -> bool:
     """A key restricted to some models sees only those in model lists."""
-    key = current_key()
+    key = caller_key(scope)
     return key is None or key.allows(model)
 
 

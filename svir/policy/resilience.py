@@ -377,6 +377,8 @@ class Resilience:
         key = request.get("prompt_cache_key")
         affinity = key if isinstance(key, str) and key else None
         commit = ctx.commit
+        # A captured request's attempts go through its capture's tap (svir.call.Capture).
+        client = self.client if ctx.capture is None else ctx.capture.tap(self.client)
         while tier < len(tiers):
             targets = tiers[tier]
             attempt = 0
@@ -408,7 +410,7 @@ class Resilience:
                 for watch in self.on_attempt:
                     closers.append(watch(target_route, sent, ctx))
                 call = make(
-                    self.client,
+                    client,
                     target_route,
                     sent,
                     request_id=ctx.request_id,

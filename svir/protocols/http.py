@@ -20,19 +20,10 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.asgi import (
-    CALL_CONTEXT,
-    Receive,
-    Scope,
-    Send,
-    disconnect_watch,
-    header,
-    piece_sender,
-)
+from svir.asgi import Receive, Scope, Send, exchange, header, piece_sender, server_extension
 from svir.call import CHAT, CLIENT_USER_CHARS, CallContext
 from svir.chat import ChatCall, unique_id
 from svir.errors import BodyTooLarge, ClientGone, GatewayError
-from svir.keys.context import current_key
 from svir.wire.answer import AnswerFold
 from svir.wire.blobs import Blobs
 from svir.wire.classify import to_client_error
@@ -214,26 +205,27 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 
 
 class UntilDisconnect:
-    """`with UntilDisconnect(receive): return await work`: the work the block awaits is cancelled
-    the moment the client disconnects, and that cancellation leaves the block as ClientGone (the
-    app answers it 499: nothing is left to answer); a client gone before the block is ClientGone
-    at once, before the work starts.
+    """`with UntilDisconnect(scope, receive): return await work`: the work the block awaits is
+    cancelled the moment the client disconnects, and that cancellation leaves the block as
+    ClientGone (the app answers it 499: nothing is left to answer); a client gone before the block
+    is ClientGone at once, before the work starts.
 
     The work runs in the calling task (no second task per request), and the watch is no coroutine
     around it (one level fewer that every chunk of a stream resumes). svir's own server says that
-    the client went (a `DisconnectWatch` on the connection); under any other, a watcher task waits
-    on `receive` for the disconnect.
+    the client went (its connection's `DisconnectWatch`, svir.asgi.ServerExtension); under any
+    other, a watcher task waits on `receive` for the disconnect.
     """
 
     __slots__ = ("_gone", "_receive", "_task", "_watch", "_watcher")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive) -> None:
         self._receive = receive
         task = asyncio.current_task()
         assert task is not None
         self._task = task
         self._gone = False
-        self._watch = disconnect_watch(receive)
+        server = server_extension(scope)
+        self._watch = server.watch if server is not None else None
         self._watcher: asyncio.Future[None] | None = None
 
     def _went(self) -> None:
@@ -296,16 +288,25 @@ def new_call_context(
     commit: EarlyStart | None = None,
 ) -> CallContext:
     """The context of the call a handler makes for this request (one per request), naming its
-    front end `api` ("openai", "ollama", "threads", ...), the caller's key, the end user the
-    client named (cut to CLIENT_USER_CHARS), the `operation` (CHAT, or EMBEDDINGS: svir.call)
-    and a streamed answer's early start (`commit`); the app writes the request's log fields
-    about the call from it when the request ends (svir.edges.app)."""
+    front end `api` ("openai", "ollama", "threads", ...), the caller's key and the request's
+    capture (from its `svir.asgi.Exchange`), the end user the client named (cut to
+    CLIENT_USER_CHARS), the `operation` (CHAT, or EMBEDDINGS: svir.call) and a streamed answer's
+    early start (`commit`); kept on the request's Exchange, from which the app writes the
+    request's log fields about the call when the request ends (svir.edges.app)."""
     if client_user is not None:
         client_user = client_user[:CLIENT_USER_CHARS]
+    noted = exchange(scope)
     ctx = CallContext(
-        rid, api, current_key(), blobs, client_user, operation=operation, commit=commit
+        rid,
+        api,
+        noted.key,
+        blobs,
+        client_user,
+        operation=operation,
+        commit=commit,
+        capture=noted.capture,
     )
-    scope[CALL_CONTEXT] = ctx
+    noted.call = ctx
     return ctx
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from svir.asgi import exchange
 from svir.errors import GatewayError
-from svir.keys.auth import ADMIN_ACCESS
 from svir.keys.service import admin_access
 from tests.console.support import ADMIN, ADMIN_KEY, CONFIG, ELSEWHERE, app, assert_error, client
 
@@ -95,7 +95,9 @@ async def test_while_starting_without_an_admin_key_the_answer_is_wait(tmp_path: 
 
 
 def test_admin_access_gives_the_verdict_the_guard_left() -> None:
-    assert admin_access({"path": "/admin/models", ADMIN_ACCESS: "loopback"}) == "loopback"
+    scope = {"path": "/admin/models"}
+    exchange(scope).admin_access = "loopback"
+    assert admin_access(scope) == "loopback"
     # No verdict (a route outside /admin/, or an app without svir.keys): refused.
     with pytest.raises(GatewayError) as caught:
         admin_access({"path": "/v1/models"})

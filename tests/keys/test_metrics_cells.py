@@ -11,11 +11,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.asgi import CALL_CONTEXT
+from svir.asgi import exchange
 from svir.call import EMBEDDINGS, CallContext, CallRecord
 from svir.chat import Call, CallStats
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OTHER, OUTCOMES, Metrics, closed
-from tests.keys.test_metrics_text import attempt, context, record
+from tests.keys.test_metrics_text import attempt, context, ended_scope, record
 
 
 class Reference(Metrics):
@@ -24,13 +24,14 @@ class Reference(Metrics):
     def request_ended(self, scope: Any, fields: dict[str, Any]) -> None:
         status = int(fields.get("status") or 500)
         method = scope["method"]
-        endpoint = scope.get("svir.route") or OTHER
+        noted = exchange(scope)
+        endpoint = noted.route or OTHER
         self.http_requests.inc((endpoint, method if method in METHODS else OTHER, str(status)))
         seconds = float(fields.get("duration_ms", 0)) / 1000
         self.http_duration.observe((endpoint,), seconds)
         error = fields.get("error")
         if not error:
-            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            ctx = noted.call
             if ctx is not None and ctx.outcome.stats is not None:
                 error = ctx.outcome.stats.error_kind
         if error:
@@ -138,9 +139,8 @@ history = st.lists(st.one_of(requests, opens, settles, attempts, reloads), max_s
 def play(metrics: Metrics, router: Router, policy: Any, step: tuple[Any, ...]) -> None:
     match step:
         case ("request", route, method, status, duration, error, kind):
-            scope: dict[str, Any] = {"svir.route": route, "method": method}
-            if kind != "no call":
-                scope[CALL_CONTEXT] = context(stats=CallStats(error_kind=kind))
+            call = None if kind == "no call" else context(stats=CallStats(error_kind=kind))
+            scope = ended_scope(route, method, call)
             fields: dict[str, Any] = {"status": status}
             if duration is not None:
                 fields["duration_ms"] = duration

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT
+from svir.asgi import Exchange, Scope
 from svir.call import EMBEDDINGS, CallContext, CallOutcome, CallRecord
 from svir.chat import CallStats
 from svir.edges.metrics import Metrics
@@ -52,27 +52,40 @@ def attempt(provider: str, *, succeeded: bool, **stats: Any) -> Any:
     return SimpleNamespace(route=route, stats=CallStats(**stats), succeeded=succeeded)
 
 
-def request(metrics: Metrics, scope: dict[str, Any], fields: dict[str, Any]) -> None:
-    scope.setdefault("method", "POST")
-    metrics.request_ended(scope, fields)
+def ended_scope(route: str | None, method: str, call: CallContext | None) -> Scope:
+    """A request's scope as the app leaves it for its end: the route it matched and its call."""
+    noted = Exchange(route)
+    noted.call = call
+    return {"method": method, "extensions": {"svir.exchange": noted}}
+
+
+def request(
+    metrics: Metrics,
+    route: str | None,
+    fields: dict[str, Any],
+    *,
+    call: CallContext | None = None,
+    method: str = "POST",
+) -> None:
+    metrics.request_ended(ended_scope(route, method, call), fields)
 
 
 def feed(metrics: Metrics) -> None:
     chat = "/v1/chat/completions"
     ok = context(stats=CallStats(started=10.0, error_kind=None))
     failed_stream = context(stats=CallStats(started=10.0, error_kind="transient"))
-    request(metrics, {"svir.route": chat, CALL_CONTEXT: ok}, {"status": 200, "duration_ms": 12.5})
-    request(metrics, {"svir.route": chat, CALL_CONTEXT: ok}, {"status": 200, "duration_ms": 0.3})
-    request(metrics, {"svir.route": chat}, {"status": 200, "duration_ms": 700000.0})
-    request(metrics, {"svir.route": chat, CALL_CONTEXT: failed_stream}, {"status": 200})
-    request(metrics, {"svir.route": chat}, {"status": 401, "error": "invalid_api_key"})
-    request(metrics, {"svir.route": chat}, {"status": 429, "error": "rpm_exceeded"})
-    request(metrics, {"svir.route": chat}, {"status": 400, "error": "some upstream's code sk-1"})
-    request(metrics, {"svir.route": None, "method": "BREW"}, {"status": 404, "duration_ms": 1})
-    request(metrics, {"svir.route": "/healthz", "method": "GET"}, {"status": 503})
-    request(metrics, {"svir.route": chat}, {"duration_ms": 5000})  # no status: a 500
-    request(metrics, {"svir.route": chat}, {"status": 499, "duration_ms": 2})
-    request(metrics, {"svir.route": "/v1/models", "method": "GET"}, {"status": 200})
+    request(metrics, chat, {"status": 200, "duration_ms": 12.5}, call=ok)
+    request(metrics, chat, {"status": 200, "duration_ms": 0.3}, call=ok)
+    request(metrics, chat, {"status": 200, "duration_ms": 700000.0})
+    request(metrics, chat, {"status": 200}, call=failed_stream)
+    request(metrics, chat, {"status": 401, "error": "invalid_api_key"})
+    request(metrics, chat, {"status": 429, "error": "rpm_exceeded"})
+    request(metrics, chat, {"status": 400, "error": "some upstream's code sk-1"})
+    request(metrics, None, {"status": 404, "duration_ms": 1}, method="BREW")
+    request(metrics, "/healthz", {"status": 503}, method="GET")
+    request(metrics, chat, {"duration_ms": 5000})  # no status: a 500
+    request(metrics, chat, {"status": 499, "duration_ms": 2})
+    request(metrics, "/v1/models", {"status": 200}, method="GET")
 
     metrics.router = SimpleNamespace(  # type: ignore[assignment]
         known=lambda model: model in ("fake/a", "smart"), max_unlisted=2

@@ -300,7 +300,7 @@ class ResponsesAPI:
             client_user=user if isinstance(user, str) else None,
             commit=early,
         )
-        with UntilDisconnect(receive):
+        with UntilDisconnect(scope, receive):
             return await self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
 
     async def _serve(

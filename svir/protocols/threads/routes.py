@@ -313,7 +313,7 @@ class ThreadsAPI:
             finally:
                 await run.close()
 
-        with UntilDisconnect(r.receive):
+        with UntilDisconnect(r.scope, r.receive):
             return await work()
 
 
