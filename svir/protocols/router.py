@@ -9,8 +9,8 @@ naming them in `Allow`, each in the error shape of the prefix it is under (`erro
 otherwise). Two protocols may share a path when one of them is told apart by a request header
 (`GET /v1/models` is OpenAI's list, and Anthropic's when `anthropic-version` is sent): the second
 adds its route with `when_header`, and only a path that has such a route pays for the look. A
-route's template is the label it is counted and traced under (the app sets it as
-`scope["svir.route"]`): a bounded set, whatever paths clients send.
+route's template is the label it is counted and traced under (the app notes it as the request's
+`svir.asgi.Exchange.route`): a bounded set, whatever paths clients send.
 """
 
 from __future__ import annotations
