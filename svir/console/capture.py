@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from svir.asgi import Message, Receive, Scope, Send, exchange
-from svir.call import EMBEDDINGS, CallContext
-from svir.chat import Call, CloseHook, Route, tool_names
+from svir.call import EMBEDDINGS
+from svir.chat import tool_names
 from svir.config import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.log import hidden_values
+from svir.observers import AttemptStarted, Observer
 from svir.protocols.router import Handler, Routes
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.transport import JSON_BODY_LIMIT, Network, StreamResponse, Transport
@@ -40,10 +41,6 @@ log = logging.getLogger("svir.console")
 
 # Captures being written at once; past it a capture is dropped (and counted), not queued.
 MAX_WRITES: Final = 32
-
-
-def _noop(call: Call) -> None:
-    return None
 
 
 class Capture:
@@ -210,7 +207,7 @@ class CapturingTransport:
         await self.inner.close()
 
 
-class Capturer:
+class Capturer(Observer):
     """Captures requests (see the module doc) into `store()` (the keys service's store once it is
     open; None before)."""
 
@@ -228,12 +225,11 @@ class Capturer:
         self.written = 0
         self._writes: set[asyncio.Task[None]] = set()
 
-    def install(self, routes: Routes, policy: Any) -> None:
-        """Wrap the client routes, and watch the policy's attempts."""
+    def install(self, routes: Routes) -> None:
+        """Wrap the client routes (its attempts it watches as an observer: `attempt`)."""
         for method, template, route in routes.each():
             if method == "POST" and not template.startswith("/admin/"):
                 route.handler = self.wrap(route.handler)
-        policy.on_attempt.append(self.attempt)
 
     def wrap(self, handler: Handler) -> Handler:
         limit = self.config.max_body_bytes
@@ -273,13 +269,14 @@ class Capturer:
 
         return captured
 
-    def attempt(self, route: Route, request: dict[str, Any], ctx: CallContext) -> CloseHook:
-        """The policy's attempt watcher: what reads the attempt's stream."""
-        cap = ctx.capture
+    def attempt(self, event: AttemptStarted) -> None:
+        """Note what reads the attempt's stream (the last attempt's wins)."""
+        route, request = event.route, event.request
+        cap = event.ctx.capture
         if isinstance(cap, Capture):
             cap.provider = route.provider.name
             cap.model = request.get("model")
-            if ctx.operation == EMBEDDINGS or is_completion(request):
+            if event.ctx.operation == EMBEDDINGS or is_completion(request):
                 cap.server = None  # not a chat stream: no conformance case
             else:
                 cap.server = route.kind.name
@@ -287,7 +284,6 @@ class Capturer:
                     "think_tags": route.think_tags,
                     "tool_names": tool_names(request) or None,
                 }
-        return _noop
 
     def _keep(self, cap: Capture) -> None:
         store = self.store()

@@ -54,6 +54,7 @@ from svir.errors import (
 )
 from svir.gateway import Gateway
 from svir.log import log_request, now_ms, request_id_var
+from svir.observers import RequestEnded
 from svir.policy.catalog import Catalog
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
@@ -89,10 +90,6 @@ INTERNAL_ERROR = GatewayError(
 # request by raising GatewayError, and may return a callback that gets the request's log fields
 # (status and duration set) once the request ends.
 Guard = Callable[[Scope, dict[str, Any]], Awaitable[Callable[[dict[str, Any]], None] | None]]
-# Told of every request once it ended, with its log fields (status and duration set), before its
-# access line: what needs nothing before the handler (the metrics) is not a guard, whose await
-# and callback each request would pay.
-EndHook = Callable[[Scope, dict[str, Any]], None]
 
 
 class App:
@@ -128,7 +125,6 @@ class App:
         self._shutdown: list[Hook] = [self.gateway.close]
         self._stopping: list[Callable[[], None]] = []
         self._guards: list[Guard] = []
-        self._ends: list[EndHook] = []
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
         # Which models a request may see listed (svir.keys: the key's models).
@@ -156,10 +152,6 @@ class App:
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
         self._guards.append(guard)
-
-    def on_request_end(self, hook: EndHook) -> None:
-        """Call `hook` when each request ends, after the guards' callbacks (see `EndHook`)."""
-        self._ends.append(hook)
 
     def on_startup(self, hook: Hook) -> None:
         self._startup.append(hook)
@@ -292,11 +284,12 @@ class App:
                     after(fields)
                 except Exception:
                     log.exception("request guard failed after the request")
-            for end in self._ends:
-                try:
-                    end(scope, fields)
-                except Exception:
-                    log.exception("request end hook failed")
+            # Told after the guards' callbacks, before the access line: what needs nothing
+            # before the handler (the metrics) is not a guard, whose await and callback each
+            # request would pay.
+            observers = self.gateway.observers
+            if observers:
+                observers.ended(RequestEnded(noted.route, method, fields, ctx))
             log_request(fields, rid)
             request_id_var.reset(token)
             # uvicorn keeps a connection's last scope until its next request: not the call's

@@ -103,7 +103,9 @@ def build_app(
         watch=watch,
     )
     # Last: the console's capture wraps every client route installed above.
-    observe_api.install(app, keys)
+    console = observe_api.install(app, keys)
+    # What watches requests and calls (svir.observers), told in this order from one place.
+    app.gateway.observers.compose([*keys.observers(), *console.observers()])
     # The web console's files (no key needed for them; the admin API behind them wants one).
     console_ui.install(app, keys.auth)
     return app

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from svir import __version__
-from svir.asgi import Exchange, Scope
 from svir.call import EMBEDDINGS, CallContext, CallOutcome, CallRecord
 from svir.chat import CallStats
 from svir.edges.metrics import Metrics
+from svir.observers import AttemptStarted, CallOpened, CallSettled, RequestEnded
 
 
 def record(model: str, provider: str | None, status: str, **kw: Any) -> CallRecord:
@@ -52,13 +52,6 @@ def attempt(provider: str, *, succeeded: bool, **stats: Any) -> Any:
     return SimpleNamespace(route=route, stats=CallStats(**stats), succeeded=succeeded)
 
 
-def ended_scope(route: str | None, method: str, call: CallContext | None) -> Scope:
-    """A request's scope as the app leaves it for its end: the route it matched and its call."""
-    noted = Exchange(route)
-    noted.call = call
-    return {"method": method, "extensions": {"svir.exchange": noted}}
-
-
 def request(
     metrics: Metrics,
     route: str | None,
@@ -67,7 +60,15 @@ def request(
     call: CallContext | None = None,
     method: str = "POST",
 ) -> None:
-    metrics.request_ended(ended_scope(route, method, call), fields)
+    metrics.ended(RequestEnded(route, method, fields, call))
+
+
+def settle(metrics: Metrics, ctx: CallContext, record: CallRecord) -> None:
+    metrics.settled(CallSettled(ctx, record))
+
+
+# What the metrics' attempt watch is given: it counts the attempt when it closes, from the call.
+ATTEMPT: Any = AttemptStarted(None, {}, None)  # type: ignore[arg-type]
 
 
 def feed(metrics: Metrics) -> None:
@@ -92,37 +93,40 @@ def feed(metrics: Metrics) -> None:
     )
     served = SimpleNamespace(route=SimpleNamespace(provider=SimpleNamespace(name="fake")))
     for _ in range(3):
-        metrics.call_opened(context(), served)  # type: ignore[arg-type]
-    metrics.call_settled(
+        metrics.opened(CallOpened(context(), served))  # type: ignore[arg-type]
+    settle(
+        metrics,
         context(served_model="fake/a", stats=CallStats(tokens_per_second=42.5)),
         record("fake/a", "fake", "ok", prompt_tokens=12, completion_tokens=5, ttft_ms=120.0),
     )
-    metrics.call_settled(
+    settle(
+        metrics,
         context(served_model="fake/a", stats=CallStats(tokens_per_second=None)),
         record(
             "smart", "fake", "ok", prompt_tokens=7, completion_tokens=3, reasoning_tokens=2,
             cached_tokens=4, ttft_ms=3.5,
         ),
     )  # fmt: skip
-    metrics.call_settled(
+    settle(
+        metrics,
         context(served_model="fake/a", limit="tokens_per_day", stats=CallStats()),
         record("fake/a", "fake", "tokens_per_day_exceeded", prompt_tokens=1, completion_tokens=9),
     )
-    metrics.call_settled(context(limit="rpm"), record("fake/a", None, "rpm_exceeded"))
-    metrics.call_settled(context(limit="models"), record("secret", None, "model_not_allowed"))
-    metrics.call_settled(context(), record("fake/a", "fake", "transient"))
+    settle(metrics, context(limit="rpm"), record("fake/a", None, "rpm_exceeded"))
+    settle(metrics, context(limit="models"), record("secret", None, "model_not_allowed"))
+    settle(metrics, context(), record("fake/a", "fake", "transient"))
     # Unlisted models: two keep their names (the cap), the third is "other".
     for name in ("new/1", "new/2", "new/3", "new/1"):
-        metrics.call_settled(context(), record(name, "other-provider", "cancelled"))
-    metrics.call_settled(
+        settle(metrics, context(), record(name, "other-provider", "cancelled"))
+    settle(
+        metrics,
         context(EMBEDDINGS, served_model="fake/a", stats=CallStats()),
         record("fake/a", "fake", "ok", prompt_tokens=30),
     )
-    metrics.call_settled(context(EMBEDDINGS), record("fake/a", "fake", "made-up outcome"))
+    settle(metrics, context(EMBEDDINGS), record("fake/a", "fake", "made-up outcome"))
 
     policy = SimpleNamespace(
         router=metrics.router,
-        on_attempt=[],
         retries=3,
         fallbacks=1,
         snapshot=lambda: {
@@ -132,8 +136,7 @@ def feed(metrics: Metrics) -> None:
             }
         },
     )
-    metrics.watch_attempts(policy)  # type: ignore[arg-type]
-    close = policy.on_attempt[0]
+    metrics.watch_policy(policy)  # type: ignore[arg-type]
     for call in (
         attempt("fake", succeeded=True, first_token_ms=250.0),
         attempt("fake", succeeded=True, first_token_ms=None),
@@ -143,7 +146,7 @@ def feed(metrics: Metrics) -> None:
         attempt("slow", succeeded=False),
         attempt("slow", succeeded=False, error_kind="not-a-kind", started=100.0),
     ):
-        close(None, {}, None)(call)
+        metrics.attempt(ATTEMPT)(call)
 
 
 def test_the_metrics_text_for_a_fixed_history() -> None:
