@@ -1,8 +1,9 @@
 """Capture (`[capture]`, off by default; docs/capture.md): the four byte streams of each chat
 request, for the console's request page and its "download as a conformance case".
 
-When capture is on, every client route that makes calls (POST, outside /admin/) is wrapped: the
-client's request (headers and body) and the bytes svir sends back are teed at the ASGI
+When capture is on, the app serves every client route that makes calls (POST, outside /admin/)
+through the capturer (`Capturer.serve`, composed into the app when it is built): the client's
+request (headers and body) and the bytes svir sends back are teed at the ASGI
 `receive` and `send`, and the request's `Capture` goes on its call's context (through the
 request's `svir.asgi.Exchange`): the policy opens each attempt through the capture's `tap` of its
 transport, which tees the request svir sends upstream (URL, headers, body) and the upstream's raw
@@ -27,9 +28,10 @@ from svir.call import EMBEDDINGS
 from svir.chat import tool_names
 from svir.config import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
+from svir.keys.auth import ADMIN_PREFIX
 from svir.log import hidden_values
 from svir.observers import AttemptStarted, Observer
-from svir.protocols.router import Handler, Routes
+from svir.protocols.router import Handler, Route
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.transport import JSON_BODY_LIMIT, Network, StreamResponse, Transport
 from svir.wire.completions import is_completion
@@ -225,49 +227,57 @@ class Capturer(Observer):
         self.written = 0
         self._writes: set[asyncio.Task[None]] = set()
 
-    def install(self, routes: Routes) -> None:
-        """Wrap the client routes (its attempts it watches as an observer: `attempt`)."""
-        for method, template, route in routes.each():
-            if method == "POST" and not template.startswith("/admin/"):
-                route.handler = self.wrap(route.handler)
+    def captures(self, route: Route) -> bool:
+        """Whether requests to `route` are captured: a client route that makes calls (POST,
+        outside /admin/), added to the app's routes (not a 404's or a 405's)."""
+        template = route.template
+        return (
+            route.method == "POST"
+            and template is not None
+            and not template.startswith(ADMIN_PREFIX)
+        )
 
-    def wrap(self, handler: Handler) -> Handler:
-        limit = self.config.max_body_bytes
+    async def serve(
+        self,
+        handler: Handler,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        rid: str,
+        fields: dict[str, Any],
+    ) -> int:
+        """Serve a request of a captured route (the app runs its handler here): its client
+        panes teed at `receive` and `send`, its Capture on its call's context."""
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        cap = Capture(rid, headers, self.config.max_body_bytes, self.clock())
 
-        async def captured(
-            scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
-        ) -> int:
-            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-            cap = Capture(rid, headers, limit, self.clock())
+        async def tee_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                cap.client_body.add(message.get("body", b""))
+            return message
 
-            async def tee_receive() -> Message:
-                message = await receive()
-                if message["type"] == "http.request":
-                    cap.client_body.add(message.get("body", b""))
-                return message
+        async def tee_send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.body":
+                cap.client_stream.add(message.get("body", b""))
+            elif kind == "http.response.start":
+                cap.client_status = message.get("status", 200)
+            await send(message)
 
-            async def tee_send(message: Message) -> None:
-                kind = message["type"]
-                if kind == "http.response.body":
-                    cap.client_stream.add(message.get("body", b""))
-                elif kind == "http.response.start":
-                    cap.client_status = message.get("status", 200)
-                await send(message)
-
-            noted = exchange(scope)
-            noted.capture = cap
-            try:
-                return await handler(scope, tee_receive, tee_send, rid, fields)
-            finally:
-                noted.capture = None
-                ctx = noted.call
-                if ctx is not None and ctx.operation != EMBEDDINGS:
-                    cap.api = ctx.api
-                    if cap.provider is None:
-                        cap.provider = ctx.outcome.provider
-                    self._keep(cap)
-
-        return captured
+        noted = exchange(scope)
+        noted.capture = cap
+        try:
+            return await handler(scope, tee_receive, tee_send, rid, fields)
+        finally:
+            noted.capture = None
+            ctx = noted.call
+            if ctx is not None and ctx.operation != EMBEDDINGS:
+                cap.api = ctx.api
+                if cap.provider is None:
+                    cap.provider = ctx.outcome.provider
+                self._keep(cap)
 
     def attempt(self, event: AttemptStarted) -> None:
         """Note what reads the attempt's stream (the last attempt's wins)."""

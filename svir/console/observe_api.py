@@ -372,12 +372,11 @@ def _ledger_filter(query: dict[str, str]) -> tuple[LedgerFilter, int]:
 
 
 def install(app: App, service: KeysService) -> Console:
-    """Put the console's data on `app` (after every front end, so that capture wraps them all)."""
+    """Put the console's data on `app`; what of it watches and captures requests is the
+    Console's `observers()` and `capturer`, for the app's builder to compose into the app."""
     console = Console(app, service)
     observer = console.observer
     app.gateway.add_interceptor(observer.intercept)
-    if console.capturer is not None:
-        console.capturer.install(app.routes)
     app.routes.add("GET", "/admin/events", console.events)
     app.routes.add("GET", "/admin/stats", console.stats)
     app.routes.add("GET", "/admin/requests", console.requests)

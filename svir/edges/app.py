@@ -41,6 +41,7 @@ from svir.asgi import (
     server_extension,
 )
 from svir.config import Config
+from svir.console.capture import Capturer
 from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
 from svir.errors import (
@@ -54,7 +55,7 @@ from svir.errors import (
 )
 from svir.gateway import Gateway
 from svir.log import log_request, now_ms, request_id_var
-from svir.observers import RequestEnded
+from svir.observers import Observer, RequestEnded
 from svir.policy.catalog import Catalog
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
@@ -125,6 +126,9 @@ class App:
         self._shutdown: list[Hook] = [self.gateway.close]
         self._stopping: list[Callable[[], None]] = []
         self._guards: list[Guard] = []
+        # What serves the requests of the routes it captures (svir.console.capture, when
+        # `[capture]` is on): composed in once the app is built (`compose`).
+        self._capture: Capturer | None = None
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
         # Which models a request may see listed (svir.keys: the key's models).
@@ -148,6 +152,14 @@ class App:
         """The config reload's state (svir.edges.reload: source, generation, last attempt and
         success, error, what changed, what needs a restart), or None when nothing reloads."""
         return self.reload_state() if self.reload_state is not None else None
+
+    def compose(self, observers: Iterable[Observer], capture: Capturer | None = None) -> None:
+        """The pipeline's parts that watch or tee every request, whatever was installed when:
+        `observers` told of every request, call and attempt in this order (svir.observers), and
+        `capture` serving the requests of the routes it captures. Said once, by the app's
+        builder (svir.edges.server.build_app)."""
+        self.gateway.observers.compose(observers)
+        self._capture = capture
 
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
@@ -254,7 +266,13 @@ class App:
                             afters.append(after)
                     if is_admin_write(method, path):
                         check_admin_write(scope)
-                    status = await route.handler(scope, receive, response, rid, fields)
+                    capture = self._capture
+                    if capture is not None and capture.captures(route):
+                        status = await capture.serve(
+                            route.handler, scope, receive, response, rid=rid, fields=fields
+                        )
+                    else:
+                        status = await route.handler(scope, receive, response, rid, fields)
             except GatewayError as exc:
                 status = await _answer(response, shape, exc, rid, fields)
             except RequestError as exc:
