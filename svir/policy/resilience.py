@@ -423,7 +423,7 @@ class Resilience:
                 outcome.attempts = (*outcome.attempts, d.model)
                 if commit is not None:
                     # The deadline of the provider tried now; its keep-alives go to the client.
-                    commit.arm(target_route.timeouts.commit_deadline)
+                    commit.due_after(target_route.timeouts.commit_deadline)
                     if isinstance(call, ChatCall):
                         call.keepalive_to = commit.upstream_keepalive
                 try:

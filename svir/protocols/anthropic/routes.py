@@ -158,9 +158,7 @@ class AnthropicMessages:
                 relay=lambda _comment: encoder.encode(_WAITING),
                 every=self.ping_every,
             )
-        ctx = new_call_context(
-            scope, rid, "anthropic", client_user=translated.user_id, commit=early
-        )
+        ctx = new_call_context(scope, rid, "anthropic", client_user=translated.user_id, early=early)
         with UntilDisconnect(scope, receive):
             return await self._serve(
                 ctx, request, encoder, early, model=model, send=send, headers=headers

@@ -207,7 +207,7 @@ class OllamaAPI:
                     fail=_error_line,
                     relay=_relayed_blank,
                 )
-            ctx = new_call_context(scope, rid, "ollama", commit=early)
+            ctx = new_call_context(scope, rid, "ollama", early=early)
             with UntilDisconnect(scope, receive):
                 return await self._serve_chat(
                     request, label, send, ctx, generate=generate, headers=headers, early=early

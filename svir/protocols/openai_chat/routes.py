@@ -99,7 +99,7 @@ class OpenAIChat:
         headers = {"x-request-id": rid}
         early = sse_early_start(send, headers) if stream else None
         ctx = new_call_context(
-            scope, rid, "openai", blobs, user if isinstance(user, str) else None, commit=early
+            scope, rid, "openai", blobs, user if isinstance(user, str) else None, early=early
         )
         # The call is made and streamed here, not in a coroutine of its own: one level fewer
         # that every chunk of a stream resumes.

@@ -298,7 +298,7 @@ class ResponsesAPI:
             rid,
             "responses",
             client_user=user if isinstance(user, str) else None,
-            commit=early,
+            early=early,
         )
         with UntilDisconnect(scope, receive):
             return await self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
