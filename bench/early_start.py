@@ -1,5 +1,5 @@
 """What a streamed request's commit deadline costs when its upstream answers in time (the common
-case): opening and streaming under `EarlyStart` (a timer armed, then cancelled) against the same
+case): opening and streaming under `EarlyStart` (its commit's timer set, then cancelled) against the same
 without it (`send_stream` alone). Alternating rounds in one process, the loop run between
 requests as a server runs it; the best of each.
 
@@ -33,7 +33,7 @@ async def _pieces() -> AsyncIterator[bytes]:
 
 async def with_deadline() -> None:
     early = sse_early_start(_send, dict(HEADERS))
-    early.arm(5.0)  # the policy arms it for each attempt
+    early.commit.due_after(5.0)  # the policy says it for each attempt
     await open_early(_opened(), early)
     await early.stream(_pieces())
 

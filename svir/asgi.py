@@ -1,42 +1,48 @@
-"""What an HTTP request is to svir: the ASGI types and the request-header reader, for every layer
-that reads a request (the front ends, the authenticator, tracing). The helpers that read a body
-and send an answer are the front ends' shared plumbing, `svir.protocols.http`."""
+"""What an HTTP request is to svir: the ASGI types, the request-header reader, and what svir keeps
+about one request under ASGI's own extension point, `scope["extensions"]`, for every layer that
+reads a request (the front ends, the authenticator, tracing). The helpers that read a body and
+send an answer are the front ends' shared plumbing, `svir.protocols.http`.
+
+Two extensions, each a typed record under one key: `svir.server`, what svir's own server
+(svir.edges.h1_server) gives a request of its connection (`ServerExtension`: the disconnect watch,
+the piece sender); `svir.exchange`, what svir's app and its guards note about the request while it
+is served (`Exchange`: the matched route, the caller's key, the admin verdict, whether it is
+captured, the context of its call). Nothing else of svir's is kept in the scope.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from svir.call import CallContext
+    from svir.call import CallContext, Capture
+    from svir.keys.model import KeyRecord
 
 __all__ = [
-    "CALL_CONTEXT",
-    "DISCONNECT_WATCH",
+    "EXCHANGE",
     "GRACEFUL_STOP_SECONDS",
-    "RESPONSE_STATUS",
-    "SEND_PIECE",
+    "SERVER_EXTENSION",
     "SERVER_STOPPING",
     "DisconnectWatch",
+    "Exchange",
     "Message",
     "Receive",
+    "Response",
     "Scope",
     "Send",
-    "call_context",
-    "disconnect_watch",
+    "ServerExtension",
+    "caller_key",
+    "exchange",
     "header",
     "piece_sender",
+    "server_extension",
 ]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-
-
-# Where a request's scope keeps the context of the chat call its front end made for it
-# (svir.protocols.http.new_call_context); the app writes the request's log fields from it.
-CALL_CONTEXT: Final = "svir.call"
 
 
 # Where the app leaves, in the lifespan's state, what a server calls when it starts to stop, before
@@ -49,11 +55,9 @@ SERVER_STOPPING: Final = "svir.server_stopping"
 # (uvicorn's `timeout_graceful_shutdown`, set from this by svir.server).
 GRACEFUL_STOP_SECONDS: Final = 5.0
 
-
-def call_context(scope: Scope) -> CallContext | None:
-    """The context of the chat call this request made, if it made one."""
-    ctx: CallContext | None = scope.get(CALL_CONTEXT)
-    return ctx
+# The keys of svir's two records in `scope["extensions"]` (see the module doc).
+SERVER_EXTENSION: Final = "svir.server"
+EXCHANGE: Final = "svir.exchange"
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -83,37 +87,88 @@ class DisconnectWatch:
             callback()
 
 
-# The attribute by which such a server gives a request's `receive` (a bound method) its
-# connection's DisconnectWatch: on the object `receive` is bound to.
-DISCONNECT_WATCH: Final = "svir_disconnect_watch"
+class ServerExtension(Protocol):
+    """What svir's own server gives each request, under `scope["extensions"][SERVER_EXTENSION]`:
+    its connection's `watch`, and `send_piece(body)`, which is `send({"type":
+    "http.response.body", "body": body, "more_body": True})` without the message built for each
+    of a stream's chunks, then taken apart again."""
+
+    @property
+    def watch(self) -> DisconnectWatch: ...
+
+    def send_piece(self, body: bytes) -> Awaitable[None]: ...
 
 
-def disconnect_watch(receive: Receive) -> DisconnectWatch | None:
-    """The DisconnectWatch of the connection `receive` reads, if its server keeps one."""
-    watch = getattr(getattr(receive, "__self__", None), DISCONNECT_WATCH, None)
-    return watch if isinstance(watch, DisconnectWatch) else None
+def server_extension(scope: Scope) -> ServerExtension | None:
+    """What svir's own server gives this request, if svir's server serves it."""
+    extensions = scope.get("extensions")
+    if not extensions:
+        return None
+    found: ServerExtension | None = extensions.get(SERVER_EXTENSION)
+    return found
 
 
-# The attribute by which such a server notes, on the object a request's `send` is bound to, the
-# status its response started with (None before it starts): an app that must know reads it there
-# instead of wrapping `send` to see it go by, a call fewer for every piece of a stream.
-RESPONSE_STATUS: Final = "svir_response_status"
+class Exchange:
+    """What svir's app and its guards note about one request while it is served, under
+    `scope["extensions"][EXCHANGE]`: the template of the route it matched (None: no route; the
+    metrics' and traces' label), the caller's key (svir.policy.auth; None without keys), the admin
+    rule's verdict on a path under `/admin/` ("admin_key" or "loopback"), the request's capture
+    while it is captured (svir.console.capture), and the context of the call its front end made
+    (svir.protocols.http.new_call_context)."""
+
+    __slots__ = ("admin_access", "call", "capture", "key", "route")
+
+    def __init__(self, route: str | None = None) -> None:
+        self.route = route
+        self.key: KeyRecord | None = None
+        self.admin_access: str | None = None
+        self.capture: Capture | None = None
+        self.call: CallContext | None = None
 
 
-# The method by which such a server sends a piece of a body with more to come: `send_piece(body)`
-# is `send({"type": "http.response.body", "body": body, "more_body": True})` without the message
-# built for each of a stream's chunks, then taken apart again.
-SEND_PIECE: Final = "svir_send_piece"
+def exchange(scope: Scope) -> Exchange:
+    """The request's `Exchange`: the app's, or (a handler or guard run without svir's app, as
+    tests do) a new one, kept in the scope from then on."""
+    extensions = scope.get("extensions")
+    if extensions is None:
+        extensions = scope["extensions"] = {}
+    found: Exchange | None = extensions.get(EXCHANGE)
+    if found is None:
+        found = extensions[EXCHANGE] = Exchange()
+    return found
+
+
+def caller_key(scope: Scope) -> KeyRecord | None:
+    """The key of the request `scope` is, as the authenticator (svir.policy.auth) noted it; None
+    when svir runs without keys (or for a caller without one: the admin key, this machine while
+    svir runs open)."""
+    return exchange(scope).key
+
+
+class Response:
+    """A request's `send` as svir's app gives it to a handler: it notes the status the response
+    started with (`status`, None before), which the app's error mapper reads, and carries its
+    server's piece sender (`piece`, None when the server has none: svir.asgi.ServerExtension)."""
+
+    __slots__ = ("_send", "piece", "status")
+
+    def __init__(self, send: Send, piece: Callable[[bytes], Awaitable[None]] | None = None) -> None:
+        self._send = send
+        self.piece = piece
+        self.status: int | None = None
+
+    def __call__(self, message: Message) -> Awaitable[None]:
+        if self.status is None:  # the first message starts the response
+            self.status = message.get("status", 200)
+        return self._send(message)
 
 
 def piece_sender(send: Send) -> Callable[[bytes], Awaitable[None]]:
     """What sends a piece of a response's body with more to come on `send`: its server's own
-    method (SEND_PIECE) when it has one, else an ASGI message through `send`."""
-    own: Callable[[bytes], Awaitable[None]] | None = getattr(
-        getattr(send, "__self__", None), SEND_PIECE, None
-    )
-    if own is not None:
-        return own
+    (`Response.piece`) when `send` is the app's Response on svir's server, else an ASGI message
+    through `send`."""
+    if type(send) is Response and send.piece is not None:
+        return send.piece
 
     def send_piece(body: bytes) -> Awaitable[None]:
         return send({"type": "http.response.body", "body": body, "more_body": True})

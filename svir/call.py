@@ -10,6 +10,8 @@ when the request ends), so a log key is a name in a log line and nothing reads i
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
@@ -19,6 +21,7 @@ from svir.log import hundredths
 if TYPE_CHECKING:
     from svir.chat import CallStats
     from svir.keys.model import KeyRecord
+    from svir.transport import Transport
     from svir.wire.blobs import Blobs
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "CallContext",
     "CallOutcome",
     "CallRecord",
+    "Capture",
     "Commit",
 ]
 
@@ -45,18 +49,67 @@ INTERNAL = "internal"
 CLIENT_USER_CHARS = 200
 
 
-class Commit(Protocol):
-    """A streamed request's commit deadline, as the policy sees it (the front end keeps it:
-    svir.protocols.http.EarlyStart). Each attempt `arm`s it with its provider's deadline, counted
-    from the request's arrival; once it is past, the client has (or is getting) the response's
-    head and keep-alives, so a failure is no longer retried nor sent to a fallback (`committed`).
-    `upstream_keepalive` takes the upstream's keep-alive comments read while waiting for the
-    first output, for the front end to pass on once committed."""
+class Commit:
+    """A streamed request's commit: when its answer commits, as the policy decides it
+    (svir.policy.resilience), told to the front end that acts on it
+    (svir.protocols.http.EarlyStart). Made when the request arrives. For each attempt the policy
+    says when the answer commits (`due_after`: its provider's deadline, counted from the
+    arrival); once that passes, the answer is `committed`: the client has (or is getting) the
+    response's head and keep-alives, so a failure is no longer retried nor sent to a fallback,
+    and the front end is told, once (`on_commit`). The upstream's keep-alive comments read while
+    waiting for the first output (`upstream_keepalive`) go to the front end's `relay` once
+    committed (before that, a progress note that would only arrive stale with the answer is
+    dropped). `close` ends it: the call opened or failed, and nothing commits any more."""
 
-    @property
-    def committed(self) -> bool: ...
-    def arm(self, seconds: float) -> None: ...
-    def upstream_keepalive(self, comment: str) -> None: ...
+    __slots__ = ("_arrived", "_loop", "_timer", "closed", "committed", "on_commit", "relay")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._arrived = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self.committed = False
+        self.closed = False
+        # What the front end does when the answer commits, and with each upstream keep-alive.
+        self.on_commit: Callable[[], None] | None = None
+        self.relay: Callable[[str], None] | None = None
+
+    def due_after(self, seconds: float) -> None:
+        """The answer commits `seconds` after the request arrived (at once if that is past),
+        unless it has committed or ended already; said again for each attempt."""
+        if self.committed or self.closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(self._arrived + seconds, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self.committed = True
+        if self.on_commit is not None:
+            self.on_commit()
+
+    def upstream_keepalive(self, comment: str) -> None:
+        """An upstream keep-alive read before the first output: to the front end once committed."""
+        relay = self.relay
+        if self.committed and not self.closed and relay is not None:
+            relay(comment)
+
+    def close(self) -> None:
+        """Nothing commits any more (the call opened in time, or the answer's end is decided)."""
+        self.closed = True
+        # The front end's callbacks hold the front end, which holds this: no cycle left behind.
+        self.on_commit = self.relay = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Capture(Protocol):
+    """A captured request's tap on its upstream traffic (svir.console.capture): the policy opens
+    each attempt of the request's call through `tap(transport)`, which keeps what goes up and
+    comes back, the last attempt's winning."""
+
+    def tap(self, transport: Transport) -> Transport: ...
 
 
 # msgspec Structs rather than dataclasses: one of each is made per request, and a Struct is made
@@ -84,8 +137,8 @@ class CallContext(msgspec.Struct, frozen=True):
     """One chat request as the gateway sees it: its id, the front end it came in on ("openai",
     "ollama", "threads", ... or INTERNAL), the caller's key (None without keys), the large image
     data kept out of its body, the end user the client named (Anthropic's `metadata.user_id`,
-    OpenAI's `user`; at most CLIENT_USER_CHARS), the outcome (the only part that changes), and
-    for a streamed answer its commit deadline."""
+    OpenAI's `user`; at most CLIENT_USER_CHARS), the outcome (the only part that changes), for
+    a streamed answer its commit deadline, and the request's capture when it is captured."""
 
     request_id: str
     api: str
@@ -95,8 +148,10 @@ class CallContext(msgspec.Struct, frozen=True):
     outcome: CallOutcome = msgspec.field(default_factory=CallOutcome)
     # CHAT or EMBEDDINGS: which call the policy opens for the request.
     operation: str = CHAT
-    # A streamed answer's commit deadline (None: the answer is held to its first output).
+    # A streamed answer's commit (None: the answer is held to its first output).
     commit: Commit | None = None
+    # The request's capture ([capture] on, a client route): None when it is not captured.
+    capture: Capture | None = None
 
     def log_into(self, fields: dict[str, Any]) -> None:
         """Write the call's outcome into the request's log fields (the access log's names)."""

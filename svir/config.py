@@ -150,7 +150,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_header_fields: int = 100
     # Open client connections per process (each worker): at the cap, the one at rest longest is
     # closed for a new one. 10,000 idle ones hold ~70 MiB (BENCHMARKS.md: 7 KiB each) and need
-    # ~20,100 open files (svir.edges.server.open_files_needed), which svir raises its limit to.
+    # ~20,100 open files (svir.server.open_files_needed), which svir raises its limit to.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     # Web pages of other origins a browser may use svir from, besides this machine's pages and
     # apps' (README, "Security"; svir.wire.origins says what an entry may be), and SVIR_ORIGINS'.

@@ -103,8 +103,10 @@ def build_app(
         workers=workers,
         watch=watch,
     )
-    # Last: the console's capture wraps every client route installed above.
-    observe_api.install(app, keys)
+    console = observe_api.install(app, keys)
+    # What watches requests and calls (svir.observers), told in this order from one place, and
+    # the capture of the client routes' requests (whichever installed them, before or after).
+    app.compose([*keys.observers(), *console.observers()], console.capturer)
     # The web console's files (no key needed for them; the admin API behind them wants one).
     console_ui.install(app, keys.auth)
     return app

@@ -22,7 +22,7 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from svir.asgi import SEND_PIECE, Receive, Scope, Send, piece_sender
+from svir.asgi import Receive, Response, Scope, Send, piece_sender, server_extension
 from svir.config import ServerConfig, parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import FLUSH_AT, H1ServerProtocol
@@ -159,8 +159,10 @@ def pieces_app(own: bool, fields: list[tuple[bytes, bytes]], *, start: bool = Tr
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
         if own:
-            piece = piece_sender(send)
-            assert piece == getattr(send.__self__, SEND_PIECE)  # type: ignore[attr-defined]
+            server = server_extension(scope)
+            assert server is not None
+            piece = piece_sender(Response(send, server.send_piece))
+            assert piece == server.send_piece
         else:
 
             async def piece(body: bytes) -> None:
@@ -189,8 +191,8 @@ def pieces_app(own: bool, fields: list[tuple[bytes, bytes]], *, start: bool = Tr
 async def test_the_servers_piece_sender_writes_what_send_writes(
     request_bytes: bytes, fields: list[tuple[bytes, bytes]], start: bool
 ) -> None:
-    # svir.asgi.SEND_PIECE: a chunk of a chunked response goes out without an ASGI message;
-    # whatever the response, the client gets the same bytes as from `send`.
+    # svir.asgi.ServerExtension.send_piece: a chunk of a chunked response goes out without an
+    # ASGI message; whatever the response, the client gets the same bytes as from `send`.
     own, _ = await serve_one(pieces_app(True, fields, start=start), request_bytes)
     plain, _ = await serve_one(pieces_app(False, fields, start=start), request_bytes)
     assert b"".join(own.writes) == b"".join(plain.writes)
@@ -227,9 +229,8 @@ def access_status(caplog: pytest.LogCaptureFixture) -> list[Any]:
 async def test_a_failure_after_the_response_started_is_not_answered_on_svir_s_server(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # svir's server notes the status on the object its `send` is bound to (RESPONSE_STATUS): the
-    # app reads it there, with no wrapper around `send`, and says nothing more on a started
-    # response; the log line has the status the client got.
+    # The app notes the status its response started with (svir.asgi.Response) and says nothing
+    # more on a started response; the log line has the status the client got.
     caplog.set_level(logging.INFO)
     transport, _ = await serve_one(failing_mid_stream_app())
     out = b"".join(transport.writes)
@@ -245,8 +246,7 @@ async def test_a_failure_after_the_response_started_is_not_answered_on_svir_s_se
 async def test_a_failure_after_the_response_started_is_not_answered_on_another_server(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A server whose `send` notes no status (a plain function here): the app wraps `send` to
-    # see the response start, with the same outcome.
+    # A server without svir's extension (a plain function for `send`): the same outcome.
     caplog.set_level(logging.INFO)
     sent: list[dict[str, Any]] = []
 
@@ -637,7 +637,7 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
             return 200
 
         try:
-            with UntilDisconnect(receive):
+            with UntilDisconnect(scope, receive):
                 await work()
         except ClientGone:
             app_state["status"] = 499

@@ -10,16 +10,16 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.asgi import Receive, Scope, Send
+from svir.asgi import Receive, Scope, Send, exchange
 from svir.config import parse_config
 from svir.edges.app import App
 from svir.errors import GatewayError
 from svir.protocols.http import send_json
-from svir.protocols.router import Routes
+from svir.protocols.router import Route, Routes
 
 
 async def echo(scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]) -> int:
-    body = {"route": scope["svir.route"], "params": scope.get("path_params")}
+    body = {"route": exchange(scope).route, "params": scope.get("path_params")}
     await send_json(send, 200, body, {"x-request-id": rid})
     return 200
 
@@ -106,3 +106,33 @@ async def test_a_path_no_route_has_is_a_404_in_the_shape_of_its_prefix(app: App)
     assert error["message"] == "svir does not serve GET /v1/nothing"
     r = await request(app, "GET", "/plain/nothing")
     assert r.status_code == 404 and r.json() == {"error": "svir does not serve GET /plain/nothing"}
+
+
+async def test_the_capture_composed_in_serves_its_routes_whenever_they_were_added(app: App) -> None:
+    # Capture is a part of the app's pipeline (App.compose), not a wrapper put on the handlers
+    # installed so far: a route added after it is captured as one added before, and what it
+    # does not capture (a GET, a 405, a 404) goes straight to its handler.
+    served: list[tuple[str, str]] = []
+
+    class Tap:
+        def captures(self, route: Route) -> bool:
+            return route.method == "POST"
+
+        async def serve(
+            self, handler: Any, scope: Scope, receive: Receive, send: Send, **rest: Any
+        ) -> int:
+            served.append((scope["method"], scope["path"]))
+            status: int = await handler(scope, receive, send, rest["rid"], rest["fields"])
+            return status
+
+    app.compose([], Tap())  # type: ignore[arg-type]
+    app.routes.add("POST", "/v1/later", echo)
+    for method, path, status in [
+        ("POST", "/v1/things", 200),
+        ("POST", "/v1/later", 200),
+        ("GET", "/v1/things", 200),
+        ("PUT", "/v1/things", 405),
+        ("POST", "/v1/nothing", 404),
+    ]:
+        assert (await request(app, method, path)).status_code == status
+    assert served == [("POST", "/v1/things"), ("POST", "/v1/later")]

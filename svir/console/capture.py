@@ -1,11 +1,14 @@
 """Capture (`[capture]`, off by default; docs/capture.md): the four byte streams of each chat
 request, for the console's request page and its "download as a conformance case".
 
-When capture is on, every client route that makes calls (POST, outside /admin/) is wrapped: the
-client's request (headers and body) and the bytes svir sends back are teed at the ASGI
-`receive` and `send`; the policy's transport is wrapped to tee the request svir sends upstream
-(URL, headers, body) and the upstream's raw stream, and an attempt watcher notes the upstream kind
-and decoder options (what replays the stream). The last attempt's upstream panes are kept. When
+When capture is on, the app serves every client route that makes calls (POST, outside /admin/)
+through the capturer (`Capturer.serve`, composed into the app when it is built): the client's
+request (headers and body) and the bytes svir sends back are teed at the ASGI
+`receive` and `send`, and the request's `Capture` goes on its call's context (through the
+request's `svir.asgi.Exchange`): the policy opens each attempt through the capture's `tap` of its
+transport, which tees the request svir sends upstream (URL, headers, body) and the upstream's raw
+stream, and an attempt watcher notes the upstream kind and decoder options (what replays the
+stream). The last attempt's upstream panes are kept. When
 the request ends, every pane is redacted (svir.console.panes: the secrets svir hides from its logs,
 the client's own credentials, credential headers by name), bounded, and written to the shared store
 in the background (svir.store.captures), which prunes by age and count. When capture is off none
@@ -15,42 +18,31 @@ of this is installed: no wrapper, no watcher.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
-from svir.call import EMBEDDINGS, CallContext
-from svir.chat import Call, CloseHook, UpstreamTarget, tool_names
+from svir.asgi import Message, Receive, Scope, Send, exchange
+from svir.call import EMBEDDINGS
+from svir.chat import tool_names
 from svir.config import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.log import hidden_values
-from svir.protocols.router import Handler, Routes
+from svir.observers import AttemptStarted, Observer
+from svir.policy.auth import ADMIN_PREFIX
+from svir.protocols.router import Handler, Route
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.transport import JSON_BODY_LIMIT, Network, StreamResponse, Transport
 from svir.wire.completions import is_completion
 from svir.wire.errors import UpstreamError
 
-__all__ = ["Capture", "Capturer", "CapturingTransport", "current_capture"]
+__all__ = ["Capture", "Capturer", "CapturingTransport"]
 
 log = logging.getLogger("svir.console")
 
-_current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
-    "svir_capture", default=None
-)
 # Captures being written at once; past it a capture is dropped (and counted), not queued.
 MAX_WRITES: Final = 32
-
-
-def current_capture() -> Capture | None:
-    """The capture of the request this task serves, if it is captured."""
-    return _current.get()
-
-
-def _noop(call: Call) -> None:
-    return None
 
 
 class Capture:
@@ -101,6 +93,10 @@ class Capture:
         self.model: str | None = None
         self.server: str | None = None
         self.options: dict[str, Any] = {}
+
+    def tap(self, transport: Transport) -> Transport:
+        """`transport` teeing this request's upstream traffic (svir.call.Capture)."""
+        return CapturingTransport(transport, self)
 
     def record(self) -> CaptureRecord:
         """What is stored: every pane redacted and bounded."""
@@ -159,11 +155,13 @@ class _TeeResponse:
 
 
 class CapturingTransport:
-    """The policy's transport, teeing the streamed requests of a captured request (the others go
-    through untouched)."""
+    """The policy's transport as a captured request's call opens its attempts through it
+    (`Capture.tap`): its streamed requests teed into `capture` (the others go through
+    untouched)."""
 
-    def __init__(self, inner: Transport) -> None:
+    def __init__(self, inner: Transport, capture: Capture) -> None:
         self.inner = inner
+        self.capture = capture
 
     async def open_stream(
         self,
@@ -174,11 +172,7 @@ class CapturingTransport:
         timeouts: Timeouts,
         network: Network | None = None,
     ) -> StreamResponse:
-        cap = _current.get()
-        if cap is None:
-            return await self.inner.open_stream(
-                url, headers=headers, body=body, timeouts=timeouts, network=network
-            )
+        cap = self.capture
         # Each attempt starts the upstream panes again: the last one is kept.
         cap.upstream_url = url
         cap.upstream_headers = list(headers.items())
@@ -215,7 +209,7 @@ class CapturingTransport:
         await self.inner.close()
 
 
-class Capturer:
+class Capturer(Observer):
     """Captures requests (see the module doc) into `store()` (the keys service's store once it is
     open; None before)."""
 
@@ -233,60 +227,66 @@ class Capturer:
         self.written = 0
         self._writes: set[asyncio.Task[None]] = set()
 
-    def install(self, routes: Routes, policy: Any) -> None:
-        """Wrap the client routes, the policy's transport, and watch its attempts."""
-        for method, template, route in routes.each():
-            if method == "POST" and not template.startswith("/admin/"):
-                route.handler = self.wrap(route.handler)
-        policy.client = CapturingTransport(policy.client)
-        policy.on_attempt.append(self.attempt)
+    def captures(self, route: Route) -> bool:
+        """Whether requests to `route` are captured: a client route that makes calls (POST,
+        outside /admin/), added to the app's routes (not a 404's or a 405's)."""
+        template = route.template
+        return (
+            route.method == "POST"
+            and template is not None
+            and not template.startswith(ADMIN_PREFIX)
+        )
 
-    def wrap(self, handler: Handler) -> Handler:
-        limit = self.config.max_body_bytes
+    async def serve(
+        self,
+        handler: Handler,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        rid: str,
+        fields: dict[str, Any],
+    ) -> int:
+        """Serve a request of a captured route (the app runs its handler here): its client
+        panes teed at `receive` and `send`, its Capture on its call's context."""
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        cap = Capture(rid, headers, self.config.max_body_bytes, self.clock())
 
-        async def captured(
-            scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
-        ) -> int:
-            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-            cap = Capture(rid, headers, limit, self.clock())
+        async def tee_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                cap.client_body.add(message.get("body", b""))
+            return message
 
-            async def tee_receive() -> Message:
-                message = await receive()
-                if message["type"] == "http.request":
-                    cap.client_body.add(message.get("body", b""))
-                return message
+        async def tee_send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.body":
+                cap.client_stream.add(message.get("body", b""))
+            elif kind == "http.response.start":
+                cap.client_status = message.get("status", 200)
+            await send(message)
 
-            async def tee_send(message: Message) -> None:
-                kind = message["type"]
-                if kind == "http.response.body":
-                    cap.client_stream.add(message.get("body", b""))
-                elif kind == "http.response.start":
-                    cap.client_status = message.get("status", 200)
-                await send(message)
+        noted = exchange(scope)
+        noted.capture = cap
+        try:
+            return await handler(scope, tee_receive, tee_send, rid, fields)
+        finally:
+            noted.capture = None
+            ctx = noted.call
+            if ctx is not None and ctx.operation != EMBEDDINGS:
+                cap.api = ctx.api
+                if cap.provider is None:
+                    cap.provider = ctx.outcome.provider
+                self._keep(cap)
 
-            token = _current.set(cap)
-            try:
-                return await handler(scope, tee_receive, tee_send, rid, fields)
-            finally:
-                _current.reset(token)
-                ctx: CallContext | None = scope.get(CALL_CONTEXT)
-                if ctx is not None and ctx.operation != EMBEDDINGS:
-                    cap.api = ctx.api
-                    if cap.provider is None:
-                        cap.provider = ctx.outcome.provider
-                    self._keep(cap)
-
-        return captured
-
-    def attempt(
-        self, route: UpstreamTarget, request: dict[str, Any], ctx: CallContext
-    ) -> CloseHook:
-        """The policy's attempt watcher: what reads the attempt's stream."""
-        cap = _current.get()
-        if cap is not None:
+    def attempt(self, event: AttemptStarted) -> None:
+        """Note what reads the attempt's stream (the last attempt's wins)."""
+        route, request = event.route, event.request
+        cap = event.ctx.capture
+        if isinstance(cap, Capture):
             cap.provider = route.provider.name
             cap.model = request.get("model")
-            if ctx.operation == EMBEDDINGS or is_completion(request):
+            if event.ctx.operation == EMBEDDINGS or is_completion(request):
                 cap.server = None  # not a chat stream: no conformance case
             else:
                 cap.server = route.kind.name
@@ -294,7 +294,6 @@ class Capturer:
                     "think_tags": route.think_tags,
                     "tool_names": tool_names(request) or None,
                 }
-        return _noop
 
     def _keep(self, cap: Capture) -> None:
         store = self.store()

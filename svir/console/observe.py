@@ -4,8 +4,8 @@ out, streams open), each model's latency, time to first token and tokens per sec
 requests' records (timings, attempts and why each was retried or fell back, usage, cost, error),
 and the live feed of request events to the pages that subscribe.
 
-Fed by the hooks that exist anyway: the key gate's `on_open` and `on_settle` (svir.policy.key_gate),
-the policy's attempt watchers (svir.policy.resilience), and an interceptor around every call. With
+Fed as an observer of the flow (svir.observers: the policy's attempts, the key gate's calls opened
+and settled), and by an interceptor around every call. With
 nobody subscribed a request costs a few counters and one small record; events are made only for
 subscribers, each of whom has a bounded queue (the oldest dropped, then `event: lagged`), so a
 slow page holds no more than its queue.
@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from svir import observers
 from svir.call import CallContext, CallRecord
 from svir.chat import CallStats
 from svir.console.panes import REDACTED
 from svir.log import hidden_values
 
 if TYPE_CHECKING:
-    from svir.chat import Call, CloseHook, UpstreamTarget
+    from svir.chat import Call, CloseHook
     from svir.policy.gateway import OpenCall
 
 __all__ = ["AttemptFailure", "LiveRecord", "Observer", "Subscriber", "sse_frame"]
@@ -153,7 +154,7 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(values[min(len(values) - 1, int(q * len(values)))], 2)
 
 
-class Observer:
+class Observer(observers.Observer):
     """See the module doc. `clock` is the wall clock (Unix seconds) the points are dated by."""
 
     def __init__(
@@ -208,10 +209,8 @@ class Observer:
         )
         return proceed(ctx, request)
 
-    def attempt(
-        self, route: UpstreamTarget, request: dict[str, Any], ctx: CallContext
-    ) -> CloseHook:
-        """The policy's attempt watcher."""
+    def attempt(self, event: observers.AttemptStarted) -> CloseHook:
+        """Note why each attempt failed, when it closes."""
         return self._attempt_closed
 
     def _attempt_closed(self, call: Call) -> None:
@@ -237,16 +236,17 @@ class Observer:
             )
         )
 
-    def opened(self, ctx: CallContext, call: Call) -> None:
-        """The gate's on_open: a call streams."""
+    def opened(self, event: observers.CallOpened) -> None:
+        """A call streams."""
         calls = self.open_calls
-        calls[ctx.request_id] = call
+        calls[event.ctx.request_id] = event.call
         if len(calls) > self._peak:  # noqa: PLR1730 - a comparison costs less than max()
             self._peak = len(calls)
 
-    def settled(self, ctx: CallContext, record: CallRecord) -> None:
-        """The gate's on_settle: what a call came to. Kept lean (it runs for every call): the
-        request's record is the references it is made from, turned into its page on demand."""
+    def settled(self, event: observers.CallSettled) -> None:
+        """What a call came to. Kept lean (it runs for every call): the request's record is the
+        references it is made from, turned into its page on demand."""
+        ctx, record = event.ctx, event.record
         rid = ctx.request_id
         o = ctx.outcome
         if o.served_model is not None:

@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any, Final
 
+from svir import observers as flow
 from svir.asgi import Receive, Scope, Send
 from svir.console.capture import Capturer
 from svir.console.observe import Observer, Subscriber
@@ -107,6 +108,14 @@ class Console:
     def now(self) -> float:
         return self.clock()
 
+    def observers(self) -> list[flow.Observer]:
+        """What of the console watches requests and calls (svir.observers), in the order they are
+        told: the live view, then capture (when on)."""
+        out: list[flow.Observer] = [self.observer]
+        if self.capturer is not None:
+            out.append(self.capturer)
+        return out
+
     def capture_store(self) -> CaptureStore | None:
         """The captures in the keys service's store (None until it is open)."""
         store = self.service.store
@@ -132,7 +141,7 @@ class Console:
         admin_access(scope)
         sub = self.observer.subscribe()
         try:
-            with UntilDisconnect(receive):
+            with UntilDisconnect(scope, receive):
                 return await self._feed(send, sub, rid)
         finally:
             self.observer.unsubscribe(sub)
@@ -362,16 +371,11 @@ def _ledger_filter(query: dict[str, str]) -> tuple[LedgerFilter, int]:
 
 
 def install(app: App, service: KeysService) -> Console:
-    """Put the console's data on `app` (after every front end, so that capture wraps them all)."""
+    """Put the console's data on `app`; what of it watches and captures requests is the
+    Console's `observers()` and `capturer`, for the app's builder to compose into the app."""
     console = Console(app, service)
     observer = console.observer
-    policy = app.gateway.policy
-    service.gate.on_open.append(observer.opened)
-    service.gate.on_settle.append(observer.settled)
-    policy.on_attempt.append(observer.attempt)
     app.gateway.add_interceptor(observer.intercept)
-    if console.capturer is not None:
-        console.capturer.install(app.routes, policy)
     app.routes.add("GET", "/admin/events", console.events)
     app.routes.add("GET", "/admin/stats", console.stats)
     app.routes.add("GET", "/admin/requests", console.requests)

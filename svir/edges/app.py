@@ -29,16 +29,16 @@ from typing import Any, TypeVar
 
 from svir import __version__
 from svir.asgi import (
-    CALL_CONTEXT,
-    RESPONSE_STATUS,
+    EXCHANGE,
     SERVER_STOPPING,
-    Message,
+    Exchange,
     Receive,
+    Response,
     Scope,
     Send,
     header,
+    server_extension,
 )
-from svir.call import CallContext
 from svir.config import Config
 from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
@@ -52,12 +52,13 @@ from svir.errors import (
     request_error,
 )
 from svir.log import log_request, now_ms, request_id_var
+from svir.observers import Observer, RequestEnded
 from svir.policy.catalog import Catalog
 from svir.policy.gateway import Gateway
 from svir.policy.resilience import Timing
 from svir.policy.routing import Router
 from svir.protocols.http import request_id_of, send_json
-from svir.protocols.router import ErrorShape, Hook, Routes
+from svir.protocols.router import ErrorShape, Hook, Routes, Tap
 from svir.transport import Transport
 from svir.wire.classify import ClientError
 from svir.wire.jsonbody import BadJSON
@@ -87,10 +88,6 @@ INTERNAL_ERROR = GatewayError(
 # request by raising GatewayError, and may return a callback that gets the request's log fields
 # (status and duration set) once the request ends.
 Guard = Callable[[Scope, dict[str, Any]], Awaitable[Callable[[dict[str, Any]], None] | None]]
-# Told of every request once it ended, with its log fields (status and duration set), before its
-# access line: what needs nothing before the handler (the metrics) is not a guard, whose await
-# and callback each request would pay.
-EndHook = Callable[[Scope, dict[str, Any]], None]
 
 
 class App:
@@ -126,11 +123,13 @@ class App:
         self._shutdown: list[Hook] = [self.gateway.close]
         self._stopping: list[Callable[[], None]] = []
         self._guards: list[Guard] = []
-        self._ends: list[EndHook] = []
+        # What serves the requests of the routes it captures (svir.console.capture, when
+        # `[capture]` is on): composed in once the app is built (`compose`).
+        self._capture: Tap | None = None
         # More state for `/healthz?verbose=1`, from what front ends and supervisors install.
         self.health_extras: list[Callable[[], dict[str, Any]]] = []
-        # Which models the current request may see listed (svir.keys: the key's models).
-        self.model_filters: list[Callable[[str], bool]] = []
+        # Which models a request may see listed (svir.keys: the key's models).
+        self.model_filters: list[Callable[[Scope, str], bool]] = []
         # The config reload's state (svir.edges.reload installs it): `reload_status()`.
         self.reload_state: Callable[[], dict[str, Any]] | None = None
         # What an installer left here to be found again by its type (`part`): the app's own, not
@@ -142,12 +141,12 @@ class App:
     def router(self) -> Router:
         return self.gateway.router
 
-    async def models(self) -> list[tuple[str, str]]:
-        """(model, provider) for every model the current request may see, for model lists."""
+    async def models(self, scope: Scope) -> list[tuple[str, str]]:
+        """(model, provider) for every model the request `scope` may see, for model lists."""
         models = await self.gateway.router.models()
         if not self.model_filters:
             return models
-        return [m for m in models if all(allowed(m[0]) for allowed in self.model_filters)]
+        return [m for m in models if all(allowed(scope, m[0]) for allowed in self.model_filters)]
 
     def reload_status(self) -> dict[str, Any] | None:
         """The config reload's state (svir.edges.reload: source, generation, last attempt and
@@ -164,13 +163,17 @@ class App:
         assert isinstance(found, kind)
         return found
 
+    def compose(self, observers: Iterable[Observer], capture: Tap | None = None) -> None:
+        """The pipeline's parts that watch or tee every request, whatever was installed when:
+        `observers` told of every request, call and attempt in this order (svir.observers), and
+        `capture` serving the requests of the routes it captures. Said once, by the app's
+        builder (svir.server.build_app)."""
+        self.gateway.observers.compose(observers)
+        self._capture = capture
+
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""
         self._guards.append(guard)
-
-    def on_request_end(self, hook: EndHook) -> None:
-        """Call `hook` when each request ends, after the guards' callbacks (see `EndHook`)."""
-        self._ends.append(hook)
 
     def on_startup(self, hook: Hook) -> None:
         self._startup.append(hook)
@@ -237,13 +240,17 @@ class App:
         method, path = scope["method"], scope["path"]
         fields: dict[str, Any] = {"method": method, "path": path}
         route = self.routes.match(scope)
-        scope["svir.route"] = route.template
+        # What the guards and the handler note about the request (svir.asgi.Exchange).
+        noted = Exchange(route.template)
+        extensions = scope.get("extensions")
+        if extensions is None:
+            extensions = scope["extensions"] = {}
+        extensions[EXCHANGE] = noted
         shape = route.errors
-        # Whether (and with which status) the response started: noted by svir's own server on
-        # the object its `send` is bound to, else by a wrapper around `send` (`_answer` reads it).
-        response = (
-            send if hasattr(getattr(send, "__self__", None), RESPONSE_STATUS) else _Response(send)
-        )
+        # Whether (and with which status) the response started (`_answer` reads it), and svir's
+        # own server's piece sender for the handler's streams.
+        server = server_extension(scope)
+        response = Response(send, server.send_piece if server is not None else None)
         afters: list[Callable[[dict[str, Any]], None]] = []
         try:
             try:
@@ -254,14 +261,20 @@ class App:
                     status = await _preflight(response, self.browsers.preflight(scope, cors), rid)
                 else:
                     if cors is not None:
-                        response = _Response(with_headers(send, cors))
+                        response = Response(with_headers(send, cors))
                     for guard in self._guards:
                         after = await guard(scope, fields)
                         if after is not None:
                             afters.append(after)
                     if is_admin_write(method, path):
                         check_admin_write(scope)
-                    status = await route.handler(scope, receive, response, rid, fields)
+                    capture = self._capture
+                    if capture is not None and capture.captures(route):
+                        status = await capture.serve(
+                            route.handler, scope, receive, response, rid=rid, fields=fields
+                        )
+                    else:
+                        status = await route.handler(scope, receive, response, rid, fields)
             except GatewayError as exc:
                 status = await _answer(response, shape, exc, rid, fields)
             except BadRequest as exc:
@@ -282,7 +295,7 @@ class App:
             fields["status"] = status
         finally:
             # The one place the log fields about the request's chat call are written.
-            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            ctx = noted.call
             if ctx is not None:
                 ctx.log_into(fields)
             fields["duration_ms"] = now_ms(started)
@@ -291,16 +304,17 @@ class App:
                     after(fields)
                 except Exception:
                     log.exception("request guard failed after the request")
-            for end in self._ends:
-                try:
-                    end(scope, fields)
-                except Exception:
-                    log.exception("request end hook failed")
+            # Told after the guards' callbacks, before the access line: what needs nothing
+            # before the handler (the metrics) is not a guard, whose await and callback each
+            # request would pay.
+            observers = self.gateway.observers
+            if observers:
+                observers.ended(RequestEnded(noted.route, method, fields, ctx))
             log_request(fields, rid)
             request_id_var.reset(token)
             # uvicorn keeps a connection's last scope until its next request: not the call's
             # context and what it reaches (1 KB an idle connection).
-            scope.pop(CALL_CONTEXT, None)
+            extensions.pop(EXCHANGE, None)
 
     async def healthz(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
@@ -344,24 +358,8 @@ async def _ignored() -> None:
     """What a scope svir does not serve (a websocket's) gets."""
 
 
-class _Response:
-    """A request's `send`, noting the status it started the response with (None: not yet) under
-    RESPONSE_STATUS, for a server that does not note it itself."""
-
-    __slots__ = ("_send", "svir_response_status")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.svir_response_status: int | None = None
-
-    def __call__(self, message: Message) -> Awaitable[None]:
-        if self.svir_response_status is None:  # the first message starts the response
-            self.svir_response_status = message.get("status", 200)
-        return self._send(message)
-
-
 async def _answer(
-    response: Send,
+    response: Response,
     shape: ErrorShape,
     error: GatewayError,
     rid: str,
@@ -374,8 +372,7 @@ async def _answer(
     the log, unless `logged`)."""
     ce = error.error
     fields["error"] = ce.code or ce.type
-    # Noted on the object svir's server's bound `send` belongs to, or on the `_Response` wrapper.
-    status: int | None = getattr(getattr(response, "__self__", response), RESPONSE_STATUS)
+    status = response.status
     if status is not None:
         if not logged:
             failures.error(

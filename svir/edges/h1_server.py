@@ -65,8 +65,7 @@ from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from uvicorn.server import ServerState
 
 from svir.asgi import (
-    DISCONNECT_WATCH,
-    RESPONSE_STATUS,
+    SERVER_EXTENSION,
     SERVER_STOPPING,
     DisconnectWatch,
     Message,
@@ -166,8 +165,6 @@ class _Cycle:
     call for it."""
 
     __slots__ = (
-        DISCONNECT_WATCH,
-        RESPONSE_STATUS,
         "_body_read",
         "_conn",
         "_waiter",
@@ -183,13 +180,14 @@ class _Cycle:
         "response_complete",
         "response_started",
         "scope",
+        "watch",
     )
 
     def __init__(
         self, conn: H1ServerProtocol, scope: Scope, *, keep_alive: bool, continue_owed: bool
     ) -> None:
         self._conn = conn
-        self.scope = scope
+        self.scope: Scope | None = scope
         self.head = scope["method"] == "HEAD"
         self.keep_alive = keep_alive
         self.continue_owed = continue_owed
@@ -204,8 +202,14 @@ class _Cycle:
         self._waiter: asyncio.Future[None] | None = None
         # What answers it (the app, or a refusal), kept while it waits its turn (pipelined).
         self.app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
-        setattr(self, DISCONNECT_WATCH, conn.watch)
-        setattr(self, RESPONSE_STATUS, None)
+        # What the app reads of this request's connection (svir.asgi.ServerExtension), in the
+        # scope: the scope is given up once the app has it (`run`), so that the two do not hold
+        # each other (a cycle that only the collector would free).
+        self.watch = conn.watch
+        extensions = scope.get("extensions")
+        if extensions is None:
+            extensions = scope["extensions"] = {}
+        extensions[SERVER_EXTENSION] = self
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -214,8 +218,10 @@ class _Cycle:
 
     async def run(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         conn = self._conn
+        scope, self.scope = self.scope, None
+        assert scope is not None, "a request is run once"
         try:
-            await app(self.scope, self.receive, self.send)
+            await app(scope, self.receive, self.send)
         except BaseException as exc:
             if isinstance(exc, Exception):
                 log.error("exception in the ASGI application", exc_info=exc)
@@ -274,11 +280,11 @@ class _Cycle:
         self._send(message)
         return conn.sent
 
-    def svir_send_piece(self, body: bytes) -> Awaitable[None]:
-        """`send` of a body piece with more to come (svir.asgi.SEND_PIECE): a chunk of a chunked
-        response under way goes out with no message to build and take apart; anything else (the
-        response not started or over, HEAD, a length given, an empty piece, the client gone or
-        not reading) goes through `send`, which knows what to do with it."""
+    def send_piece(self, body: bytes) -> Awaitable[None]:
+        """`send` of a body piece with more to come (svir.asgi.ServerExtension): a chunk of a
+        chunked response under way goes out with no message to build and take apart; anything
+        else (the response not started or over, HEAD, a length given, an empty piece, the client
+        gone or not reading) goes through `send`, which knows what to do with it."""
         conn = self._conn
         if (
             self.chunked
@@ -351,7 +357,6 @@ class _Cycle:
                 out.append(b"transfer-encoding: chunked\r\n")
             out.append(b"\r\n")
             self.response_started = True
-            setattr(self, RESPONSE_STATUS, status)
             self.continue_owed = False
             conn.write(b"".join(out))
             return

@@ -3,10 +3,11 @@
 Routes: the admin API under `/admin/` (every path under it guarded by one rule, `admin_access`),
 `GET /v1/usage` (a key's own figures), `GET /metrics` (once keys exist, for the admin key or the
 metrics token `[auth] metrics_token_env`, unless `[auth] metrics_public`). Guards, in order:
-tracing (when on), authentication (which also guards `/healthz?verbose=1`); the metrics count
-each request when it ends. The gateway gets the gate (svir.policy.key_gate) around every chat call;
-what each call came to (its `svir.call.CallRecord`) goes from the gate to the ledger and the
-metrics.
+tracing (when on), authentication (which also guards `/healthz?verbose=1`). The gateway gets
+the gate (svir.policy.key_gate) around every chat call. The traces, the metrics and the ledger are
+observers (svir.observers: `KeysService.observers()`, which the app's builder composes): the
+metrics count each request when it ends, and what each call came to (its
+`svir.call.CallRecord`) goes from the gate to the ledger and the metrics.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import math
 import time
 from typing import Any, Final
 
-from svir.asgi import Receive, Scope, Send
-from svir.call import CallContext, CallRecord
+from svir.asgi import Receive, Scope, Send, caller_key, exchange
 from svir.edges.app import VERBOSE, App
 from svir.edges.metrics import CONTENT_TYPE, Counter, Gauge, Metrics
 from svir.errors import (
@@ -33,13 +33,8 @@ from svir.keys.limits import LIMIT_NAMES, Backend, Figures, Limits, MemoryBacken
 from svir.keys.model import KeyRecord, KeySpec, is_key_id, parse_expiry, usd_to_micros
 from svir.ledger import Ledger
 from svir.ledger.queries import ALL_KEYS, GROUPS, summarize
-from svir.policy.auth import (
-    ADMIN_ACCESS,
-    Authenticator,
-    bearer_token,
-    current_key,
-    is_loopback,
-)
+from svir.observers import CallSettled, Observer
+from svir.policy.auth import Authenticator, bearer_token, is_loopback
 from svir.policy.key_gate import Gate
 from svir.protocols.http import query_params, read_json, send_json
 from svir.protocols.router import Handler
@@ -87,7 +82,7 @@ def admin_access(scope: Scope) -> str:
     refuses never reaches one. A route calls this for the verdict; outside `/admin/`, or in an
     app without svir.edges.keys_service, there is none, and the request is refused.
     """
-    access: str | None = scope.get(ADMIN_ACCESS)
+    access = exchange(scope).admin_access
     if access is None:
         raise auth_error("This needs svir's admin key.", status=403, code="admin_disabled")
     return access
@@ -207,12 +202,24 @@ class KeysService:
         self.store: SqlStore | None = None
         self.keys: KeyStore | None = None
         self.ledger: Ledger | None = None
-        self.gate = Gate(backend=backend, limits=limits, prices=config.prices)
+        self.gate = Gate(
+            backend=backend,
+            limits=limits,
+            prices=config.prices,
+            observers=app.gateway.observers,
+        )
+
+    def observers(self) -> list[Observer]:
+        """What of this service watches requests and calls (svir.observers), in the order they
+        are told: the traces, the metrics, the ledger (those that are on)."""
+        out: list[Observer] = []
+        if self.tracing is not None:
+            out.append(self.tracing)
         if self.metrics is not None:
-            self.gate.on_open.append(self.metrics.call_opened)
-            self.gate.on_settle.append(self.metrics.call_settled)
-        if config.ledger.enabled:
-            self.gate.on_settle.append(self._ledger_row)
+            out.append(self.metrics)
+        if self.config.ledger.enabled:
+            out.append(_LedgerRows(self))
+        return out
 
     # Lifespan
 
@@ -260,10 +267,6 @@ class KeysService:
             await store.close()
         if self.tracing is not None:
             await self.tracing.close()
-
-    def _ledger_row(self, ctx: CallContext, record: CallRecord) -> None:
-        if self.ledger is not None:
-            self.ledger.record(record)
 
     def _ledger_metrics(self) -> list[Any]:
         ledger = self.ledger
@@ -344,7 +347,7 @@ class KeysService:
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
         headers = {"x-request-id": rid}
-        key = current_key()
+        key = caller_key(scope)
         query = query_params(scope)
         now = time.time()
         try:
@@ -544,22 +547,33 @@ def _no_key(key_id: str) -> GatewayError:
     return request_error(f"No key {key_id!r}", status=404, code="key_not_found")
 
 
-def _listed_for_key(model: str) -> bool:
+def _listed_for_key(scope: Scope, model: str) -> bool:
     """A key restricted to some models sees only those in model lists."""
-    key = current_key()
+    key = caller_key(scope)
     return key is None or key.allows(model)
 
 
+class _LedgerRows(Observer):
+    """The ledger's feed: each settled call's record, a row (once the ledger is open)."""
+
+    def __init__(self, service: KeysService) -> None:
+        self.service = service
+
+    def settled(self, event: CallSettled) -> None:
+        ledger = self.service.ledger
+        if ledger is not None:
+            ledger.record(event.record)
+
+
 def install(app: App, *, backend: Backend | None = None, span_exporter: Any = None) -> KeysService:
-    """Put keys, limits, the ledger, metrics and tracing on `app` (see the module doc)."""
+    """Put keys, limits, the ledger, metrics and tracing on `app` (see the module doc); what of
+    them watches requests and calls is `KeysService.observers()`, for the app's builder to
+    compose."""
     service = KeysService(app, backend=backend, span_exporter=span_exporter)
-    policy = app.gateway.policy
     if service.tracing is not None:
         app.add_guard(service.tracing.request_guard())
-        service.tracing.watch_attempts(policy)
     if service.metrics is not None:
-        app.on_request_end(service.metrics.request_ended)
-        service.metrics.watch_attempts(policy)
+        service.metrics.watch_policy(app.gateway.policy)
         service.metrics.registry.collectors.append(service._ledger_metrics)
         app.routes.add("GET", "/metrics", service.serve_metrics)
     app.add_guard(service.auth.guard)

@@ -97,7 +97,7 @@ def default_config(*, warn: bool = True) -> Config:
 
     Without `llama-server` or the model package, the default server settings and no providers,
     with a log line (unless not `warn`) that says why and how to install them. What is served
-    is said by the start-up banner (`svir.edges.server.banner`), once svir listens.
+    is said by the start-up banner (`svir.server.banner`), once svir listens.
     """
     try:
         find_llama_server()

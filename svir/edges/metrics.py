@@ -33,15 +33,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT
 from svir.call import EMBEDDINGS
 from svir.config import ServerConfig
 from svir.keys.limits import LIMIT_NAMES
+from svir.observers import AttemptStarted, CallOpened, CallSettled, Observer, RequestEnded
 from svir.wire.errors import ErrorKind
 
 if TYPE_CHECKING:
-    from svir.call import CallContext, CallRecord
-    from svir.chat import Call, CloseHook, UpstreamTarget
+    from svir.chat import Call, CloseHook
     from svir.policy.resilience import Resilience
     from svir.policy.routing import Router
 
@@ -300,20 +299,20 @@ class _CallSeries:
         return cell
 
 
-class Metrics:
-    """svir's metrics; the App's end of each request (`request_ended`), the policy's attempts
-    and the key gate's calls (opened, then settled) feed them."""
+class Metrics(Observer):
+    """svir's metrics, an observer (svir.observers): the App's end of each request (`ended`),
+    the policy's attempts and the key gate's calls (opened, then settled) feed them."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
-        # Which models have a model label of their own (`chat_labels`); set by `watch_attempts`.
+        # Which models have a model label of their own (`chat_labels`); set by `watch_policy`.
         self.router: Router | None = None
         self._unlisted: set[str] = set()
-        # (route, method, status) -> `request_ended`'s counter cell and histogram entry (bounded:
+        # (route, method, status) -> `ended`'s counter cell and histogram entry (bounded:
         # the route is svir's, the method one of METHODS or "other", the status svir's answer's).
         self._http: dict[tuple[str | None, str, Any], Any] = {}
         # The hot paths' cells, each bounded as the series it points into (which stay anyway):
-        # per (operation, model label, provider label) of a settled call (`call_settled`); per
+        # per (operation, model label, provider label) of a settled call (`settled`); per
         # provider of an opened call; per (provider, outcome) of an upstream attempt.
         self._calls: dict[tuple[str, str, str], _CallSeries] = {}
         self._opened: dict[str, list[float]] = {}
@@ -408,13 +407,14 @@ class Metrics:
 
     # Feeds
 
-    def request_ended(self, scope: Any, fields: dict[str, Any]) -> None:
-        """Count an HTTP request that ended (an App end hook: `fields` has its status and
-        duration). The requests counter's cell and the duration histogram's entry of each
-        (route, method, status) are taken once: this runs for every request."""
+    def ended(self, event: RequestEnded) -> None:
+        """Count an HTTP request that ended (its log fields have its status and duration). The
+        requests counter's cell and the duration histogram's entry of each (route, method,
+        status) are taken once: this runs for every request."""
+        fields = event.fields
         status = fields.get("status") or 500
-        method = scope["method"]
-        key = (scope.get("svir.route"), method if method in METHODS else OTHER, status)
+        method = event.method
+        key = (event.route, method if method in METHODS else OTHER, status)
         series = self._http.get(key)
         if series is None:
             series = self._http_series(key)
@@ -427,7 +427,7 @@ class Metrics:
         # call's failure (closed: ERROR_CLASSES), else `http_<status>` for an error status.
         error = fields.get("error")
         if not error:
-            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            ctx = event.call
             if ctx is not None:
                 stats = ctx.outcome.stats
                 if stats is not None:
@@ -467,18 +467,19 @@ class Metrics:
             self._unlisted.add(model)
         return model, provider
 
-    def call_opened(self, ctx: CallContext, call: Call) -> None:
+    def opened(self, event: CallOpened) -> None:
         """A chat call the key gate let through is streaming."""
-        name = call.route.provider.name
+        name = event.call.route.provider.name
         cell = self._opened.get(name)
         if cell is None:
             cell = self._opened[name] = self.in_flight.cell((name,))
         cell[0] += 1.0
 
-    def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
+    def settled(self, event: CallSettled) -> None:
         """What a chat call came to (svir.policy.key_gate): refused or failed, or served and closed.
         The labels are worked out anew for each call (they follow the router's config); the
         cells they lead to are kept (`_CallSeries`)."""
+        ctx, record = event.ctx, event.record
         o = ctx.outcome
         status = record.status
         label, provider = self.chat_labels(record.model, record.provider)
@@ -545,17 +546,14 @@ class Metrics:
         )
         return served
 
-    def watch_attempts(self, policy: Resilience) -> None:
-        """Count every upstream attempt, and read the policy's state at scrape time."""
+    def watch_policy(self, policy: Resilience) -> None:
+        """Label models by the policy's router, and read its state at scrape time."""
         self.router = policy.router
-
-        closer = self._attempt_closed
-
-        def attempt(route: UpstreamTarget, request: dict[str, Any], ctx: CallContext) -> CloseHook:
-            return closer
-
-        policy.on_attempt.append(attempt)
         self.registry.collectors.append(lambda: self._policy_metrics(policy))
+
+    def attempt(self, event: AttemptStarted) -> CloseHook:
+        """Count every upstream attempt, when it closes."""
+        return self._attempt_closed
 
     def _attempt_closed(self, call: Call) -> None:
         provider = call.route.provider.name

@@ -29,15 +29,14 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from svir import __version__
-from svir.asgi import Scope, call_context, header
+from svir.asgi import Scope, exchange, header
 from svir.config import TelemetryConfig
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
+from svir.observers import AttemptStarted, Observer
 from svir.wire.completions import is_completion
 
 if TYPE_CHECKING:
-    from svir.call import CallContext
-    from svir.chat import Call, CloseHook, UpstreamTarget
-    from svir.policy.resilience import Resilience
+    from svir.chat import Call, CloseHook
 
 __all__ = ["Tracing"]
 
@@ -49,7 +48,10 @@ _PROVIDER_NAMES: Final = {
 }
 
 
-class Tracing:
+class Tracing(Observer):
+    """The request spans (a guard: `request_guard`) and the attempt spans (an observer of the
+    attempts, svir.observers)."""
+
     def __init__(
         self,
         config: TelemetryConfig,
@@ -100,7 +102,8 @@ class Tracing:
             parent = self.propagator.extract(carrier) if carrier else None
             # The span's name and route are svir's own (a path no route matched is the client's
             # and stays in url.path); an unknown method is "_OTHER", as the conventions say.
-            route = scope.get("svir.route")
+            noted = exchange(scope)
+            route = noted.route
             method = scope["method"] if scope["method"] in METHODS else "_OTHER"
             attributes = {"http.request.method": method, "url.path": scope["path"]}
             if route:
@@ -126,7 +129,7 @@ class Tracing:
                     if isinstance(key_id, str):
                         ended["svir.key_id"] = key_id
                     error = done.get("error")
-                    call = call_context(scope)
+                    call = noted.call
                     if call is None:
                         # A request about a model that made no call (Ollama's /api/show).
                         model = done.get("model")
@@ -157,41 +160,38 @@ class Tracing:
 
         return guard
 
-    def watch_attempts(self, policy: Resilience) -> None:
+    def attempt(self, event: AttemptStarted) -> CloseHook:
+        """An attempt's span, a child of its request's; ended when the attempt closes."""
         trace = self._trace
-        client = trace.SpanKind.CLIENT
-
-        def attempt(route: UpstreamTarget, request: dict[str, Any], ctx: CallContext) -> CloseHook:
-            address, port = _server_address(route.base_url)
-            # OpenTelemetry's names: "chat", "embeddings", "text_completion".
-            operation = "text_completion" if is_completion(request) else ctx.operation
-            attributes: dict[str, Any] = {
-                "gen_ai.operation.name": operation,
-                "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),
-                "gen_ai.request.model": route.model_id,
-                "gen_ai.request.stream": bool(request.get("stream")),
-                "svir.provider": route.provider.name,
-                "svir.request_id": ctx.request_id,
-            }
-            if address:
-                attributes["server.address"] = address
-            attributes["server.port"] = port
-            max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
-            if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
-                attributes["gen_ai.request.max_tokens"] = max_tokens
-            for src, dst in (
-                ("temperature", "gen_ai.request.temperature"),
-                ("top_p", "gen_ai.request.top_p"),
-            ):
-                value = request.get(src)
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    attributes[dst] = float(value)
-            span = self.tracer.start_span(
-                f"{operation} {route.model_id}", kind=client, attributes=attributes
-            )
-            return lambda done: _end_attempt(trace, span, done)
-
-        policy.on_attempt.append(attempt)
+        route, request, ctx = event.route, event.request, event.ctx
+        address, port = _server_address(route.base_url)
+        # OpenTelemetry's names: "chat", "embeddings", "text_completion".
+        operation = "text_completion" if is_completion(request) else ctx.operation
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": _PROVIDER_NAMES.get(route.kind.name, route.kind.name),
+            "gen_ai.request.model": route.model_id,
+            "gen_ai.request.stream": bool(request.get("stream")),
+            "svir.provider": route.provider.name,
+            "svir.request_id": ctx.request_id,
+        }
+        if address:
+            attributes["server.address"] = address
+        attributes["server.port"] = port
+        max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+            attributes["gen_ai.request.max_tokens"] = max_tokens
+        for src, dst in (
+            ("temperature", "gen_ai.request.temperature"),
+            ("top_p", "gen_ai.request.top_p"),
+        ):
+            value = request.get(src)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[dst] = float(value)
+        span = self.tracer.start_span(
+            f"{operation} {route.model_id}", kind=trace.SpanKind.CLIENT, attributes=attributes
+        )
+        return lambda done: _end_attempt(trace, span, done)
 
 
 def _end_attempt(trace: Any, span: Any, call: Call) -> None:

@@ -5,8 +5,9 @@ With no keys issued svir runs open, for clients on this machine only (unless
 `[auth] allow_open_non_loopback`). Once a key exists every request needs one, except the health
 check, the metrics (which take the admin key or the metrics token: svir.edges.keys_service) and the
 admin API under `/admin/` (whose rule, `admin_check`, svir.edges.keys_service gives; its verdict is
-left in the scope under `ADMIN_ACCESS`). The key of the request being served is `current_key()`,
-for the limits, the ledger, and any front end that keeps things per caller (threads).
+noted on the request's `svir.asgi.Exchange`, `admin_access`). The key of the request being served
+is noted there too (`caller_key(scope)`), for the call's context (the limits, the ledger), and any
+front end that keeps things per caller (threads).
 
 svir's admin key is also taken where a svir key is (the console's playground): its caller has no
 key, so no limits, and the ledger's `key_id` stays null for it; it also passes where svir, open,
@@ -26,28 +27,23 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from svir.asgi import Scope, header
+from svir.asgi import Scope, caller_key, exchange, header
 from svir.errors import GatewayError, auth_error
-from svir.keys.context import current_key, key_var
 from svir.keys.model import KeyRecord
 from svir.wire.origins import is_loopback
 
 __all__ = [
-    "ADMIN_ACCESS",
     "ADMIN_PREFIX",
     "Authenticator",
     "api_key",
     "bearer_token",
-    "current_key",
+    "caller_key",
     "is_loopback",
-    "key_var",
 ]
 
 _CACHE_CAP: Final = 10_000
 # Every path under it is the admin API: `Authenticator.admin_check` decides who may use it.
 ADMIN_PREFIX: Final = "/admin/"
-# Where the guard leaves the admin check's verdict in the scope ("admin_key" or "loopback").
-ADMIN_ACCESS: Final = "svir.admin_access"
 # The health check's path: open without a key (`Authenticator.health_check` may still refuse).
 HEALTH_PATH: Final = "/healthz"
 
@@ -183,7 +179,7 @@ class Authenticator:
         """App guard: set the request's key, or refuse the request."""
         path: str = scope["path"]
         if path.startswith(ADMIN_PREFIX) and self.admin_check is not None:
-            scope[ADMIN_ACCESS] = await self.admin_check(scope)
+            exchange(scope).admin_access = await self.admin_check(scope)
             return None
         if path in self.exempt_paths or path.startswith(self.exempt_prefixes):
             if path == HEALTH_PATH and self.health_check is not None:
@@ -219,9 +215,5 @@ class Authenticator:
         if state != "active":
             raise auth_error(f"This API key is {state}.")
         fields["key_id"] = record.id
-        reset = key_var.set(record)
-
-        def after(_fields: dict[str, Any]) -> None:
-            key_var.reset(reset)
-
-        return after
+        exchange(scope).key = record
+        return None

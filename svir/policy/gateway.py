@@ -5,7 +5,8 @@ It resolves the model to a route, opens the upstream under the policy (retries, 
 balancing), and hands back an opened `ChatCall` whose output the front end encodes its own way
 (or an `EmbeddingCall` with its vectors). The front end's `CallContext` (svir.call) goes along and
 comes back with the call's outcome; its `operation` says which call it is, and both go through
-the one chain of interceptors.
+the one chain of interceptors. What watches the calls (svir.observers) is told from one place,
+the gateway's `observers`: the policy tells them of each attempt, the key gate of each call.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from svir.config import Config
 from svir.config_diff import ConfigDiff
 from svir.embeddings import EmbeddingCall
 from svir.errors import BadRequest, GatewayError
+from svir.observers import Observers
 from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router, RoutingTable
 from svir.providers import build_upstream_body
@@ -52,7 +54,11 @@ class Gateway:
         self.config = config
         self.client = client
         self.router = Router(config, environ, self.client)
-        self.policy = Resilience(config, self.router, self.client, timing=timing)
+        # What watches requests and calls: empty until the app's builder composes it.
+        self.observers = Observers()
+        self.policy = Resilience(
+            config, self.router, self.client, timing=timing, observers=self.observers
+        )
         self._open: OpenCall = self.policy.open
 
     def add_interceptor(self, interceptor: Interceptor) -> None:

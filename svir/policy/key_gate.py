@@ -11,8 +11,9 @@ guard on the call asks for more whenever what streamed passes what is held, and 
 with one error frame when a budget has no more (never a silent truncation). When the call
 closes, the reservation is settled with the upstream's usage or, when it reported none, with a
 count of what streamed (§3.6's visible tokens) and the prompt's estimate. Each call, refused,
-failed or served, is settled into one `CallRecord` for the gate's `on_settle` hooks (svir.keys.
-service gives it to the ledger and the metrics); `on_open` hooks hear of each call let through.
+failed or served, is settled into one `CallRecord`, told to the gateway's observers
+(svir.observers: `CallSettled`; the ledger, the metrics, the console), which also hear of each
+call let through (`CallOpened`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext, CallRecord
@@ -40,6 +41,7 @@ from svir.keys.limits import (
 )
 from svir.keys.model import KeyRecord, model_allowed
 from svir.log import hundredths, now_ms
+from svir.observers import CallOpened, CallSettled, Observers
 from svir.policy.gateway import OpenCall
 from svir.wire.classify import ClientError
 from svir.wire.errors import ErrorKind, UpstreamError
@@ -49,9 +51,7 @@ from svir.wire.tokens import estimate_input_tokens, estimate_prompt_tokens
 __all__ = [
     "Gate",
     "Meter",
-    "OpenedHook",
     "Price",
-    "SettledHook",
     "limit_error",
 ]
 
@@ -143,13 +143,6 @@ def limit_error(key: KeyRecord, d: Denied) -> GatewayError:
     return GatewayError(limit_client_error(key, d))
 
 
-# Told of each call the gate let through, once the policy opened it.
-OpenedHook = Callable[[CallContext, Call], None]
-# Told of what each call came to: refused, failed at every upstream, or closed after serving (then
-# `ctx.outcome.served_model` is set).
-SettledHook = Callable[[CallContext, CallRecord], None]
-
-
 class Gate:
     """The interceptor (see the module doc); without a backend, no limits apply."""
 
@@ -159,10 +152,11 @@ class Gate:
         backend: Backend | None,
         limits: LimitsConfig,
         prices: tuple[PriceConfig, ...] = (),
+        observers: Observers | None = None,
     ) -> None:
         self.backend = backend
-        self.on_open: list[OpenedHook] = []
-        self.on_settle: list[SettledHook] = []
+        # Told of each call let through, and of what each call came to (svir.observers).
+        self.observers = observers if observers is not None else Observers()
         self.config = limits
         self.set_prices(prices)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -292,8 +286,8 @@ class Gate:
             and (limits.token_budgets or limits.cost_budgets or limits.concurrent is not None)
         )
         call.attach(guard=meter if guarded else None, on_close=meter.closed)
-        for hook in self.on_open:
-            hook(ctx, call)
+        if self.observers:
+            self.observers.opened(CallOpened(ctx, call))
         return call
 
     def _refused(
@@ -306,7 +300,7 @@ class Gate:
         failed: bool = False,
     ) -> None:
         """A call that never streamed: refused by svir, or failed at every upstream tried."""
-        if not self.on_settle:
+        if not self.observers:
             return
         o = ctx.outcome
         key = ctx.key
@@ -332,8 +326,7 @@ class Gate:
             upstream_id=None,
             client_user=ctx.client_user,
         )
-        for hook in self.on_settle:
-            hook(ctx, record)
+        self.observers.settled(CallSettled(ctx, record))
 
 
 class Meter:
@@ -509,7 +502,7 @@ class Meter:
         ctx = self.ctx
         if source == "counted":
             ctx.outcome.usage_source = "counted"
-        if not gate.on_settle:
+        if not gate.observers:
             return
         record = CallRecord(
             ts=time.time(),
@@ -535,8 +528,7 @@ class Meter:
             upstream_id=s.upstream_id,
             client_user=ctx.client_user,
         )
-        for hook in gate.on_settle:
-            hook(ctx, record)
+        gate.observers.settled(CallSettled(ctx, record))
 
 
 def _own_error(ce: ClientError) -> UpstreamError:

@@ -32,6 +32,7 @@ from svir.chat import Call, ChatCall, CloseHook, UpstreamTarget
 from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError
+from svir.observers import AttemptStarted, Observers
 from svir.policy.bounded import BoundedMap
 from svir.policy.routing import Router, RoutingTable
 from svir.transport import Transport
@@ -81,12 +82,6 @@ class Timing:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.monotonic
-
-
-# Told of each attempt before it is sent (svir.edges.keys_service installs metrics and tracing
-# here): gets the attempt's route, the request it sends and the call's context, and gives the hook
-# the attempt's close runs.
-AttemptWatcher = Callable[[UpstreamTarget, dict[str, Any], CallContext], CloseHook]
 
 
 @dataclass(slots=True)
@@ -183,8 +178,11 @@ class Resilience:
         client: Transport,
         *,
         timing: Timing | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.router = router
+        # Told of each attempt before it is sent (svir.observers).
+        self.observers = observers if observers is not None else Observers()
         self.client = client
         timing = timing or Timing()
         self._sleep = timing.sleep
@@ -196,7 +194,6 @@ class Resilience:
         self.quirks: dict[str, Quirks] = {}
         self.retries = 0
         self.fallbacks = 0
-        self.on_attempt: list[AttemptWatcher] = []
 
     @property
     def routes(self) -> Mapping[str, RouteConfig]:
@@ -377,6 +374,8 @@ class Resilience:
         key = request.get("prompt_cache_key")
         affinity = key if isinstance(key, str) and key else None
         commit = ctx.commit
+        # A captured request's attempts go through its capture's tap (svir.call.Capture).
+        client = self.client if ctx.capture is None else ctx.capture.tap(self.client)
         while tier < len(tiers):
             targets = tiers[tier]
             attempt = 0
@@ -405,10 +404,10 @@ class Resilience:
                     headers["x-svir-warning"] = "; ".join(warnings)
                 quirks = self.quirks.get(provider.name)
                 closers = [self._closer(d, provider.breaker)]
-                for watch in self.on_attempt:
-                    closers.append(watch(target_route, sent, ctx))
+                if self.observers:
+                    closers += self.observers.attempt(AttemptStarted(target_route, sent, ctx))
                 call = make(
-                    self.client,
+                    client,
                     target_route,
                     sent,
                     request_id=ctx.request_id,
@@ -424,7 +423,7 @@ class Resilience:
                 outcome.attempts = (*outcome.attempts, d.model)
                 if commit is not None:
                     # The deadline of the provider tried now; its keep-alives go to the client.
-                    commit.arm(target_route.timeouts.commit_deadline)
+                    commit.due_after(target_route.timeouts.commit_deadline)
                     if isinstance(call, ChatCall):
                         call.keepalive_to = commit.upstream_keepalive
                 try:

@@ -20,19 +20,10 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.asgi import (
-    CALL_CONTEXT,
-    Receive,
-    Scope,
-    Send,
-    disconnect_watch,
-    header,
-    piece_sender,
-)
-from svir.call import CHAT, CLIENT_USER_CHARS, CallContext
+from svir.asgi import Receive, Scope, Send, exchange, header, piece_sender, server_extension
+from svir.call import CHAT, CLIENT_USER_CHARS, CallContext, Commit
 from svir.chat import ChatCall, unique_id
 from svir.errors import BodyTooLarge, ClientGone, GatewayError
-from svir.keys.context import current_key
 from svir.wire.answer import AnswerFold
 from svir.wire.blobs import Blobs
 from svir.wire.classify import to_client_error
@@ -214,26 +205,27 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 
 
 class UntilDisconnect:
-    """`with UntilDisconnect(receive): return await work`: the work the block awaits is cancelled
-    the moment the client disconnects, and that cancellation leaves the block as ClientGone (the
-    app answers it 499: nothing is left to answer); a client gone before the block is ClientGone
-    at once, before the work starts.
+    """`with UntilDisconnect(scope, receive): return await work`: the work the block awaits is
+    cancelled the moment the client disconnects, and that cancellation leaves the block as
+    ClientGone (the app answers it 499: nothing is left to answer); a client gone before the block
+    is ClientGone at once, before the work starts.
 
     The work runs in the calling task (no second task per request), and the watch is no coroutine
     around it (one level fewer that every chunk of a stream resumes). svir's own server says that
-    the client went (a `DisconnectWatch` on the connection); under any other, a watcher task waits
-    on `receive` for the disconnect.
+    the client went (its connection's `DisconnectWatch`, svir.asgi.ServerExtension); under any
+    other, a watcher task waits on `receive` for the disconnect.
     """
 
     __slots__ = ("_gone", "_receive", "_task", "_watch", "_watcher")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive) -> None:
         self._receive = receive
         task = asyncio.current_task()
         assert task is not None
         self._task = task
         self._gone = False
-        self._watch = disconnect_watch(receive)
+        server = server_extension(scope)
+        self._watch = server.watch if server is not None else None
         self._watcher: asyncio.Future[None] | None = None
 
     def _went(self) -> None:
@@ -293,19 +285,29 @@ def new_call_context(
     client_user: str | None = None,
     *,
     operation: str = CHAT,
-    commit: EarlyStart | None = None,
+    early: EarlyStart | None = None,
 ) -> CallContext:
     """The context of the call a handler makes for this request (one per request), naming its
-    front end `api` ("openai", "ollama", "threads", ...), the caller's key, the end user the
-    client named (cut to CLIENT_USER_CHARS), the `operation` (CHAT, or EMBEDDINGS: svir.call)
-    and a streamed answer's early start (`commit`); the app writes the request's log fields
-    about the call from it when the request ends (svir.edges.app)."""
+    front end `api` ("openai", "ollama", "threads", ...), the caller's key and the request's
+    capture (from its `svir.asgi.Exchange`), the end user the client named (cut to
+    CLIENT_USER_CHARS), the `operation` (CHAT, or EMBEDDINGS: svir.call) and a streamed answer's
+    early start (`early`: its commit goes on the context, for the policy to say when); kept on
+    the request's Exchange, from which the app writes the request's log fields about the call
+    when the request ends (svir.edges.app)."""
     if client_user is not None:
         client_user = client_user[:CLIENT_USER_CHARS]
+    noted = exchange(scope)
     ctx = CallContext(
-        rid, api, current_key(), blobs, client_user, operation=operation, commit=commit
+        rid,
+        api,
+        noted.key,
+        blobs,
+        client_user,
+        operation=operation,
+        commit=early.commit if early is not None else None,
+        capture=noted.capture,
     )
-    scope[CALL_CONTEXT] = ctx
+    noted.call = ctx
     return ctx
 
 
@@ -342,36 +344,30 @@ def warning_header(warnings: Iterable[str]) -> str:
 
 
 class EarlyStart:
-    """A streamed request's commit deadline (the `svir.call.Commit` the policy arms) and what its
-    front end sends when it passes while the upstream is still silent (a long prompt being read,
-    a model being loaded): the response's head with `kind`'s content headers and `first()`'s
-    bytes, then `ping()`'s every `every` seconds of silence, and the upstream's own keep-alive
-    comments as `relay` writes them (none without it), from a task made only then (until then a
-    timer: nothing more for an answer that comes in time). A failure after that start is the
-    stream's one error, `fail`'s bytes.
-
-    The deadline is counted from when this was made (the request's arrival), with the value of
-    the provider of the attempt under way (each attempt `arm`s it again).
+    """What a streamed request's front end sends when the policy says its answer commits (its
+    `commit`, a `svir.call.Commit` made with it, at the request's arrival, and carried by the
+    call's context) while the upstream is still silent (a long prompt being read, a model being
+    loaded): the response's head with `kind`'s content headers and `first()`'s bytes, then
+    `ping()`'s every `every` seconds of silence, and the upstream's own keep-alive comments as
+    `relay` writes them (none without it), from a task made only then (nothing more for an answer
+    that comes in time). A failure after that start is the stream's one error, `fail`'s bytes.
     """
 
     __slots__ = (
-        "_arrived",
         "_every",
         "_fail",
         "_first",
         "_headers",
         "_kind",
-        "_loop",
         "_pending",
         "_ping",
         "_relay",
         "_send",
         "_stopping",
         "_task",
-        "_timer",
         "_waiting",
         "_wake",
-        "committed",
+        "commit",
         "ended",
         "started",
     )
@@ -396,37 +392,26 @@ class EarlyStart:
         self._fail = fail
         self._relay = relay
         self._every = every
-        self._loop = asyncio.get_running_loop()
-        self._arrived = self._loop.time()
-        self._timer: asyncio.TimerHandle | None = None
+        # When the answer commits: the policy says it (svir.call.Commit), this acts on it.
+        self.commit = commit = Commit()
+        commit.on_commit = self._commit
+        if relay is not None:
+            commit.relay = self._upstream_keepalive
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._pending: list[bytes] = []
         self._waiting = False
         self._stopping = False
-        # Past the deadline: no failure is retried any more (read by the policy).
-        self.committed = False
         # The response's head is (being) sent; `ended`: the failure was the stream's end.
         self.started = False
         self.ended = False
 
-    def arm(self, seconds: float) -> None:
-        """Commit `seconds` after the request arrived (at once if that is past)."""
-        if self.committed or self._stopping:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_at(self._arrived + seconds, self._commit)
-
     def _commit(self) -> None:
-        self._timer = None
-        self.committed = True
         self._task = asyncio.ensure_future(self._keep_alive())
 
-    def upstream_keepalive(self, comment: str) -> None:
-        """The upstream's keep-alive, read before its first output: passed on once committed
-        (before that, a progress note that would only arrive stale with the answer is dropped)."""
-        if not self.committed or self._relay is None or self._stopping:
+    def _upstream_keepalive(self, comment: str) -> None:
+        """The upstream's keep-alive, once committed: passed on as `relay` writes it."""
+        if self._relay is None or self._stopping:
             return
         self._pending.append(self._relay(comment))
         if self._wake is not None:
@@ -461,9 +446,7 @@ class EarlyStart:
     async def stop(self) -> bool:
         """Stop the deadline and the keep-alives; whether the response has started."""
         self._stopping = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.commit.close()
         task = self._task
         if task is None:
             return False
@@ -499,11 +482,9 @@ class EarlyStart:
         except BaseException:
             await self.stop()
             raise
-        if self._task is None:  # in time (the common case): only the timer to cancel
+        if self._task is None:  # in time (the common case): only the deadline to end
             self._stopping = True
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self.commit.close()
             return opened
         await self.stop()
         return opened

@@ -9,14 +9,14 @@ naming them in `Allow`, each in the error shape of the prefix it is under (`erro
 otherwise). Two protocols may share a path when one of them is told apart by a request header
 (`GET /v1/models` is OpenAI's list, and Anthropic's when `anthropic-version` is sent): the second
 adds its route with `when_header`, and only a path that has such a route pays for the look. A
-route's template is the label it is counted and traced under (the app sets it as
-`scope["svir.route"]`): a bounded set, whatever paths clients send.
+route's template is the label it is counted and traced under (the app notes it as the request's
+`svir.asgi.Exchange.route`): a bounded set, whatever paths clients send.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 from svir.asgi import Receive, Scope, Send
@@ -27,7 +27,7 @@ from svir.policy.gateway import Gateway
 from svir.policy.routing import Router
 from svir.wire.classify import error_body
 
-__all__ = ["ErrorShape", "Handler", "Hook", "Host", "Route", "Routes", "openai_error"]
+__all__ = ["ErrorShape", "Handler", "Hook", "Host", "Route", "Routes", "Tap", "openai_error"]
 
 # Serves one request: gets the request id and the log fields to fill, returns the status it
 # answered with, and raises what the app's error mapper answers (svir.edges.app).
@@ -46,15 +46,23 @@ def openai_error(exc: GatewayError) -> dict[str, Any]:
 
 class Route:
     """What serves a request: `template` (None for a path no route has, under no prefix) is its
-    label in metrics and traces. `variants` are the routes that take the request instead when it
+    label in metrics and traces; `method` the method it was added for (None: the 404 or 405 of a
+    request no route takes). `variants` are the routes that take the request instead when it
     carries their header (`Routes.add(..., when_header=...)`), in the order they were added."""
 
-    __slots__ = ("errors", "handler", "template", "variants", "when_header")
+    __slots__ = ("errors", "handler", "method", "template", "variants", "when_header")
 
-    def __init__(self, template: str | None, handler: Handler, errors: ErrorShape) -> None:
+    def __init__(
+        self,
+        template: str | None,
+        handler: Handler,
+        errors: ErrorShape,
+        method: str | None = None,
+    ) -> None:
         self.template = template
         self.handler = handler
         self.errors = errors
+        self.method = method
         self.variants: tuple[tuple[bytes, Route], ...] = ()
         self.when_header: bytes | None = None
 
@@ -92,7 +100,7 @@ class Routes:
         it takes every request)."""
         if when_header is not None and when_header != when_header.lower():
             raise ValueError(f"header names are matched in lower case: {when_header!r}")
-        route = Route(template, handler, errors)
+        route = Route(template, handler, errors, method)
         methods = self._by_template.get(template)
         if methods is None:
             methods = self._by_template[template] = {}
@@ -114,15 +122,6 @@ class Routes:
         methods[method] = route
         if "{" not in template:
             self._exact[(method, template)] = route
-
-    def each(self) -> Iterator[tuple[str, str, Route]]:
-        """Every route added, header variants included: (method, template, route); a route's
-        handler may be replaced (the console's capture wraps the client routes)."""
-        for template, methods in self._by_template.items():
-            for method, route in methods.items():
-                yield method, template, route
-                for _, variant in route.variants:
-                    yield method, template, variant
 
     def errors_under(self, prefix: str, errors: ErrorShape) -> None:
         """Answer the 404 or 405 of a path starting with `prefix` as `errors` shapes it."""
@@ -194,6 +193,25 @@ def _not_allowed(methods: dict[str, Route]) -> Route:
     return Route(some.template, refuse, some.errors)
 
 
+class Tap(Protocol):
+    """What serves the requests of the routes it takes in their handlers' stead, running the
+    handler itself (the console's capture, svir.console.capture.Capturer): the app asks it of
+    every matched route."""
+
+    def captures(self, route: Route) -> bool: ...
+
+    async def serve(
+        self,
+        handler: Handler,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        rid: str,
+        fields: dict[str, Any],
+    ) -> int: ...
+
+
 class Host(Protocol):
     """What a front end is installed on: the app's config, environment and gateway, its route
     table, its start-up, stopping and shut-down hooks, and the models a request may see listed."""
@@ -213,4 +231,4 @@ class Host(Protocol):
 
     def on_stopping(self, hook: Callable[[], None]) -> None: ...
 
-    async def models(self) -> list[tuple[str, str]]: ...
+    async def models(self, scope: Scope) -> list[tuple[str, str]]: ...

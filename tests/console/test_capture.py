@@ -14,7 +14,6 @@ from typing import Any
 import openai
 import pytest
 
-from svir.console.capture import CapturingTransport
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.store.sqlite import SqliteStore
 from svir.testing import MockTransport
@@ -67,7 +66,8 @@ async def test_capture_keeps_the_four_panes_with_the_real_bytes_and_no_secret(
     tmp_path: Path,
 ) -> None:
     async with Svir(tmp_path, capture_config()) as svir:
-        assert isinstance(svir.app.gateway.policy.client, CapturingTransport)
+        # Nothing swapped in place: each captured call taps the transport (Capture.tap).
+        assert type(svir.app.gateway.policy.client) is MockTransport
         assert (await svir.admin("/admin/console/session")).json()["capture"] is True
         # The client's own token in its body too: a credential is redacted wherever it is.
         rid = await svir.chat("up/tok-5", content=f"my token is {CLIENT_TOKEN}")

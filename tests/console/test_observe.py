@@ -14,6 +14,7 @@ import pytest
 from svir.call import CallContext, CallRecord
 from svir.console import observe_api
 from svir.console.observe import Observer, sse_frame
+from svir.observers import CallSettled
 from tests.console.observe_support import ADMIN, UP_KEY, Feed, Svir
 from tests.support.upstream import PROMPT_TOKENS
 from tests.support.waiting import eventually
@@ -400,7 +401,8 @@ def test_the_recent_records_are_bounded_and_the_figures_read_the_window() -> Non
         ctx = CallContext(f"r{n}", "openai")
         ctx.outcome.served_model = "p/m"
         ctx.outcome.attempts = ("p/m",)
-        observer.settled(ctx, _record(f"r{n}", 5000.0 - 100 * (n == 0), 10.0 * (n + 1)))
+        record = _record(f"r{n}", 5000.0 - 100 * (n == 0), 10.0 * (n + 1))
+        observer.settled(CallSettled(ctx, record))
     assert [observer.find(f"r{n}") is not None for n in range(5)] == [
         False,
         False,

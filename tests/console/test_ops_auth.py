@@ -10,9 +10,9 @@ from pathlib import Path
 import openai
 import pytest
 
+from svir.asgi import exchange
 from svir.edges.keys_service import admin_access
 from svir.errors import GatewayError
-from svir.policy.auth import ADMIN_ACCESS
 from tests.console.support import ADMIN, ADMIN_KEY, CONFIG, ELSEWHERE, app, assert_error, client
 
 WITH_ADMIN = {"SVIR_ADMIN_KEY": ADMIN_KEY}
@@ -95,7 +95,9 @@ async def test_while_starting_without_an_admin_key_the_answer_is_wait(tmp_path: 
 
 
 def test_admin_access_gives_the_verdict_the_guard_left() -> None:
-    assert admin_access({"path": "/admin/models", ADMIN_ACCESS: "loopback"}) == "loopback"
+    scope = {"path": "/admin/models"}
+    exchange(scope).admin_access = "loopback"
+    assert admin_access(scope) == "loopback"
     # No verdict (a route outside /admin/, or an app without svir.keys): refused.
     with pytest.raises(GatewayError) as caught:
         admin_access({"path": "/v1/models"})

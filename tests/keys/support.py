@@ -123,6 +123,8 @@ class Harness:
             embeddings.install(self.app)
         if "responses" in fronts:
             responses.install(self.app, SqlResponseStore(self.config.store.url))
+        # As build_app composes them: the keys service's observers (no console here).
+        self.app.compose(self.service.observers())
         self.client_host = client_host
         self._lifespan = Lifespan(self.app)
         self.http: httpx.AsyncClient | None = None

@@ -11,26 +11,27 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.asgi import CALL_CONTEXT
-from svir.call import EMBEDDINGS, CallContext, CallRecord
+from svir.call import EMBEDDINGS
 from svir.chat import Call, CallStats
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OTHER, OUTCOMES, Metrics, closed
-from tests.keys.test_metrics_text import attempt, context, record
+from svir.observers import CallOpened, CallSettled, RequestEnded
+from tests.keys.test_metrics_text import ATTEMPT, attempt, context, record
 
 
 class Reference(Metrics):
     """Every update by labels, through the metrics' own `inc` and `observe`."""
 
-    def request_ended(self, scope: Any, fields: dict[str, Any]) -> None:
+    def ended(self, event: RequestEnded) -> None:
+        fields = event.fields
         status = int(fields.get("status") or 500)
-        method = scope["method"]
-        endpoint = scope.get("svir.route") or OTHER
+        method = event.method
+        endpoint = event.route or OTHER
         self.http_requests.inc((endpoint, method if method in METHODS else OTHER, str(status)))
         seconds = float(fields.get("duration_ms", 0)) / 1000
         self.http_duration.observe((endpoint,), seconds)
         error = fields.get("error")
         if not error:
-            ctx: CallContext | None = scope.get(CALL_CONTEXT)
+            ctx = event.call
             if ctx is not None and ctx.outcome.stats is not None:
                 error = ctx.outcome.stats.error_kind
         if error:
@@ -38,10 +39,11 @@ class Reference(Metrics):
         elif status >= 400:
             self.errors.inc((f"http_{status}",))
 
-    def call_opened(self, ctx: CallContext, call: Call) -> None:
-        self.in_flight.inc((call.route.provider.name,))
+    def opened(self, event: CallOpened) -> None:
+        self.in_flight.inc((event.call.route.provider.name,))
 
-    def call_settled(self, ctx: CallContext, record: CallRecord) -> None:
+    def settled(self, event: CallSettled) -> None:
+        ctx, record = event.ctx, event.record
         o = ctx.outcome
         status = record.status
         label, provider = self.chat_labels(record.model, record.provider)
@@ -138,36 +140,34 @@ history = st.lists(st.one_of(requests, opens, settles, attempts, reloads), max_s
 def play(metrics: Metrics, router: Router, policy: Any, step: tuple[Any, ...]) -> None:
     match step:
         case ("request", route, method, status, duration, error, kind):
-            scope: dict[str, Any] = {"svir.route": route, "method": method}
-            if kind != "no call":
-                scope[CALL_CONTEXT] = context(stats=CallStats(error_kind=kind))
+            call = None if kind == "no call" else context(stats=CallStats(error_kind=kind))
             fields: dict[str, Any] = {"status": status}
             if duration is not None:
                 fields["duration_ms"] = duration
             if error is not None:
                 fields["error"] = error
-            metrics.request_ended(scope, fields)
+            metrics.ended(RequestEnded(route, method, fields, call))
         case ("open", provider):
             served = SimpleNamespace(route=SimpleNamespace(provider=SimpleNamespace(name=provider)))
-            metrics.call_opened(context(), served)
+            metrics.opened(CallOpened(context(), served))
         case ("settle", operation, model, provider, status, served, limit, counts, ttft, tps):
             prompt, completion, reasoning, cached = counts
             outcome: dict[str, Any] = {"limit": limit, "stats": CallStats(tokens_per_second=tps)}
             if served:
                 outcome["served_model"] = model
-            metrics.call_settled(
+            metrics.settled(CallSettled(
                 context(operation, **outcome),
                 record(
                     model, provider, status, prompt_tokens=prompt, completion_tokens=completion,
                     reasoning_tokens=reasoning, cached_tokens=cached, ttft_ms=ttft,
                 ),
-            )  # fmt: skip
+            ))  # fmt: skip
         case ("attempt", provider, succeeded, kind, first, started):
             call = attempt(
                 provider, succeeded=succeeded, error_kind=kind, first_token_ms=first,
                 started=started,
             )  # fmt: skip
-            policy.on_attempt[0](None, {}, None)(call)
+            metrics.attempt(ATTEMPT)(call)
         case ("reload", named):
             router.table = named
 
@@ -175,9 +175,9 @@ def play(metrics: Metrics, router: Router, policy: Any, step: tuple[Any, ...]) -
 def watched(metrics: Metrics, max_unlisted: int = 2) -> tuple[Router, Any]:
     router = Router(max_unlisted)
     policy = SimpleNamespace(
-        router=router, on_attempt=[], retries=0, fallbacks=0, snapshot=lambda: {"deployments": {}}
+        router=router, retries=0, fallbacks=0, snapshot=lambda: {"deployments": {}}
     )
-    metrics.watch_attempts(policy)  # type: ignore[arg-type]
+    metrics.watch_policy(policy)  # type: ignore[arg-type]
     return router, policy
 
 
@@ -199,9 +199,9 @@ def test_a_reload_relabels_a_model_the_cells_have_seen() -> None:
     metrics = Metrics()
     router, _ = watched(metrics, max_unlisted=0)
     ok = context(served_model="fake/a", stats=CallStats())
-    metrics.call_settled(ok, record("fake/a", "fake", "ok", prompt_tokens=3))
+    metrics.settled(CallSettled(ok, record("fake/a", "fake", "ok", prompt_tokens=3)))
     router.table = frozenset()
-    metrics.call_settled(ok, record("fake/a", "fake", "ok", prompt_tokens=5))
+    metrics.settled(CallSettled(ok, record("fake/a", "fake", "ok", prompt_tokens=5)))
     assert metrics.chat_requests.get(("fake/a", "fake", "ok")) == 1
     assert metrics.chat_requests.get(("other", "fake", "ok")) == 1
     assert metrics.tokens.get(("other", "fake", "prompt")) == 5

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from svir import __version__
-from svir.asgi import CALL_CONTEXT
 from svir.call import EMBEDDINGS, CallContext, CallOutcome, CallRecord
 from svir.chat import CallStats
 from svir.edges.metrics import Metrics
+from svir.observers import AttemptStarted, CallOpened, CallSettled, RequestEnded
 
 
 def record(model: str, provider: str | None, status: str, **kw: Any) -> CallRecord:
@@ -52,64 +52,81 @@ def attempt(provider: str, *, succeeded: bool, **stats: Any) -> Any:
     return SimpleNamespace(route=route, stats=CallStats(**stats), succeeded=succeeded)
 
 
-def request(metrics: Metrics, scope: dict[str, Any], fields: dict[str, Any]) -> None:
-    scope.setdefault("method", "POST")
-    metrics.request_ended(scope, fields)
+def request(
+    metrics: Metrics,
+    route: str | None,
+    fields: dict[str, Any],
+    *,
+    call: CallContext | None = None,
+    method: str = "POST",
+) -> None:
+    metrics.ended(RequestEnded(route, method, fields, call))
+
+
+def settle(metrics: Metrics, ctx: CallContext, record: CallRecord) -> None:
+    metrics.settled(CallSettled(ctx, record))
+
+
+# What the metrics' attempt watch is given: it counts the attempt when it closes, from the call.
+ATTEMPT: Any = AttemptStarted(None, {}, None)  # type: ignore[arg-type]
 
 
 def feed(metrics: Metrics) -> None:
     chat = "/v1/chat/completions"
     ok = context(stats=CallStats(started=10.0, error_kind=None))
     failed_stream = context(stats=CallStats(started=10.0, error_kind="transient"))
-    request(metrics, {"svir.route": chat, CALL_CONTEXT: ok}, {"status": 200, "duration_ms": 12.5})
-    request(metrics, {"svir.route": chat, CALL_CONTEXT: ok}, {"status": 200, "duration_ms": 0.3})
-    request(metrics, {"svir.route": chat}, {"status": 200, "duration_ms": 700000.0})
-    request(metrics, {"svir.route": chat, CALL_CONTEXT: failed_stream}, {"status": 200})
-    request(metrics, {"svir.route": chat}, {"status": 401, "error": "invalid_api_key"})
-    request(metrics, {"svir.route": chat}, {"status": 429, "error": "rpm_exceeded"})
-    request(metrics, {"svir.route": chat}, {"status": 400, "error": "some upstream's code sk-1"})
-    request(metrics, {"svir.route": None, "method": "BREW"}, {"status": 404, "duration_ms": 1})
-    request(metrics, {"svir.route": "/healthz", "method": "GET"}, {"status": 503})
-    request(metrics, {"svir.route": chat}, {"duration_ms": 5000})  # no status: a 500
-    request(metrics, {"svir.route": chat}, {"status": 499, "duration_ms": 2})
-    request(metrics, {"svir.route": "/v1/models", "method": "GET"}, {"status": 200})
+    request(metrics, chat, {"status": 200, "duration_ms": 12.5}, call=ok)
+    request(metrics, chat, {"status": 200, "duration_ms": 0.3}, call=ok)
+    request(metrics, chat, {"status": 200, "duration_ms": 700000.0})
+    request(metrics, chat, {"status": 200}, call=failed_stream)
+    request(metrics, chat, {"status": 401, "error": "invalid_api_key"})
+    request(metrics, chat, {"status": 429, "error": "rpm_exceeded"})
+    request(metrics, chat, {"status": 400, "error": "some upstream's code sk-1"})
+    request(metrics, None, {"status": 404, "duration_ms": 1}, method="BREW")
+    request(metrics, "/healthz", {"status": 503}, method="GET")
+    request(metrics, chat, {"duration_ms": 5000})  # no status: a 500
+    request(metrics, chat, {"status": 499, "duration_ms": 2})
+    request(metrics, "/v1/models", {"status": 200}, method="GET")
 
     metrics.router = SimpleNamespace(  # type: ignore[assignment]
         known=lambda model: model in ("fake/a", "smart"), max_unlisted=2
     )
     served = SimpleNamespace(route=SimpleNamespace(provider=SimpleNamespace(name="fake")))
     for _ in range(3):
-        metrics.call_opened(context(), served)  # type: ignore[arg-type]
-    metrics.call_settled(
+        metrics.opened(CallOpened(context(), served))  # type: ignore[arg-type]
+    settle(
+        metrics,
         context(served_model="fake/a", stats=CallStats(tokens_per_second=42.5)),
         record("fake/a", "fake", "ok", prompt_tokens=12, completion_tokens=5, ttft_ms=120.0),
     )
-    metrics.call_settled(
+    settle(
+        metrics,
         context(served_model="fake/a", stats=CallStats(tokens_per_second=None)),
         record(
             "smart", "fake", "ok", prompt_tokens=7, completion_tokens=3, reasoning_tokens=2,
             cached_tokens=4, ttft_ms=3.5,
         ),
     )  # fmt: skip
-    metrics.call_settled(
+    settle(
+        metrics,
         context(served_model="fake/a", limit="tokens_per_day", stats=CallStats()),
         record("fake/a", "fake", "tokens_per_day_exceeded", prompt_tokens=1, completion_tokens=9),
     )
-    metrics.call_settled(context(limit="rpm"), record("fake/a", None, "rpm_exceeded"))
-    metrics.call_settled(context(limit="models"), record("secret", None, "model_not_allowed"))
-    metrics.call_settled(context(), record("fake/a", "fake", "transient"))
+    settle(metrics, context(limit="rpm"), record("fake/a", None, "rpm_exceeded"))
+    settle(metrics, context(limit="models"), record("secret", None, "model_not_allowed"))
+    settle(metrics, context(), record("fake/a", "fake", "transient"))
     # Unlisted models: two keep their names (the cap), the third is "other".
     for name in ("new/1", "new/2", "new/3", "new/1"):
-        metrics.call_settled(context(), record(name, "other-provider", "cancelled"))
-    metrics.call_settled(
+        settle(metrics, context(), record(name, "other-provider", "cancelled"))
+    settle(
+        metrics,
         context(EMBEDDINGS, served_model="fake/a", stats=CallStats()),
         record("fake/a", "fake", "ok", prompt_tokens=30),
     )
-    metrics.call_settled(context(EMBEDDINGS), record("fake/a", "fake", "made-up outcome"))
+    settle(metrics, context(EMBEDDINGS), record("fake/a", "fake", "made-up outcome"))
 
     policy = SimpleNamespace(
         router=metrics.router,
-        on_attempt=[],
         retries=3,
         fallbacks=1,
         snapshot=lambda: {
@@ -119,8 +136,7 @@ def feed(metrics: Metrics) -> None:
             }
         },
     )
-    metrics.watch_attempts(policy)  # type: ignore[arg-type]
-    close = policy.on_attempt[0]
+    metrics.watch_policy(policy)  # type: ignore[arg-type]
     for call in (
         attempt("fake", succeeded=True, first_token_ms=250.0),
         attempt("fake", succeeded=True, first_token_ms=None),
@@ -130,7 +146,7 @@ def feed(metrics: Metrics) -> None:
         attempt("slow", succeeded=False),
         attempt("slow", succeeded=False, error_kind="not-a-kind", started=100.0),
     ):
-        close(None, {}, None)(call)
+        metrics.attempt(ATTEMPT)(call)
 
 
 def test_the_metrics_text_for_a_fixed_history() -> None:

@@ -121,7 +121,7 @@ class AnthropicMessages:
     async def list_models(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        models = await self.app.models()
+        models = await self.app.models(scope)
         listed = model_list([model for model, _ in models], CREATED_AT)
         await send_json(send, 200, listed, {"x-request-id": rid})
         return 200
@@ -156,10 +156,8 @@ class AnthropicMessages:
                 relay=lambda _comment: encoder.encode(_WAITING),
                 every=self.ping_every,
             )
-        ctx = new_call_context(
-            scope, rid, "anthropic", client_user=translated.user_id, commit=early
-        )
-        with UntilDisconnect(receive):
+        ctx = new_call_context(scope, rid, "anthropic", client_user=translated.user_id, early=early)
+        with UntilDisconnect(scope, receive):
             return await self._serve(
                 ctx, request, encoder, early, model=model, send=send, headers=headers
             )

@@ -60,8 +60,8 @@ class Completions:
         user = request.get("user")
         headers = {"x-request-id": rid}
         early = sse_early_start(send, headers) if request["stream"] else None
-        ctx = new_call_context(scope, rid, "completions", None, user, commit=early)
-        with UntilDisconnect(receive):
+        ctx = new_call_context(scope, rid, "completions", None, user, early=early)
+        with UntilDisconnect(scope, receive):
             return await self._serve(request, send, ctx, headers, early)
 
     async def _serve(

@@ -55,7 +55,7 @@ class OpenAIEmbeddings:
         ctx = new_call_context(
             scope, rid, API, client_user=request.get("user"), operation=EMBEDDINGS
         )
-        with UntilDisconnect(receive):
+        with UntilDisconnect(scope, receive):
             return await self._serve(request, send, ctx)
 
     async def _serve(self, request: dict[str, Any], send: Send, ctx: CallContext) -> int:

@@ -212,8 +212,8 @@ class OllamaAPI:
                     fail=_error_line,
                     relay=_relayed_blank,
                 )
-            ctx = new_call_context(scope, rid, "ollama", commit=early)
-            with UntilDisconnect(receive):
+            ctx = new_call_context(scope, rid, "ollama", early=early)
+            with UntilDisconnect(scope, receive):
                 return await self._serve_chat(
                     request, label, send, ctx, generate=generate, headers=headers, early=early
                 )
@@ -313,7 +313,7 @@ class OllamaAPI:
     async def tags(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        models = await self.app.models()
+        models = await self.app.models(scope)
         facts = await asyncio.gather(*(self._facts(name) for name, _ in models))
         entries = [tags_entry(f) for f in facts if f is not None]
         await send_json(send, 200, {"models": entries}, {"x-request-id": rid})
@@ -427,7 +427,7 @@ class OllamaAPI:
         request["model"] = model_name(label)
         ctx = new_call_context(scope, rid, OLLAMA_EMBED_API, operation=EMBEDDINGS)
         try:
-            with UntilDisconnect(receive):
+            with UntilDisconnect(scope, receive):
                 return await self._serve_embedding(request, label, send, ctx, legacy=legacy)
         except GatewayError as exc:
             if exc.error.code != "model_not_found":

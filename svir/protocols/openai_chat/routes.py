@@ -58,7 +58,7 @@ class OpenAIChat:
     async def list_models(
         self, scope: Scope, receive: Receive, send: Send, rid: str, fields: dict[str, Any]
     ) -> int:
-        models = await self.app.models()
+        models = await self.app.models(scope)
         facts = await asyncio.gather(*(self._facts(model) for model, _ in models))
         data = []
         for (model, owner), known in zip(models, facts, strict=True):
@@ -99,11 +99,11 @@ class OpenAIChat:
         headers = {"x-request-id": rid}
         early = sse_early_start(send, headers) if stream else None
         ctx = new_call_context(
-            scope, rid, "openai", blobs, user if isinstance(user, str) else None, commit=early
+            scope, rid, "openai", blobs, user if isinstance(user, str) else None, early=early
         )
         # The call is made and streamed here, not in a coroutine of its own: one level fewer
         # that every chunk of a stream resumes.
-        with UntilDisconnect(receive):
+        with UntilDisconnect(scope, receive):
             call = await open_early(self.gateway.open_chat(ctx, request), early)
             if call is None:
                 return 200  # the started stream ended with the failure

@@ -299,9 +299,9 @@ class ResponsesAPI:
             rid,
             "responses",
             client_user=user if isinstance(user, str) else None,
-            commit=early,
+            early=early,
         )
-        with UntilDisconnect(receive):
+        with UntilDisconnect(scope, receive):
             return await self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
 
     async def _serve(

@@ -287,7 +287,7 @@ class ThreadsAPI:
                 fail=fail,
                 relay=lambda _comment: frames.keepalive(),
             )
-        ctx = new_call_context(r.scope, r.headers["x-request-id"], "threads", commit=early)
+        ctx = new_call_context(r.scope, r.headers["x-request-id"], "threads", early=early)
         run = r.service.continuation(r.owner, r.thread_id, params, ctx, r.fields)
 
         async def begun() -> Continuation:
@@ -313,7 +313,7 @@ class ThreadsAPI:
             finally:
                 await run.close()
 
-        with UntilDisconnect(r.receive):
+        with UntilDisconnect(r.scope, r.receive):
             return await work()
 
 
