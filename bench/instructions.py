@@ -12,7 +12,8 @@ a request, so that it holds the ledger's writes of exactly the counted requests)
 such as the socket writes), so this complements CPU time and req/s, it does not replace them.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--compare-src DIR ...] [--messages]
-        [--responses] [--ollama] [--completions] [--drip] [--relays] [--features [--only TEXT]]
+        [--responses] [--ollama] [--completions] [--drip] [--fold] [--relays]
+        [--features [--only TEXT]]
 
 `--messages` adds the same 20-chunk stream asked through Anthropic's `/v1/messages`,
 `--responses` through OpenAI's `/v1/responses` (`store: false`), `--ollama` through Ollama's
@@ -24,6 +25,10 @@ compared must serve them.
 stack with no svir logic; `bench.relay_raw`: asyncio protocols only; `bench.relay_json`: the ASGI
 relay decoding and encoding again every JSON it relays, each SSE event's) on the same requests, and
 prints each svir tree's distance to them in instructions (kernel time is in none).
+
+`--fold` adds a non-streamed chat request whose answer the upstream streams as the 20-chunk kind
+does (svir folds the 20 chunks: what a non-streamed answer costs when its server streams it a
+token a chunk; the `json` kind's upstream streams its whole answer in one chunk); svir trees only.
 
 `--drip` adds the same 20-chunk chat stream paced by the upstream (`drip-20`, a chunk every
 DRIP_INTERVAL s), so that each chunk arrives in a read of its own and leaves in a write of its own,
@@ -80,6 +85,9 @@ from bench.suite import BESIDE, RELAYS, SVIR_CONFIG
 
 KINDS = {"json": ("fake/json", False), "stream": (f"fake/stream-{STREAM_CHUNKS}", True)}
 DRIP = ("drip", f"fake/drip-{STREAM_CHUNKS}")
+# A non-streamed request whose answer the upstream streams a token a chunk, as servers do: svir
+# asks every upstream for a stream, so `json`'s one-chunk stream folds less than a real answer.
+FOLD = ("fold", f"fake/stream-{STREAM_CHUNKS}")
 # Seconds between the drip stream's chunks: longer than svir takes for a chunk under callgrind
 # (~50x slower than without, more on a loaded machine), so that no read carries two.
 DRIP_INTERVAL = 0.025
@@ -109,7 +117,7 @@ def counted(out_dir: Path, pid: int, before: set[Path]) -> int:
 
 
 def check(kind: str, data: bytes) -> str | None:
-    if kind == "json":
+    if kind in ("json", FOLD[0]):
         return check_completion(data)
     if kind == "messages":
         return check_messages_stream(data, STREAM_CHUNKS)
@@ -202,6 +210,8 @@ def measure(
     for kind in beside:
         if kind == DRIP[0]:
             bodies[kind] = request_body(DRIP[1], True)
+        elif kind == FOLD[0]:
+            bodies[kind] = request_body(FOLD[1], False)
         else:
             bodies[kind] = builders[kind](f"fake/stream-{STREAM_CHUNKS}")
     return count_requests(
@@ -303,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--drip", action="store_true", help="also the chat stream paced, a chunk a read"
     )
+    parser.add_argument(
+        "--fold", action="store_true", help="also a non-streamed request of a 20-chunk answer"
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed: apt-get install -y valgrind", file=sys.stderr)
@@ -316,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     beside = tuple(kind for kind in BESIDE if getattr(args, kind))
     if args.drip:
         beside += (DRIP[0],)
+    if args.fold:
+        beside += (FOLD[0],)
     try:
         if args.features:
             chosen = [(k, v) for k, v in FEATURES.items() if args.only is None or args.only in k]
@@ -380,8 +395,13 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| ({name} itself: {x['json']:,.0f} / {x['stream']:,.0f}) |" + " |" * len(relays)
             )
+    if args.fold:
+        print(f"\n| svir tree | non-stream, {FOLD[1]} folded | vs the non-stream of one chunk |")
+        print("|---|---|---|")
+        for name, r in rows:
+            print(f"| {name} | {r[FOLD[0]]:,.0f} | {r[FOLD[0]] / r['json']:.3f}x |")
     for kind in beside:
-        if kind == DRIP[0]:
+        if kind in (DRIP[0], FOLD[0]):
             continue
         print(f"\n| svir tree | {BESIDE[kind]} stream (20 chunks) | vs its chat stream |")
         print("|---|---|---|")
