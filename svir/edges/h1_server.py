@@ -578,8 +578,24 @@ class H1ServerProtocol(asyncio.Protocol):
 
     def _answer_400(self) -> None:
         """Answer a request the parser refused (as uvicorn words it), and close."""
+        self._drop_broken_body()
         if not self._answer_would_split():
             self._answer_and_close(400, _BAD_REQUEST_FIELDS, _BAD_REQUEST)
+
+    def _drop_broken_body(self) -> None:
+        """The parser refused the body of the request being answered (a Transfer-Encoding it
+        does not end with chunked, a bad chunk): to its app the client has left, as no more of
+        the body will come (it would wait for it, and hold the connection, forever). Its answer
+        is the 400 when none has begun; one under way is cut."""
+        cycle = self.cycle
+        if cycle is None or cycle is not self._reading or not cycle.more_body:
+            return  # no request, or its body is whole: what the parser refused comes after it
+        if cycle.response_complete:
+            return
+        cycle.disconnected = True
+        cycle.wake()
+        if cycle.response_started:
+            self.close()
 
     def _answer_would_split(self) -> bool:
         """Whether an answer now would land inside a response still going out (the client
@@ -588,7 +604,7 @@ class H1ServerProtocol(asyncio.Protocol):
         if self.transport.is_closing():
             return True
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
+        if cycle is not None and not (cycle.response_complete or cycle.disconnected):
             self.pause_reading()
             cycle.keep_alive = False
             return True
