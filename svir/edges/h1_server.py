@@ -16,6 +16,11 @@ headers, and the client address and scheme from `X-Forwarded-For` and `X-Forward
 trusted proxy (uvicorn's `ProxyHeadersMiddleware`, which `Config.loaded_app` wraps the app in when
 `proxy_headers` is on: its rule, with its trusted hosts (`forwarded_allow_ips`), is applied here
 as the scope is built, not as a coroutine around the app that every piece of a stream resumes).
+The raw-socket tests run against both protocols (tests/test_h1_server.py, and the fuzzed heads of
+tests/test_h1_server_fuzz.py); where they differ, the tests marked `svir_only`: a head the app may
+not send is a 500 here (uvicorn's closes without an answer), an error found while a response goes
+out never lands inside it (a request pipelined behind it, a body refused after its answer began),
+and an upgrade is answered as HTTP/1.1 (uvicorn's speaks WebSocket).
 
 The writes one connection makes during one turn of the event loop go out together, in one write,
 when the turn ends, when the response is complete, at once past `FLUSH_AT` bytes, or before the
