@@ -555,8 +555,8 @@ BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
         lambda f: "svir/edges/h1.py" in f or "svir/edges/upstream.py" in f,
     ),
     (
-        "HTTP server (edges/h1_server.py, uvicorn, httptools)",
-        lambda f: "svir/edges/h1_server.py" in f or "uvicorn/" in f or "httptools" in f,
+        "HTTP server (edges/h1_server*.py, uvicorn, httptools)",
+        lambda f: "svir/edges/h1_server" in f or "uvicorn/" in f or "httptools" in f,
     ),
     ("svir chat core (chat.py)", lambda f: "svir/chat.py" in f),
     (

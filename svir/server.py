@@ -25,7 +25,13 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import GRACEFUL_STOP_SECONDS
-from svir.config import DEFAULT_MAX_CONNECTIONS, MANAGED_KIND, Config, load_config
+from svir.config import (
+    DEFAULT_MAX_CONNECTIONS,
+    MANAGED_KIND,
+    Config,
+    ServerConfig,
+    load_config,
+)
 from svir.edges.app import App
 from svir.errors import SvirError
 from svir.policy.resilience import Timing
@@ -253,6 +259,37 @@ def banner(
     return message, fields, "\n".join(lines)
 
 
+def _server_limits(config: Config) -> ServerConfig:
+    """The config's `[server]` limits, with `max_connections` what this process's open-files
+    limit holds (`connections_that_fit`)."""
+    cap, short = connections_that_fit(config.server.max_connections)
+    if short is not None:
+        # The default bends to the machine's limit without alarm; a cap the config asked for is
+        # a warning.
+        asked = config.server.max_connections != DEFAULT_MAX_CONNECTIONS
+        log.log(logging.WARNING if asked else logging.INFO, short)
+    return msgspec.structs.replace(config.server, max_connections=cap)
+
+
+def server_settings(host: str, port: int, limits: ServerConfig) -> dict[str, Any]:
+    """uvicorn's settings as `svir serve` runs it: svir's HTTP/1.1 protocol with `limits`."""
+    from svir.edges.h1_server import H1ServerProtocol
+
+    return {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        # svir's HTTP/1.1 protocol, with the limits on client connections (svir.edges.h1_server);
+        # a partial pickles, so each worker gets them too.
+        "http": functools.partial(H1ServerProtocol, limits=limits),
+        "timeout_keep_alive": limits.keep_alive_timeout,
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": GRACEFUL_STOP_SECONDS,
+    }
+
+
 def run(
     config: Config,
     *,
@@ -270,15 +307,7 @@ def run(
     Returns the exit status: 1 when it cannot listen, 3 when start-up failed."""
     import uvicorn
 
-    from svir.edges.h1_server import H1ServerProtocol
-
-    cap, short = connections_that_fit(config.server.max_connections)
-    if short is not None:
-        # The default bends to the machine's limit without alarm; a cap the config asked for is
-        # a warning.
-        asked = config.server.max_connections != DEFAULT_MAX_CONNECTIONS
-        log.log(logging.WARNING if asked else logging.INFO, short)
-    limits = msgspec.structs.replace(config.server, max_connections=cap)
+    limits = _server_limits(config)
     try:
         sock = listen(host, port)
     except ListenError as exc:
@@ -288,19 +317,7 @@ def run(
     message, fields, block = banner(
         config, path=path, host=host, port=port, workers=workers, keys=keys
     )
-    settings: dict[str, Any] = {
-        "host": host,
-        "port": port,
-        "loop": "uvloop",
-        # svir's HTTP/1.1 protocol, with the limits on client connections (svir.edges.h1_server);
-        # a partial pickles, so each worker gets them too.
-        "http": functools.partial(H1ServerProtocol, limits=limits),
-        "timeout_keep_alive": config.server.keep_alive_timeout,
-        "lifespan": "on",
-        "access_log": False,
-        "log_level": "warning",
-        "timeout_graceful_shutdown": GRACEFUL_STOP_SECONDS,
-    }
+    settings = server_settings(host, port, limits)
     # Said once, by this process, also with workers.
     log.info(message, extra={"fields": fields, "banner": block})
     status = 0
@@ -323,20 +340,15 @@ def run(
             if not stop.requested:
                 server.run(sockets=[sock])
         else:
-            # Each worker is a new interpreter that builds its own app from this environment;
-            # they share this socket (as `uvicorn.run` shares the one it binds).
-            if path:
-                os.environ[ENV_CONFIG] = os.path.abspath(path)
-            os.environ[ENV_LOG_LEVEL] = log_level
-            os.environ[ENV_LOG_FORMAT] = log_format
-            os.environ[ENV_WORKERS] = str(workers)
-            worker = uvicorn.Config(
-                "svir.server:worker_app", factory=True, workers=workers, **settings
+            _run_workers(
+                settings,
+                sock,
+                stop,
+                path=path,
+                workers=workers,
+                log_level=log_level,
+                log_format=log_format,
             )
-            supervisor = _supervisor_class()(worker, sockets=[sock])
-            stop.tell = supervisor.should_exit.set
-            if not stop.requested:
-                supervisor.run()
     except KeyboardInterrupt:  # uvicorn raises the signal it caught again once it stopped
         pass
     finally:
@@ -388,6 +400,33 @@ async def _settle_the_collector() -> None:
     # CPU (BENCHMARKS.md). Requests free what they make by reference counting; the collector is
     # for the rare cycle.
     gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _run_workers(
+    settings: dict[str, Any],
+    sock: socket.socket,
+    stop: _Stop,
+    *,
+    path: str | None,
+    workers: int,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Serve with `workers` processes under uvicorn's supervisor until stopped."""
+    import uvicorn
+
+    # Each worker is a new interpreter that builds its own app from this environment; they
+    # share this socket (as `uvicorn.run` shares the one it binds).
+    if path:
+        os.environ[ENV_CONFIG] = os.path.abspath(path)
+    os.environ[ENV_LOG_LEVEL] = log_level
+    os.environ[ENV_LOG_FORMAT] = log_format
+    os.environ[ENV_WORKERS] = str(workers)
+    worker = uvicorn.Config("svir.server:worker_app", factory=True, workers=workers, **settings)
+    supervisor = _supervisor_class()(worker, sockets=[sock])
+    stop.tell = supervisor.should_exit.set
+    if not stop.requested:
+        supervisor.run()
 
 
 def ignore_sighup() -> None:

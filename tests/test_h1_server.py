@@ -7,7 +7,7 @@ requests, smuggling refused, failures of the app, proxy headers)."""
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import hashlib
 import json
 import logging
@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import pytest
 import uvicorn
@@ -27,6 +27,7 @@ from svir.config import ServerConfig, parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import FLUSH_AT, H1ServerProtocol
 from svir.errors import request_error
+from svir.server import server_settings
 
 
 class RecordingTransport(asyncio.Transport):
@@ -662,6 +663,7 @@ async def test_a_lost_connection_cancels_the_request_without_a_watcher_task() ->
 PATIENCE = 30.0
 seen: dict[str, Any] = {}
 disconnected = threading.Event()
+answer_first_read = threading.Event()
 
 
 # Response heads an app may not send: each would split the response or break its head.
@@ -680,6 +682,17 @@ async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     path = scope["path"]
     if path == "/fail":
         raise RuntimeError("the app fails before its response")
+    if path == "/answer-first":
+        # The answer begins before the body is read; what the app reads after is recorded.
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        message = await receive()
+        while message.get("more_body"):
+            message = await receive()
+        seen["answer_first"] = message["type"]
+        answer_first_read.set()
+        await send({"type": "http.response.body", "body": b""})
+        return
     body = b""
     while True:
         message = await receive()
@@ -727,30 +740,45 @@ async def edge_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
-@pytest.fixture(scope="module")
-def edge_port() -> Iterator[int]:
-    """uvicorn's Server with svir's protocol and `edge_app`, on a thread of its own (so that the
-    tests may block on sockets), as `svir serve` configures it."""
+# The raw-socket tests run against both HTTP/1.1 protocols uvicorn's Server can take: svir's own,
+# and uvicorn's on httptools (which svir's replaced, and must behave as). A behaviour only svir's
+# protocol has is marked `svir_only` and asserted only there.
+PROTOCOLS: Final = ("svir", "uvicorn")
+svir_only = pytest.mark.parametrize("edge_port", ["svir"], indirect=True)
+
+
+@contextlib.contextmanager
+def edge_server(
+    protocol: str, app: Any = edge_app, limits: ServerConfig | None = None
+) -> Iterator[int]:
+    """uvicorn's Server with `app` on `protocol` ("svir": svir's, with `limits`, by default the
+    default `[server]`; "uvicorn": uvicorn's own on httptools), on a thread of its own (so that
+    the tests may block on sockets), configured as `svir serve` configures it. Yields its port."""
     sock = socket.create_server(("127.0.0.1", 0))
-    config = Config(
-        app=edge_app,
-        http=functools.partial(H1ServerProtocol, limits=ServerConfig()),
-        loop="uvloop",
-        lifespan="off",
-        log_level="critical",
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
+    settings = server_settings("127.0.0.1", sock.getsockname()[1], limits or ServerConfig())
+    if protocol == "uvicorn":
+        settings["http"] = "httptools"
+    settings.update(lifespan="off", log_level="critical")
+    server = uvicorn.Server(Config(app=app, **settings))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
     thread.start()
-    deadline = time.monotonic() + PATIENCE
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.01)
-    yield sock.getsockname()[1]
-    server.should_exit = True
-    thread.join(PATIENCE)
-    sock.close()
+    try:
+        deadline = time.monotonic() + PATIENCE
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(PATIENCE)
+        sock.close()
+
+
+@pytest.fixture(scope="module", params=PROTOCOLS)
+def edge_port(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The port of `edge_server` with `edge_app`, on each protocol."""
+    with edge_server(request.param) as port:
+        yield port
 
 
 class Client:
@@ -904,6 +932,12 @@ def test_a_response_without_a_length_is_chunked(edge_port: int) -> None:
         b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nTransfer-Encoding: chunked"
         b"\r\n\r\n0\r\n\r\n",
         b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        # A body the parser refuses once the app has begun to wait for it (it would wait, and hold
+        # the connection, forever): a coding that does not end with chunked, a bad chunk size,
+        # a bare LF in a chunk's extension.
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3;a\nb\r\nabc\r\n",
     ],
 )
 def test_a_request_the_parser_refuses_gets_400_and_the_connection_closes(
@@ -916,15 +950,37 @@ def test_a_request_the_parser_refuses_gets_400_and_the_connection_closes(
     assert b"connection: close\r\n" in answer and answer.count(b"HTTP/1.1") == 1
 
 
+@svir_only
 @pytest.mark.parametrize("path", ["/fail", *BAD_HEADERS, "/bad-header-iterator"])
 def test_an_app_failure_before_its_response_is_a_500_and_the_connection_closes(
     edge_port: int, path: str
 ) -> None:
+    """svir's protocol checks a head before it counts the response as started, so that a head
+    it refuses is an app failure before the response, answered 500 (uvicorn's counts it started
+    first, and closes the connection without an answer: below)."""
     with Client(edge_port) as sock:
         sock.sendall(post(path, b""))
         answer = sock.until_closed()
     assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
     assert b"x-injected" not in answer and answer.endswith(b"\r\n\r\nInternal Server Error")
+
+
+def test_an_app_failure_before_it_starts_a_response_is_a_500_on_both_protocols(
+    edge_port: int,
+) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post("/fail", b""))
+        answer = sock.until_closed()
+    assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert answer.endswith(b"\r\n\r\nInternal Server Error")
+
+
+@pytest.mark.parametrize("path", [*BAD_HEADERS, "/bad-header-iterator"])
+def test_a_head_the_app_may_not_send_is_never_written(edge_port: int, path: str) -> None:
+    with Client(edge_port) as sock:
+        sock.sendall(post(path, b""))
+        answer = sock.until_closed()
+    assert b"x-injected" not in answer and b"HTTP/1.1 200" not in answer
 
 
 def test_a_tab_in_a_header_value_is_sent_as_it_is(edge_port: int) -> None:
@@ -955,6 +1011,7 @@ def test_a_trusted_proxy_names_the_client(edge_port: int) -> None:
         assert answer["client"] == "127.0.0.1" and answer["scheme"] == "http"
 
 
+@svir_only
 def test_an_upgrade_is_answered_as_http_and_the_connection_closes(edge_port: int) -> None:
     with Client(edge_port) as sock:
         sock.sendall(
@@ -965,3 +1022,23 @@ def test_an_upgrade_is_answered_as_http_and_the_connection_closes(edge_port: int
         assert status == 200 and headers["connection"] == "close"
         assert json.loads(body)["method"] == "GET"
         assert sock.until_closed() == b""
+
+
+@svir_only
+def test_a_body_the_parser_refuses_after_the_answer_began_cuts_it_without_a_400_inside(
+    edge_port: int,
+) -> None:
+    """svir's protocol never writes an error inside a response under way: the app is told the
+    client left, and the connection closes (uvicorn's writes its 400 into the response)."""
+    answer_first_read.clear()
+    with Client(edge_port) as sock:
+        head = b"POST /answer-first HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+        sock.sendall(head + b"\r\n3\r\nabc\r\n")
+        while b"first\r\n" not in sock.buffer:
+            sock._fill()
+        sock.sendall(b"zz\r\n")  # not a chunk size
+        answer = sock.until_closed()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.count(b"HTTP/1.1") == 1
+    assert answer.endswith(b"5\r\nfirst\r\n")  # cut: no last chunk, nothing after it
+    assert answer_first_read.wait(PATIENCE)
+    assert seen["answer_first"] == "http.disconnect"

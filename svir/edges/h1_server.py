@@ -16,6 +16,11 @@ headers, and the client address and scheme from `X-Forwarded-For` and `X-Forward
 trusted proxy (uvicorn's `ProxyHeadersMiddleware`, which `Config.loaded_app` wraps the app in when
 `proxy_headers` is on: its rule, with its trusted hosts (`forwarded_allow_ips`), is applied here
 as the scope is built, not as a coroutine around the app that every piece of a stream resumes).
+The raw-socket tests run against both protocols (tests/test_h1_server.py, and the fuzzed heads of
+tests/test_h1_server_fuzz.py); where they differ, the tests marked `svir_only`: a head the app may
+not send is a 500 here (uvicorn's closes without an answer), an error found while a response goes
+out never lands inside it (a request pipelined behind it, a body refused after its answer began),
+and an upgrade is answered as HTTP/1.1 (uvicorn's speaks WebSocket).
 
 The writes one connection makes during one turn of the event loop go out together, in one write,
 when the turn ends, when the response is complete, at once past `FLUSH_AT` bytes, or before the
@@ -42,19 +47,20 @@ The limits (`[server]` in the config; README, "Connections"), in this one place 
   sees at once as a connection error (which HTTP clients retry), where a 503 would mean reading a
   head first and holding the very file descriptor the cap is there to save.
 A request whose head arrives in one read, the usual case, arms no timer.
+
+Here the connection: reading, parsing, pipelining, writing, timers and limits. A request's cycle
+(the ASGI `receive` and `send`, the response head) is in svir.edges.h1_server_cycle; the answers to
+a refused head and the tallies of the cap in svir.edges.h1_server_limits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import http
 import logging
-import re
 import urllib.parse
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
-from itertools import chain
+from collections.abc import Iterable
 from typing import Any, Final
 
 import httptools
@@ -64,19 +70,17 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from uvicorn.server import ServerState
 
-from svir.asgi import (
-    SERVER_EXTENSION,
-    SERVER_STOPPING,
-    DisconnectWatch,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
-from svir.chat import unique_id
+from svir.asgi import SERVER_STOPPING, DisconnectWatch, Scope
 from svir.config import ServerConfig
-from svir.protocols.http import JSON_HEADERS, headers_with, send_json
-from svir.wire.classify import ClientError, error_body
+from svir.edges.h1_server_cycle import Cycle, status_line
+from svir.edges.h1_server_limits import (
+    EVICTED,
+    REFUSED,
+    refusal,
+    refusal_app,
+    too_large_message,
+)
+from svir.protocols.http import JSON_HEADERS, headers_with
 
 __all__ = ["FLUSH_AT", "H1ServerProtocol"]
 
@@ -87,311 +91,12 @@ _encode = msgspec.json.encode
 FLUSH_AT: Final = 64 * 1024
 # A request body buffered past this many bytes stops the reading until the app takes it.
 BODY_HIGH_WATER: Final = 64 * 1024
-# A refused or evicted connection is logged at most this often (seconds), with how many were.
-CAP_WARNING_EVERY: Final = 60.0
-
-STATUS_LINE: Final = {
-    code: b"HTTP/1.1 %d %s\r\n" % (code, phrase.encode())
-    for code, phrase in ((s.value, s.phrase) for s in http.HTTPStatus)
-}
-# What RFC 9110 allows in a field name (a token), and the bytes it forbids in a value (the
-# controls but HTAB).
-_BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
-_VALUE_CONTROLS: Final = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
-_CHUNKED_END: Final = b"0\r\n\r\n"
 _BAD_REQUEST: Final = b"Invalid HTTP request received."
 _BAD_REQUEST_FIELDS: Final = (
     (b"content-type", b"text/plain; charset=utf-8"),
     (b"content-length", b"%d" % len(_BAD_REQUEST)),
     (b"connection", b"close"),
 )
-_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
-_DISCONNECT: Final = {"type": "http.disconnect"}
-# Field names found valid: a response's names repeat, and a set lookup costs a tenth of the
-# regex search (values vary, request ids among them: each is checked, by a translate).
-_VALID_NAMES: set[bytes] = set()
-
-
-def _status_line(status: int) -> bytes:
-    line = STATUS_LINE.get(status)
-    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
-
-
-def _check_name(name: bytes) -> None:
-    """Refuse a response field name that is not a token (it would break the head)."""
-    if not name or _BAD_NAME.search(name):
-        raise RuntimeError(f"Invalid HTTP header name {name!r}.")
-    if len(_VALID_NAMES) < 4096:
-        _VALID_NAMES.add(name)
-
-
-def _check_values(fields: Iterable[Iterable[tuple[bytes, bytes]]], values: list[bytes]) -> None:
-    """Refuse a response whose field values hold a control (CR or LF among them would split the
-    response), naming the first such field. One translate over the values joined by a space
-    (which is allowed): a call per field cost ~500 instructions each, ten a response."""
-    joined = b" ".join(values)
-    if len(joined.translate(None, _VALUE_CONTROLS)) == len(joined):
-        return
-    for name, value in chain.from_iterable(fields):
-        if len(value.translate(None, _VALUE_CONTROLS)) != len(value):
-            raise RuntimeError(f"Invalid HTTP header value for {name!r}.")
-    # Headers given as an iterator are spent by now: refused all the same, without the name.
-    raise RuntimeError("Invalid HTTP header value.")
-
-
-# uvicorn's default fields (`date`, `server`), a new list once a second (its tick): the list last
-# seen and its lines, made once for every response in that second. None: the loop over each
-# response's fields must see them (a field that frames or closes the response, or one it refuses).
-_DEFAULTS: list[Any] = [None, None]
-_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection"})
-
-
-def _render_defaults(fields: list[tuple[bytes, bytes]]) -> bytes | None:
-    rendered: bytes | None = None
-    if all(
-        name
-        and not _BAD_NAME.search(name)
-        and name.lower() not in _FRAMING
-        and len(value.translate(None, _VALUE_CONTROLS)) == len(value)
-        for name, value in fields
-    ):
-        rendered = b"".join([name.lower() + b": " + value + b"\r\n" for name, value in fields])
-    _DEFAULTS[:] = [fields, rendered]
-    return rendered
-
-
-class _Cycle:
-    """One request on a connection and its response: the ASGI `receive` and `send` of the app's
-    call for it."""
-
-    __slots__ = (
-        "_body_read",
-        "_conn",
-        "_waiter",
-        "app",
-        "body",
-        "chunked",
-        "continue_owed",
-        "disconnected",
-        "head",
-        "keep_alive",
-        "length_left",
-        "more_body",
-        "response_complete",
-        "response_started",
-        "scope",
-        "watch",
-    )
-
-    def __init__(
-        self, conn: H1ServerProtocol, scope: Scope, *, keep_alive: bool, continue_owed: bool
-    ) -> None:
-        self._conn = conn
-        self.scope: Scope | None = scope
-        self.head = scope["method"] == "HEAD"
-        self.keep_alive = keep_alive
-        self.continue_owed = continue_owed
-        self.disconnected = False
-        self.body = b""
-        self.more_body = True
-        self._body_read = False  # the app has had the whole request body
-        self.response_started = False
-        self.response_complete = False
-        self.chunked = False
-        self.length_left = -1  # bytes a Content-Length still owes; -1: none was given
-        self._waiter: asyncio.Future[None] | None = None
-        # What answers it (the app, or a refusal), kept while it waits its turn (pipelined).
-        self.app: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
-        # What the app reads of this request's connection (svir.asgi.ServerExtension), in the
-        # scope: the scope is given up once the app has it (`run`), so that the two do not hold
-        # each other (a cycle that only the collector would free).
-        self.watch = conn.watch
-        extensions = scope.get("extensions")
-        if extensions is None:
-            extensions = scope["extensions"] = {}
-        extensions[SERVER_EXTENSION] = self
-
-    def wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def run(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
-        conn = self._conn
-        scope, self.scope = self.scope, None
-        assert scope is not None, "a request is run once"
-        try:
-            await app(scope, self.receive, self.send)
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                log.error("exception in the ASGI application", exc_info=exc)
-            if not self.response_started and not self.disconnected:
-                await self._send_500()
-            else:
-                conn.close()
-            if not isinstance(exc, Exception):
-                raise  # cancelled (the server stops): the task ends as cancelled
-        else:
-            if not self.response_started and not self.disconnected:
-                log.error("the ASGI application returned without starting a response")
-                await self._send_500()
-            elif not self.response_complete and not self.disconnected:
-                log.error("the ASGI application returned without completing its response")
-                conn.close()
-
-    async def _send_500(self) -> None:
-        headers = [
-            (b"content-type", b"text/plain; charset=utf-8"),
-            (b"content-length", b"21"),
-            (b"connection", b"close"),
-        ]
-        await self.send({"type": "http.response.start", "status": 500, "headers": headers})
-        await self.send({"type": "http.response.body", "body": b"Internal Server Error"})
-
-    async def receive(self) -> Message:
-        conn = self._conn
-        if self.continue_owed:
-            self.continue_owed = False
-            if not self.response_started and not conn.transport.is_closing():
-                conn.write(_CONTINUE)
-        # The body, piece by piece; after it, only the client's leaving is left to tell (or the
-        # response's end, after which the request is over).
-        while not (self.disconnected or self.response_complete):
-            if not self._body_read and (self.body or not self.more_body):
-                body, self.body = self.body, b""
-                self._body_read = not self.more_body
-                return {"type": "http.request", "body": body, "more_body": self.more_body}
-            conn.resume_reading()
-            self._waiter = conn.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return dict(_DISCONNECT)
-
-    def send(self, message: Message) -> Awaitable[None]:
-        """The ASGI `send`: the message written at once, and a future already done to await
-        (the connection's `sent`); a coroutine only while the client is not reading
-        (`write_paused`), which waits for it first. Not a coroutine function: a stream sends
-        each chunk, and a coroutine made and run for each cost ~400 instructions more."""
-        conn = self._conn
-        if conn.write_paused and not self.disconnected:
-            return self._send_drained(message)
-        self._send(message)
-        return conn.sent
-
-    def send_piece(self, body: bytes) -> Awaitable[None]:
-        """`send` of a body piece with more to come (svir.asgi.ServerExtension): a chunk of a
-        chunked response under way goes out with no message to build and take apart; anything
-        else (the response not started or over, HEAD, a length given, an empty piece, the client
-        gone or not reading) goes through `send`, which knows what to do with it."""
-        conn = self._conn
-        if (
-            self.chunked
-            and body
-            and self.response_started
-            and not (self.head or self.response_complete or self.disconnected or conn.write_paused)
-        ):
-            conn.write_piece(b"%x\r\n%s\r\n" % (len(body), body))
-            return conn.sent
-        return self.send({"type": "http.response.body", "body": body, "more_body": True})
-
-    async def _send_drained(self, message: Message) -> None:
-        await self._conn.drain()
-        self._send(message)
-
-    def _send(self, message: Message) -> None:
-        if self.disconnected:
-            return
-        conn = self._conn
-        kind = message["type"]
-        if not self.response_started:
-            if kind != "http.response.start":
-                raise RuntimeError(f"expected 'http.response.start', got {kind!r}")
-            status = message["status"]
-            out = [_status_line(status)]
-            closes = False
-            # Started once the head is built: a field refused below fails the app before its
-            # response, which is then a 500.
-            self.chunked = False
-            self.length_left = -1
-            defaults = conn.server_state.default_headers
-            rendered = _DEFAULTS[1] if _DEFAULTS[0] is defaults else _render_defaults(defaults)
-            if rendered is not None:
-                out.append(rendered)
-                head_fields: tuple[Iterable[tuple[bytes, bytes]], ...] = (
-                    message.get("headers", ()),
-                )
-            else:
-                head_fields = (defaults, message.get("headers", ()))
-            values: list[bytes] = []
-            for fields in head_fields:
-                for given, value in fields:
-                    if given not in _VALID_NAMES:
-                        _check_name(given)
-                    values.append(value)
-                    name = given.lower()
-                    if name == b"content-length":
-                        if self.length_left < 0 and not self.chunked:
-                            self.length_left = int(value)
-                    elif name == b"transfer-encoding":
-                        if value.lower() == b"chunked":
-                            self.length_left = -1
-                            self.chunked = True
-                    elif name == b"connection" and b"close" in [
-                        token.strip() for token in value.lower().split(b",")
-                    ]:
-                        self.keep_alive = False
-                        closes = True
-                    out += (name, b": ", value, b"\r\n")
-            _check_values(head_fields, values)
-            if not self.keep_alive and not closes:
-                out.append(b"connection: close\r\n")
-            if (
-                self.length_left < 0
-                and not self.chunked
-                and not self.head
-                and status not in (204, 304)
-            ):
-                self.chunked = True
-                out.append(b"transfer-encoding: chunked\r\n")
-            out.append(b"\r\n")
-            self.response_started = True
-            self.continue_owed = False
-            conn.write(b"".join(out))
-            return
-        if self.response_complete:
-            raise RuntimeError(f"unexpected {kind!r} after the response completed")
-        if kind != "http.response.body":
-            raise RuntimeError(f"expected 'http.response.body', got {kind!r}")
-        body = message.get("body", b"")
-        more = message.get("more_body", False)
-        if self.head:
-            self.length_left = -1
-        elif self.chunked:
-            if not body:
-                if not more:
-                    conn.write(_CHUNKED_END)
-            elif more:
-                conn.write_piece(b"%x\r\n%s\r\n" % (len(body), body))
-            else:
-                conn.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-        else:
-            if self.length_left >= 0:
-                if len(body) > self.length_left:
-                    raise RuntimeError("response content longer than its Content-Length")
-                self.length_left -= len(body)
-            if body:
-                if more:
-                    conn.write_piece(body)
-                else:
-                    conn.write(body)
-        if not more:
-            if self.length_left > 0:
-                raise RuntimeError("response content shorter than its Content-Length")
-            self.response_complete = True
-            self.wake()
-            conn.response_complete(self)
 
 
 class H1ServerProtocol(asyncio.Protocol):
@@ -484,8 +189,8 @@ class H1ServerProtocol(asyncio.Protocol):
         self.sent: asyncio.Future[None] = self.loop.create_future()
         self.sent.set_result(None)
         # The request being answered, and requests read while it was (answered in order).
-        self.cycle: _Cycle | None = None
-        self.pipeline: collections.deque[_Cycle] = collections.deque()
+        self.cycle: Cycle | None = None
+        self.pipeline: collections.deque[Cycle] = collections.deque()
         # The head being read.
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -520,7 +225,7 @@ class H1ServerProtocol(asyncio.Protocol):
         while len(self.connections) >= cap:
             if not self._evict():
                 transport.abort()  # type: ignore[attr-defined]
-                _REFUSED.add(self.loop, cap)
+                REFUSED.add(self.loop, cap)
                 return
         self.connections.add(self)
         self.server = get_local_addr(self.transport)
@@ -644,7 +349,7 @@ class H1ServerProtocol(asyncio.Protocol):
         }
         if self.proxied:
             _forwarded(scope, self.trusted)
-        cycle = _Cycle(
+        cycle = Cycle(
             self,
             scope,
             keep_alive=version != "1.0" and parser.should_keep_alive(),
@@ -654,7 +359,7 @@ class H1ServerProtocol(asyncio.Protocol):
             # Answered 431 in the request's turn (after any response still going out on the
             # connection), and the connection closes.
             cycle.keep_alive = False
-        cycle.app = _refusal_app(431, _too_large(limits)) if too_large else self.app
+        cycle.app = refusal_app(431, too_large_message(limits)) if too_large else self.app
         current = self.cycle
         if current is None or current.response_complete:
             self.cycle = cycle
@@ -685,18 +390,18 @@ class H1ServerProtocol(asyncio.Protocol):
     # Requests and responses
 
     @property
-    def _reading(self) -> _Cycle | None:
+    def _reading(self) -> Cycle | None:
         """The request whose bytes are being read: the last pipelined, else the one answered."""
         return self.pipeline[-1] if self.pipeline else self.cycle
 
-    def _start(self, cycle: _Cycle) -> None:
+    def _start(self, cycle: Cycle) -> None:
         app, cycle.app = cycle.app, None
         assert app is not None
         task = self.loop.create_task(cycle.run(app))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    def response_complete(self, cycle: _Cycle) -> None:
+    def response_complete(self, cycle: Cycle) -> None:
         """`cycle`'s response is whole: it goes out now, not after the app's bookkeeping that
         follows in the same turn (the log line, the ledger, the metrics)."""
         self.server_state.total_requests += 1
@@ -824,7 +529,7 @@ class H1ServerProtocol(asyncio.Protocol):
                 continue
             oldest.connections.discard(oldest)
             oldest.close()
-            _EVICTED.add(self.loop, self.limits.max_connections)
+            EVICTED.add(self.loop, self.limits.max_connections)
             return True
         return False
 
@@ -856,7 +561,7 @@ class H1ServerProtocol(asyncio.Protocol):
         # Whole reads are counted: one that also ended the request before counts a little over.
         self._head_bytes += self._fed
         if self._head_bytes > self.limits.max_head_bytes:
-            self._refuse(431, _too_large(self.limits))
+            self._refuse(431, too_large_message(self.limits))
         elif self._head_timer is None:
             self._head_timer = self.loop.call_later(self.limits.head_timeout, self._head_late)
             # At rest since its head began: a head's later bytes do not make it younger.
@@ -871,15 +576,31 @@ class H1ServerProtocol(asyncio.Protocol):
         """Answer `status` to a head that is still unfinished, and close."""
         if self._answer_would_split():
             return
-        extra, obj = _refusal(status, message)
+        extra, obj = refusal(status, message)
         body = _encode(obj)
         fields = (*headers_with(JSON_HEADERS, extra), (b"content-length", b"%d" % len(body)))
         self._answer_and_close(status, fields, body)
 
     def _answer_400(self) -> None:
         """Answer a request the parser refused (as uvicorn words it), and close."""
+        self._drop_broken_body()
         if not self._answer_would_split():
             self._answer_and_close(400, _BAD_REQUEST_FIELDS, _BAD_REQUEST)
+
+    def _drop_broken_body(self) -> None:
+        """The parser refused the body of the request being answered (a Transfer-Encoding it
+        does not end with chunked, a bad chunk): to its app the client has left, as no more of
+        the body will come (it would wait for it, and hold the connection, forever). Its answer
+        is the 400 when none has begun; one under way is cut."""
+        cycle = self.cycle
+        if cycle is None or cycle is not self._reading or not cycle.more_body:
+            return  # no request, or its body is whole: what the parser refused comes after it
+        if cycle.response_complete:
+            return
+        cycle.disconnected = True
+        cycle.wake()
+        if cycle.response_started:
+            self.close()
 
     def _answer_would_split(self) -> bool:
         """Whether an answer now would land inside a response still going out (the client
@@ -888,7 +609,7 @@ class H1ServerProtocol(asyncio.Protocol):
         if self.transport.is_closing():
             return True
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
+        if cycle is not None and not (cycle.response_complete or cycle.disconnected):
             self.pause_reading()
             cycle.keep_alive = False
             return True
@@ -897,7 +618,7 @@ class H1ServerProtocol(asyncio.Protocol):
     def _answer_and_close(
         self, status: int, fields: Iterable[tuple[bytes, bytes]], body: bytes
     ) -> None:
-        out = [_status_line(status)]
+        out = [status_line(status)]
         for name, value in (*self.server_state.default_headers, *fields):
             out += (name, b": ", value, b"\r\n")
         out += (b"\r\n", body)
@@ -925,71 +646,12 @@ def _forwarded(scope: Scope, trusted: Any) -> None:
             scope["client"] = (host, port)
 
 
-_CODES = {408: "request_timeout", 431: "request_header_fields_too_large"}
-
-
-def _too_large(limits: ServerConfig) -> str:
-    return (
-        f"Request header fields too large: at most {limits.max_head_bytes} bytes and "
-        f"{limits.max_header_fields} fields"
-    )
-
-
-def _refusal(status: int, message: str) -> tuple[dict[str, str], dict[str, Any]]:
-    """The headers (but the content type) and the body of the answer to a refused request."""
-    rid = unique_id()
-    log.info(message, extra={"request_id": rid, "fields": {"status": status}})
-    ce = ClientError(status, "invalid_request_error", _CODES[status], message)
-    return {"x-request-id": rid, "connection": "close"}, error_body(ce)
-
-
-def _refusal_app(status: int, message: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """An ASGI app that answers with `_refusal`."""
-
-    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
-        headers, body = _refusal(status, message)
-        await send_json(send, status, body, headers)
-
-    return refuse
-
-
-class _CapTally:
-    """Connections refused or evicted at the cap since the last line that said so, said at most
-    every CAP_WARNING_EVERY seconds."""
-
-    def __init__(self, level: int, message: str) -> None:
-        self.level = level
-        self.message = message  # formatted with the count and the cap
-        self.count = 0
-        self.said_at = -CAP_WARNING_EVERY
-
-    def add(self, loop: asyncio.AbstractEventLoop, cap: int) -> None:
-        self.count += 1
-        now = loop.time()
-        if now - self.said_at >= CAP_WARNING_EVERY:
-            log.log(self.level, self.message, self.count, cap)
-            self.count = 0
-            self.said_at = now
-
-
-_REFUSED: Final = _CapTally(
-    logging.WARNING,
-    "refused %d new connection(s) since the last such warning: %d are open, the limit"
-    " (server.max_connections), and each has a request under way",
-)
-_EVICTED: Final = _CapTally(
-    logging.INFO,
-    "closed %d connection(s) at rest (idle, or an unfinished head) since the last such line, to"
-    " admit new ones: %d were open, the limit (server.max_connections)",
-)
-
-
 def _evictable_of(
     state: ServerState,
 ) -> collections.OrderedDict[H1ServerProtocol, None]:
     """The connections of the server whose state is `state`, longest at rest first (see
-    `H1ServerProtocol._evict`): each change, and an eviction, in constant time (amortized), with
-    no scan of the connections."""
+    `H1ServerProtocol._evict`): each change, and an eviction, in constant
+    time (amortized), with no scan of the connections."""
     order = _EVICTABLE.get(state)
     if order is None:
         order = _EVICTABLE[state] = collections.OrderedDict()
