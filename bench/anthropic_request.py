@@ -11,10 +11,12 @@ bytes into `MessagesBody` (what a route reading the bytes itself would do).
 
 `--instructions` counts instead the instructions of one translation under valgrind's callgrind
 (a run of `--number` calls less a run of none, for each module), which the load of a shared machine
-does not move as it moves time.
+does not move as it moves time. `--agree N` checks the errors instead: the answers of both
+modules to N bodies of tests/anthropic/test_request.py's fuzz, which must be the same (the same
+translation, or the same param and message).
 
     .venv/bin/python -m bench.anthropic_request [--before REV] [--rounds 15] [--number 100]
-        [--instructions]
+        [--instructions] [--agree N]
 """
 
 from __future__ import annotations
@@ -236,6 +238,52 @@ def instructions(rev: str, number: int) -> None:
     print(f"after / before: {per['after'] / per['before']:.3f}")
 
 
+def agreement(rev: str, examples: int) -> None:
+    """How many of `examples` bodies (the fuzz of tests/anthropic/test_request.py: any JSON, bodies
+    of every field right or wrong, valid conversations) the two modules answer alike: the same
+    translation, or the same error (param and message)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.anthropic.test_request import BODY, CONVERSATION, JSON
+
+    def outcome(module: ModuleType, body: Any) -> tuple[Any, ...]:
+        try:
+            got = module.translate_request(body)
+        except module.MessagesRequestError as exc:
+            return ("refused", exc.param, exc.message)
+        return ("translated", got.chat, got.warnings, got.user_id, got.image_urls)
+
+    counts = {"same": 0, "translated": 0, "differ": 0}
+    differing: list[tuple[Any, ...]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        before = load_before(rev, Path(tmp))
+
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(st.one_of(JSON, BODY, CONVERSATION))
+        def compare(body: Any) -> None:
+            old, new = outcome(before, body), outcome(typed, body)
+            counts["translated"] += old[0] == "translated"
+            if old == new:
+                counts["same"] += 1
+            else:
+                counts["differ"] += 1
+                differing.append((body, old, new))
+
+        compare()
+    print(
+        f"{counts['same']} of {examples} bodies answered alike "
+        f"({counts['translated']} translated by the module before), {counts['differ']} differ"
+    )
+    for body, old, new in differing[:5]:
+        print(f"  {str(body)[:300]}\n    before: {str(old)[:200]}\n    after:  {str(new)[:200]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default=HAND_CHECKED, help="commit of the translation before")
@@ -244,10 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--instructions", action="store_true", help="count instructions under callgrind instead"
     )
+    parser.add_argument(
+        "--agree", type=int, metavar="N", help="compare the answers to N fuzzed bodies instead"
+    )
     parser.add_argument("--calls", choices=("none", "before", "after"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.calls:
         calls(args.before, args.calls, args.number)
+    elif args.agree:
+        agreement(args.before, args.agree)
     elif args.instructions:
         instructions(args.before, args.number)
     else:

@@ -294,8 +294,37 @@ def first_mistake(body: Any, at: list[str | int]) -> Refusal:
     try:
         msgspec.convert(_ordered(value, _type_info(kind)), kind)
     except msgspec.ValidationError as exc:
-        return _refusal(body, at, str(exc))
+        return _marks_last(body, at, _refusal(body, at, str(exc)))
     return Refusal(_dotted(at) or None, "is not valid")  # not reached: the value was refused
+
+
+def _marks_last(body: Any, at: list[str | int], mistake: Refusal) -> Refusal:
+    """`mistake`, or when it is a system text block's cache mark, a mistake in the text of a later
+    block of the same system text: the marks of a system text were checked after its texts."""
+    keys: list[str | int] = [int(k) if k.isdigit() else k for k in (mistake.param or "").split(".")]
+    texts_at = keys[:-2]
+    system = texts_at == ["system"] or (
+        len(texts_at) == 3 and _at(body, [*texts_at[:2], "role"]) == "system"
+    )
+    if keys[-1] != "cache_control" or not system:
+        return mistake
+    unmarked = [
+        {key: v for key, v in block.items() if key != "cache_control"}
+        if isinstance(block, dict)
+        else block
+        for block in _at(body, texts_at)
+    ]
+    earlier = first_mistake(_replaced(body, texts_at, unmarked), at)
+    return earlier if (earlier.param or "").startswith(f"{_dotted(texts_at)}.") else mistake
+
+
+def _replaced(value: Any, keys: list[str | int], new: Any) -> Any:
+    """`value` with `new` at `keys`, the containers on the way copied."""
+    if not keys:
+        return new
+    copied: Any = list(value) if isinstance(value, list) else dict(value)
+    copied[keys[0]] = _replaced(value[keys[0]], keys[1:], new)
+    return copied
 
 
 def block_before(message: dict[str, Any], j: int, field: str) -> dict[str, Any] | None:
