@@ -45,6 +45,9 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
     - CompletionRequestError       (svir.protocols.completions.request)
     - EmbeddingInputError          (svir.wire.embeddings)
     - MessagesRequestError         (svir.protocols.anthropic.request)
+    - Refusal                      a body Anthropic's request structs do not take, named in
+                                   Anthropic's terms; raised on as a MessagesRequestError
+                                   (svir.protocols.anthropic.body)
     - ResponsesRequestError        (svir.protocols.responses.request)
   - BaseURLError                 a configured base URL cannot be used
   - BadJSON                      a client body that is not JSON, or nests too deep

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 
 __all__ = [
@@ -66,7 +67,7 @@ _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 _ImageType = Literal["image/gif", "image/jpeg", "image/png", "image/webp"]
 
 
-class Refusal(Exception):
+class Refusal(BodyError):
     """A body the structs do not take: `param` names the field (None for the body itself)."""
 
     def __init__(self, param: str | None, message: str) -> None:
