@@ -36,9 +36,10 @@ from svir.errors import GatewayError, request_error
 from svir.keys.service import KeysService, admin_access
 from svir.protocols.http import query_params, read_json, send_json
 from svir.protocols.router import Handler
-from svir.wire.classify import redact, redact_url, to_client_error
+from svir.wire.classify import to_client_error
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.model_meta import ModelFacts
+from svir.wire.redact import redact, redact_url
 
 __all__ = ["Ops", "install", "redacted_config"]
 
