@@ -38,11 +38,11 @@ from svir.protocols.ollama import routes as ollama
 from svir.protocols.openai_chat import routes as openai_chat
 from svir.protocols.threads import routes as threads
 from svir.providers.adapt import AnswerValidator
-from svir.testing import MockTransport
 from svir.threads.service import ThreadService
 from svir.wire.events import Finish, StreamError, TextDelta
 from tests.keys.support import ADMIN_KEY, Harness, config_text
 from tests.support.embedder import Embedder
+from tests.support.mock_transport import MockTransport
 from tests.support.stub import down_upstream_app
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream

@@ -10,7 +10,7 @@ from svir.edges.upstream import UpstreamClient
 from svir.policy.bounded import BoundedMap
 from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router
-from svir.testing import MockServer
+from tests.support.mock_server import MockServer
 from tests.support.upstream import ScriptedUpstream
 
 

@@ -20,12 +20,12 @@ from svir.edges.server import build_app
 from svir.errors import GatewayError
 from svir.gateway import Gateway
 from svir.policy.resilience import Timing
-from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event, Usage
 from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.test_telemetry import samples, value
 from tests.support.asgi import Lifespan
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport, sse
 
 CONFIG = """
 [[providers]]

@@ -33,7 +33,7 @@ from svir.config import parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import H1ServerProtocol
 from svir.edges.server import build_app, listen
-from svir.testing import MockRequest, MockResponse, MockTransport, sse
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport, sse
 from tests.support.upstream import PREFILL, ScriptedUpstream
 
 # How long any one condition is waited for: far past anything that works.

@@ -23,9 +23,9 @@ from svir.policy.resilience import (
     nearest_effort,
 )
 from svir.policy.routing import Router
-from svir.testing import MockServerThread
 from svir.wire.classify import to_client_error
 from svir.wire.errors import ErrorKind, UpstreamError
+from tests.support.mock_server import MockServerThread
 from tests.support.upstream import ScriptedUpstream
 
 

@@ -62,8 +62,9 @@ def build_app(
     config reloads of `source` (svir.edges.reload; with `watch`, as `svir serve` runs it, the
     file is watched and SIGHUP reloads it).
 
-    The one composition root: transport (default the upstream client, `UpstreamClient()`; a
-    `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
+    The one composition root: transport (default the upstream client, `UpstreamClient()`; the
+    tests' `MockTransport`, tests/support/mock_transport.py, runs the whole app in process) ->
+    gateway -> front ends -> app.
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """

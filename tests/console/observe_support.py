@@ -20,8 +20,8 @@ from svir.console.observe_api import Console, console_of
 from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.policy.resilience import Timing
-from svir.testing import MockTransport
 from tests.support.asgi import Lifespan
+from tests.support.mock_transport import MockTransport
 from tests.support.upstream import ScriptedUpstream
 from tests.support.waiting import eventually
 

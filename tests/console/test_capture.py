@@ -17,7 +17,6 @@ import pytest
 from svir.console.capture import CapturingTransport
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.store.sqlite import SqliteStore
-from svir.testing import MockTransport
 from tests.conformance.summary import decode, matches, summarize
 from tests.conformance.test_decoder_corpus import CORPUS
 from tests.console.observe_support import (
@@ -28,6 +27,7 @@ from tests.console.observe_support import (
     Svir,
     capture_config,
 )
+from tests.support.mock_transport import MockTransport
 from tests.support.upstream import PROMPT_TOKENS, token_stream
 
 SECRETS = (UP_KEY, CLIENT_TOKEN, ADMIN)
