@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from svir.config import PYPI_GEMMA, ProviderConfig, Timeouts
+from svir.config.model import PYPI_GEMMA, ProviderConfig, Timeouts
 from svir.errors import GatewayError, request_error
 from svir.log import hundredths
 from svir.providers import ProviderKind, build_upstream_body

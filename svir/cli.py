@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from svir.config import check_keys, load_config
+    from svir.config.load import check_keys, load_config
     from svir.edges import managed, server
     from svir.errors import ConfigError
     from svir.keys import cli as keys_cli

@@ -15,7 +15,7 @@ from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, ChatCall
-from svir.config import Config
+from svir.config.model import Config
 from svir.config_diff import ConfigDiff
 from svir.embeddings import EmbeddingCall
 from svir.policy.resilience import Resilience, Timing

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from svir.config import ProviderConfig, Timeouts
+from svir.config.model import ProviderConfig, Timeouts
 from svir.wire.classify import classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.proxy import (

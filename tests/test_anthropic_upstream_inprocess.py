@@ -14,7 +14,8 @@ import httpx2
 import openai
 import pytest
 
-from svir.config import ConfigError, parse_config
+from svir.config.load import parse_config
+from svir.errors import ConfigError
 from tests.support.inprocess import InProcess
 from tests.support.mock_transport import MockRequest, MockResponse
 

@@ -11,7 +11,7 @@ import sys
 
 import uvicorn
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import YOUNG_GC_THRESHOLD, App
 from tests.support.asgi import Lifespan
 

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges import managed
 from svir.edges.app import App
 from svir.edges.server import thread_service

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.upstream import UpstreamClient
 from svir.policy.bounded import BoundedMap
 from svir.policy.resilience import Resilience, Timing

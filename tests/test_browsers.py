@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.server import build_app
 from svir.errors import ConfigError
 from tests.support.inprocess import InProcess

@@ -15,7 +15,7 @@ import pytest
 
 from svir.call import INTERNAL, CallContext
 from svir.chat import CallState, ChatCall, Cut
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.server import build_app
 from svir.errors import GatewayError
 from svir.gateway import Gateway

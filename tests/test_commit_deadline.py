@@ -29,7 +29,7 @@ import openai
 import pytest
 import uvicorn
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import H1ServerProtocol
 from svir.edges.server import build_app, listen

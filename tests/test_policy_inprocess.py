@@ -15,7 +15,7 @@ from typing import Any
 import openai
 import pytest
 
-from svir.config import Timeouts
+from svir.config.model import Timeouts
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.inprocess import InProcess
 from tests.support.mock_transport import MockResponse, MockTransport

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from svir.config import Timeouts
+from svir.config.model import Timeouts
 from svir.edges.upstream import UpstreamClient
 from svir.transport import Transport
 from svir.wire.errors import ErrorKind, UpstreamError

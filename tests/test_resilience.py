@@ -12,7 +12,8 @@ import time
 import pytest
 
 from svir.call import INTERNAL, CallContext
-from svir.config import Config, RetryConfig, RouteTarget, Timeouts, parse_config
+from svir.config.load import parse_config
+from svir.config.model import Config, RetryConfig, RouteTarget, Timeouts
 from svir.edges.upstream import UpstreamClient
 from svir.policy.resilience import (
     BREAKER_KINDS,
@@ -157,7 +158,7 @@ def test_least_in_flight_prefers_the_idle_deployment() -> None:
 
 
 def test_a_prompt_cache_key_keeps_its_deployment_and_moves_only_while_it_rests() -> None:
-    from svir.config import BreakerConfig
+    from svir.config.model import BreakerConfig
 
     clock = [0.0]
     res = policy(clock)
@@ -189,7 +190,7 @@ def test_a_prompt_cache_key_keeps_its_deployment_and_moves_only_while_it_rests()
 def test_breaker_half_open_allows_one_probe() -> None:
     clock = [0.0]
     res = policy(clock)
-    from svir.config import BreakerConfig
+    from svir.config.model import BreakerConfig
 
     d = res.deployment("p/a")
     cfg = BreakerConfig(failures=2, cooldown=5.0)

@@ -24,7 +24,7 @@ from typing import Any, Final
 from svir.asgi import CALL_CONTEXT, Message, Receive, Scope, Send
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, CloseHook, Route, tool_names
-from svir.config import CaptureConfig, Timeouts
+from svir.config.model import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.log import hidden_values
 from svir.protocols.router import Handler, Routes

@@ -29,7 +29,7 @@ from svir.chat import Route
 from svir.client.connection import ClientFailure, Connection
 from svir.client.probe import GROUPS as PROBE_GROUPS
 from svir.client.probe import Prober, Report, render
-from svir.config import MANAGED_KIND, Config
+from svir.config.model import MANAGED_KIND, Config
 from svir.edges.app import App
 from svir.edges.managed import Managed, Supervisor
 from svir.errors import GatewayError, request_error

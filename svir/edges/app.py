@@ -40,7 +40,7 @@ from svir.asgi import (
     header,
 )
 from svir.call import CallContext
-from svir.config import Config
+from svir.config.model import Config
 from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
 from svir.errors import (

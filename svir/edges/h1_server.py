@@ -75,7 +75,7 @@ from svir.asgi import (
     Send,
 )
 from svir.chat import unique_id
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 from svir.protocols.http import JSON_HEADERS, headers_with, send_json
 from svir.wire.classify import ClientError, error_body
 

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from svir.config import (
+from svir.config.load import parse_config
+from svir.config.model import (
     BUILTIN_GEMMA_TEMPLATE,
     MANAGED_KIND,
     PYPI_GEMMA,
@@ -41,7 +42,6 @@ from svir.config import (
     ManagedConfig,
     ManagedModel,
     ProviderConfig,
-    parse_config,
 )
 from svir.edges.llama_server import (
     DEFAULT_MODEL_DIR,

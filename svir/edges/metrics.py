@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from svir import __version__
 from svir.asgi import CALL_CONTEXT
 from svir.call import EMBEDDINGS
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 from svir.policy.limits import LIMIT_NAMES
 from svir.wire.errors import ErrorKind
 

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from svir.asgi import Receive, Scope, Send
-from svir.config import Config, check_keys, load_config
+from svir.config.load import check_keys, load_config
+from svir.config.model import Config
 from svir.config_diff import diff_configs, effective
 from svir.edges.app import App
 from svir.errors import ConfigError, LlamaServerError

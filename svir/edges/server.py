@@ -24,7 +24,8 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import GRACEFUL_STOP_SECONDS
-from svir.config import DEFAULT_MAX_CONNECTIONS, MANAGED_KIND, Config, load_config
+from svir.config.load import load_config
+from svir.config.model import DEFAULT_MAX_CONNECTIONS, MANAGED_KIND, Config
 from svir.edges.app import App
 from svir.policy.resilience import Timing
 from svir.providers import get_kind

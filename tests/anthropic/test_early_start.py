@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.protocols.anthropic import routes as anthropic
 from svir.protocols.anthropic.encode import error_type

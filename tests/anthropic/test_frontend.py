@@ -13,7 +13,7 @@ import anthropic
 import httpx2
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.server import build_app
 from tests.support.asgi import Lifespan
 from tests.support.inprocess import InProcess

@@ -15,7 +15,7 @@ import anthropic
 import httpx2
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.server import build_app
 from tests.anthropic.sdk import check_as_expected
 from tests.support.asgi import Lifespan

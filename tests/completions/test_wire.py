@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from svir.chat import Route
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.errors import ConfigError
 from svir.policy.routing import Router
 from svir.providers import KINDS

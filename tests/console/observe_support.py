@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.console.observe_api import Console, console_of
 from svir.edges.app import App
 from svir.edges.server import build_app

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.config import ProviderConfig
+from svir.config.model import ProviderConfig
 from svir.edges.app import App
 from svir.errors import OllamaError, RequestError
 from svir.protocols.ollama.translate import to_openai_request

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.errors import NotFound
 from svir.protocols.responses import routes as responses

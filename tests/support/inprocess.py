@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 
-from svir.config import load_config, parse_config
+from svir.config.load import load_config, parse_config
 from svir.edges.app import App
 from svir.edges.server import build_app
 from svir.policy.resilience import Timing

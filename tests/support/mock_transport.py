@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from svir.config import Timeouts
+from svir.config.model import Timeouts
 from svir.transport import (
     ERROR_BODY_LIMIT,
     JSON_BODY_LIMIT,
