@@ -32,6 +32,7 @@ from svir.config.model import (
 )
 from svir.errors import ConfigError
 from svir.providers import KINDS
+from svir.providers.base import ProviderKind
 from svir.wire.errors import BaseURLError
 from svir.wire.origins import (
     PatternError,
@@ -275,6 +276,20 @@ def _checked_provider(
             " not the key itself",
         )
 
+    _check_kind_options(fail, at, provider, kind)
+    models = _checked_models(fail, at, provider, managed)
+    _check_request_shaping(fail, at, provider)
+    tls = _checked_network(fail, at, provider, kind=kind.name, base_url=base_url, base_dir=base_dir)
+    _check_resilience(fail, at, provider)
+    return msgspec.structs.replace(
+        provider, base_url=base_url, models=tuple(models), managed=managed, **tls
+    )
+
+
+def _check_kind_options(
+    fail: Callable[[str, str], ConfigError], at: str, provider: ProviderConfig, kind: ProviderKind
+) -> None:
+    """The fields that apply to some kinds only: api_version, relay, completions, fim."""
     if kind.name == "azure":
         if provider.api_version is None:
             raise fail(
@@ -311,6 +326,15 @@ def _checked_provider(
             f"fill-in-the-middle is a text completion, and {why}; remove fim",
         )
 
+
+def _checked_models(
+    fail: Callable[[str, str], ConfigError],
+    at: str,
+    provider: ProviderConfig,
+    managed: ManagedConfig | None,
+) -> list[str]:
+    """The provider's models (a managed one's first), each once, the embedding models among
+    them."""
     models: list[str] = list(managed.models) if managed is not None else []
     for j, model in enumerate(provider.models):
         if not model.strip():
@@ -329,7 +353,13 @@ def _checked_provider(
             raise fail(f"{at}.embedding_models[{j}]", "must not be empty")
         if model not in models:
             models.append(model)
+    return models
 
+
+def _check_request_shaping(
+    fail: Callable[[str, str], ConfigError], at: str, provider: ProviderConfig
+) -> None:
+    """What svir changes in every request to the provider: drop_params and extra_headers."""
     if provider.drop_params is not None:
         for j, param in enumerate(provider.drop_params):
             if not param:
@@ -347,8 +377,11 @@ def _checked_provider(
         if any(ch in value for ch in "\r\n\0"):
             raise fail(here, "the value must not contain line breaks or NUL")
 
-    tls = _checked_network(fail, at, provider, kind=kind.name, base_url=base_url, base_dir=base_dir)
 
+def _check_resilience(
+    fail: Callable[[str, str], ConfigError], at: str, provider: ProviderConfig
+) -> None:
+    """The provider's timeouts, retries, breaker and response_format."""
     for key in ("connect", "first_byte", "idle"):
         seconds = getattr(provider.timeouts, key)
         if not math.isfinite(seconds) or seconds <= 0:
@@ -373,10 +406,6 @@ def _checked_provider(
         raise fail(f"{at}.breaker.cooldown", "must be a finite number of seconds, 0 or more")
     if provider.response_format not in ("pass", "validate"):
         raise fail(f"{at}.response_format", "must be 'pass' or 'validate'")
-
-    return msgspec.structs.replace(
-        provider, base_url=base_url, models=tuple(models), managed=managed, **tls
-    )
 
 
 def _existing_file(
@@ -410,7 +439,6 @@ def _checked_network(
     base_dir: Path,
 ) -> dict[str, str | None]:
     """Check `proxy`, `proxy_env` and the TLS files; the TLS paths made absolute."""
-    proxy = provider.proxy
     if kind == MANAGED_KIND:
         for field in ("proxy", "proxy_env", "ca_file", "client_cert", "client_key"):
             if getattr(provider, field) not in (None, False):
@@ -420,6 +448,15 @@ def _checked_network(
                     " loopback, never through a proxy); remove it",
                 )
         return {}
+    _check_proxy(fail, at, provider)
+    return _checked_tls(fail, at, provider, base_url=base_url, base_dir=base_dir)
+
+
+def _check_proxy(
+    fail: Callable[[str, str], ConfigError], at: str, provider: ProviderConfig
+) -> None:
+    """`proxy` (a URL without a password, or false) and `proxy_env` (a variable's name)."""
+    proxy = provider.proxy
     if proxy is True:
         raise fail(
             f"{at}.proxy",
@@ -447,6 +484,17 @@ def _checked_network(
             )
         if proxy is not None:
             raise fail(f"{at}.proxy_env", "set proxy or proxy_env, not both")
+
+
+def _checked_tls(
+    fail: Callable[[str, str], ConfigError],
+    at: str,
+    provider: ProviderConfig,
+    *,
+    base_url: str,
+    base_dir: Path,
+) -> dict[str, str | None]:
+    """The TLS files (ca_file, client_cert, client_key), made absolute and loaded once."""
 
     def path_of(field: str) -> str | None:
         value = getattr(provider, field)
@@ -530,56 +578,14 @@ def _checked_managed(
     if not m.models:
         raise fail(f"{at}.models", "must name at least one model (model id = GGUF path)")
 
-    def path_of(field: str, value: str, special: str) -> str:
-        if value == special:
-            return value
-        return _existing_file(
-            fail,
-            field,
-            value,
-            base_dir,
-            empty="must not be empty",
-            missing=". If this line came from an example (the README's qwen3-8b), it is an"
-            " example path: edit it to a GGUF file you have, or delete the line",
-        )
-
-    def check_settings(field: str, entry: ManagedConfig | ManagedModel) -> None:
-        if entry.ctx is not None and entry.ctx < 1:
-            raise fail(f"{field}.ctx", "must be at least 1")
-        if entry.threads is not None and entry.threads < 1:
-            raise fail(f"{field}.threads", "must be at least 1")
-        if entry.parallel is not None and entry.parallel < 1:
-            raise fail(f"{field}.parallel", "must be at least 1")
-
-    check_settings(at, m)
+    _check_server_settings(fail, at, m)
     template = m.chat_template
     if template is not None:
-        template = path_of(f"{at}.chat_template", template, BUILTIN_GEMMA_TEMPLATE)
-    models: dict[str, str | ManagedModel] = {}
-    for model_id, given in m.models.items():
-        here = f"{at}.models.{model_id}"
-        if not model_id.strip() or model_id != model_id.strip():
-            raise fail(here, "a model id must not be empty or start or end with a space")
-        path_field = here if isinstance(given, str) else f"{here}.path"
-        entry = ManagedModel(path=given) if isinstance(given, str) else given
-        check_settings(here, entry)
-        if entry.pooling is not None:
-            if entry.pooling not in POOLINGS:
-                raise fail(f"{here}.pooling", f"must be one of {', '.join(POOLINGS)}")
-            if not entry.embeddings:
-                raise fail(
-                    f"{here}.pooling", "applies to an embedding model: set embeddings = true"
-                )
-        entry_template = entry.chat_template
-        if entry_template is not None:
-            entry_template = path_of(
-                f"{here}.chat_template", entry_template, BUILTIN_GEMMA_TEMPLATE
-            )
-        models[model_id] = msgspec.structs.replace(
-            entry,
-            path=path_of(path_field, entry.path, PYPI_GEMMA),
-            chat_template=entry_template,
-        )
+        template = _managed_path(fail, f"{at}.chat_template", template, base_dir)
+    models: dict[str, str | ManagedModel] = {
+        model_id: _checked_managed_model(fail, f"{at}.models.{model_id}", model_id, given, base_dir)
+        for model_id, given in m.models.items()
+    }
     if not math.isfinite(m.idle_unload) or m.idle_unload < 0:
         raise fail(f"{at}.idle_unload", "must be a finite number of seconds, 0 (never) or more")
     if m.max_loaded < 1:
@@ -587,6 +593,68 @@ def _checked_managed(
     if not math.isfinite(m.start_timeout) or m.start_timeout <= 0:
         raise fail(f"{at}.start_timeout", "must be a finite number of seconds above 0")
     return msgspec.structs.replace(m, models=models, chat_template=template)
+
+
+def _checked_managed_model(
+    fail: Callable[[str, str], ConfigError],
+    here: str,
+    model_id: str,
+    given: str | ManagedModel,
+    base_dir: Path,
+) -> ManagedModel:
+    """One model of a managed provider (a path, or a table), its files made absolute."""
+    if not model_id.strip() or model_id != model_id.strip():
+        raise fail(here, "a model id must not be empty or start or end with a space")
+    path_field = here if isinstance(given, str) else f"{here}.path"
+    entry = ManagedModel(path=given) if isinstance(given, str) else given
+    _check_server_settings(fail, here, entry)
+    if entry.pooling is not None:
+        if entry.pooling not in POOLINGS:
+            raise fail(f"{here}.pooling", f"must be one of {', '.join(POOLINGS)}")
+        if not entry.embeddings:
+            raise fail(f"{here}.pooling", "applies to an embedding model: set embeddings = true")
+    template = entry.chat_template
+    if template is not None:
+        template = _managed_path(fail, f"{here}.chat_template", template, base_dir)
+    return msgspec.structs.replace(
+        entry,
+        path=_managed_path(fail, path_field, entry.path, base_dir, special=PYPI_GEMMA),
+        chat_template=template,
+    )
+
+
+def _managed_path(
+    fail: Callable[[str, str], ConfigError],
+    field: str,
+    value: str,
+    base_dir: Path,
+    *,
+    special: str = BUILTIN_GEMMA_TEMPLATE,
+) -> str:
+    """A model's or a template's file, made absolute; `special` (svir's own) as it is."""
+    if value == special:
+        return value
+    return _existing_file(
+        fail,
+        field,
+        value,
+        base_dir,
+        empty="must not be empty",
+        missing=". If this line came from an example (the README's qwen3-8b), it is an"
+        " example path: edit it to a GGUF file you have, or delete the line",
+    )
+
+
+def _check_server_settings(
+    fail: Callable[[str, str], ConfigError], field: str, entry: ManagedConfig | ManagedModel
+) -> None:
+    """ctx, threads and parallel of a managed provider or of one of its models."""
+    if entry.ctx is not None and entry.ctx < 1:
+        raise fail(f"{field}.ctx", "must be at least 1")
+    if entry.threads is not None and entry.threads < 1:
+        raise fail(f"{field}.threads", "must be at least 1")
+    if entry.parallel is not None and entry.parallel < 1:
+        raise fail(f"{field}.parallel", "must be at least 1")
 
 
 def _show(value: str) -> str:
