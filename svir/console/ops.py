@@ -27,8 +27,9 @@ from svir import __version__
 from svir.asgi import Receive, Scope, Send
 from svir.chat import Route
 from svir.client.connection import ClientFailure, Connection
-from svir.client.probe import GROUPS as PROBE_GROUPS
-from svir.client.probe import Prober, Report, render
+from svir.client.probe.payloads import GROUPS as PROBE_GROUPS
+from svir.client.probe.prober import Prober
+from svir.client.probe.report import Report, render
 from svir.config.model import MANAGED_KIND, Config
 from svir.edges.app import App
 from svir.edges.managed import Managed, Supervisor

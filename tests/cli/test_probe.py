@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from svir.client.probe import settings_toml
+from svir.client.probe.report import settings_toml
 from svir.config.load import parse_config
 from svir.edges.llama_server import LlamaServer
 from tests.cli.conftest import run_svir
