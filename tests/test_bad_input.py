@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svir.config.load import parse_config
-from svir.edges import managed
 from svir.edges.app import App
+from svir.edges.managed.install import install as install_managed
 from svir.edges.server import thread_service
 from svir.log import JSONFormatter
 from svir.policy.resilience import Timing
@@ -617,7 +617,7 @@ async def managed_app(
         f'y = "{tmp_path / "models" / "y.gguf"}"\n'
     )
     app = App(config, {})
-    managed.install(app)
+    install_managed(app)
     openai_chat.install(app)
     ollama.install(app)
     async with running(app):

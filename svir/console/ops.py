@@ -32,7 +32,8 @@ from svir.client.probe.prober import Prober
 from svir.client.probe.report import Report, render
 from svir.config.model import MANAGED_KIND, Config
 from svir.edges.app import App
-from svir.edges.managed import Managed, Supervisor
+from svir.edges.managed.install import Managed
+from svir.edges.managed.supervisor import Supervisor
 from svir.errors import GatewayError, request_error
 from svir.keys.service import KeysService, admin_access
 from svir.protocols.http import query_params, read_json, send_json

@@ -44,7 +44,7 @@ from svir.policy.routing import RoutingTable
 from svir.protocols.http import send_json
 
 if TYPE_CHECKING:
-    from svir.edges.managed import Managed
+    from svir.edges.managed.install import Managed
     from svir.keys.service import KeysService
 
 __all__ = ["POLL_SECONDS", "Reloader", "fingerprint", "install"]

@@ -70,7 +70,8 @@ def build_app(
     make backoff and breakers run without waiting).
     """
     from svir.console import observe_api, ops
-    from svir.edges import console_ui, managed, reload
+    from svir.edges import console_ui, reload
+    from svir.edges.managed.install import install as install_managed
     from svir.keys import service as keys_service
     from svir.protocols import (
         anthropic,
@@ -93,7 +94,7 @@ def build_app(
     anthropic.install(app)
     threads.install(app, thread_service(app))
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
-    supervisors = managed.install(app)
+    supervisors = install_managed(app)
     ops.install(app, keys, supervisors, source=source, workers=workers)
     reload.install(
         app,
@@ -457,13 +458,13 @@ def _set_file_limit(soft: int, hard: int) -> bool:
 
 def worker_app() -> App:
     """The app of one worker process (uvicorn's factory), from the environment `svir serve` set."""
-    from svir.edges import managed
+    from svir.edges.managed.defaults import default_config
     from svir.log import setup_logging
 
     setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"), fmt=os.environ.get(ENV_LOG_FORMAT, "json"))
     ignore_sighup()
     path = os.environ.get(ENV_CONFIG)
-    config = load_config(path) if path else managed.default_config(warn=False)
+    config = load_config(path) if path else default_config(warn=False)
     config, _ = with_store_url(config, path, os.environ)  # the parent warned
     workers = int(os.environ.get(ENV_WORKERS) or 1)
     return build_app(config, os.environ, source=path, workers=workers, watch=True)

@@ -8,7 +8,7 @@ import pytest
 
 from svir.config.load import parse_config
 from svir.config.model import ManagedModel
-from svir.edges.managed import embedding_args
+from svir.edges.managed.launch import embedding_args
 from svir.errors import ConfigError
 
 

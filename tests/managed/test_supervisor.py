@@ -15,7 +15,7 @@ import pytest
 
 from svir.config.load import parse_config
 from svir.config.model import ProviderConfig
-from svir.edges.managed import Supervisor
+from svir.edges.managed.supervisor import Supervisor
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.managed.conftest import servers_with
 from tests.support.waiting import eventually

@@ -18,7 +18,7 @@ import pytest
 
 from svir.config.load import parse_config
 from svir.config.model import ProviderConfig
-from svir.edges.managed import Supervisor
+from svir.edges.managed.supervisor import Supervisor
 from svir.wire.errors import UpstreamError
 from tests.managed.conftest import children_servers, servers_with
 from tests.support.svir_proc import SvirProcess
