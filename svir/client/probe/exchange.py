@@ -17,7 +17,9 @@ from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import ReasoningDelta, RefusalDelta, StreamError, TextDelta
 from svir.wire.toolcalls import ToolCall
 
-__all__ = ["Exchange", "clip", "send"]
+__all__ = ["Clock", "Exchange", "clip", "send"]
+
+Clock = Callable[[], float]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _SHOWN_BODY = 600
@@ -123,7 +125,7 @@ def send(
     body: dict[str, Any],
     *,
     timeout: float,
-    clock: Callable[[], float],
+    clock: Clock,
     first_output: bool = False,
 ) -> Exchange:
     """Send one streamed request to `url` (chat completions), reading its answer for at most

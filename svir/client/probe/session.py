@@ -11,13 +11,11 @@ from typing import Any
 import httpx
 
 from svir.client.connection import Connection
-from svir.client.probe.exchange import Exchange, send
+from svir.client.probe.exchange import Clock, Exchange, send
 from svir.client.probe.report import Finding
 from svir.wire.models import ModelInfo
 
-__all__ = ["Clock", "Session"]
-
-Clock = Callable[[], float]
+__all__ = ["Session"]
 
 
 class Session:
