@@ -90,7 +90,7 @@ def serve(mode: str, port: int) -> None:
 
     http: Any = "httptools"
     if mode == "svir":
-        from svir.config import ServerConfig
+        from svir.config.model import ServerConfig
         from svir.edges.h1_server import H1ServerProtocol
 
         http = functools.partial(H1ServerProtocol, limits=ServerConfig())

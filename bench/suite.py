@@ -105,7 +105,7 @@ from bench.common import (
     wait_healthy,
     write_lua,
 )
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 
 PEERS_DIR = ROOT / "bench" / ".peers"
 PEERS = ("nginx", "portkey", "litellm")

@@ -19,14 +19,14 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from svir.config import PYPI_GEMMA, ProviderConfig, Timeouts
+from svir.config.model import PYPI_GEMMA, ProviderConfig, Timeouts
 from svir.errors import GatewayError, request_error
 from svir.log import hundredths
 from svir.providers import ProviderKind, build_upstream_body
 from svir.providers.adapt import answer_transform
 from svir.transport import Network, StreamResponse, Transport
 from svir.wire.blobs import Blobs
-from svir.wire.classify import redact_error, to_client_error
+from svir.wire.classify import to_client_error
 from svir.wire.completions import (
     CompletionDialect,
     LlamaCompletionDecoder,
@@ -57,6 +57,7 @@ from svir.wire.events import (
     ToolCallStart,
     Usage,
 )
+from svir.wire.redact import redact_error
 from svir.wire.sse import encode_data
 
 _encode = msgspec.json.encode

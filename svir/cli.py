@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> int:
     from svir import server
-    from svir.config import check_keys, load_config
-    from svir.edges import keys_cli, managed
+    from svir.config.load import check_keys, load_config
+    from svir.edges import keys_cli
+    from svir.edges.managed.defaults import default_config
     from svir.errors import ConfigError
     from svir.log import setup_logging
     from svir.store import with_store_url
@@ -74,7 +75,7 @@ def serve(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, fmt=log_format)
     path = args.config or os.environ.get("SVIR_CONFIG")
     try:
-        config = load_config(path) if path else managed.default_config()
+        config = load_config(path) if path else default_config()
         # The entries SVIR_ORIGINS and SVIR_ALLOWED_HOSTS add, checked before svir listens.
         config.server.origin_patterns(os.environ)
         config.server.host_patterns(os.environ)

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from svir.config import Config, ProviderConfig
+from svir.config.model import Config, ProviderConfig
 
 __all__ = ["LIVE_SERVER_FIELDS", "SERVER_IDENTITY", "ConfigDiff", "diff_configs", "effective"]
 

@@ -32,8 +32,6 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
   - ClientFailure                what the user of svir's command line has to fix or know
                                  (svir.client.connection)
     - Unreachable                  no answer from the server at all
-  - _Cut                         the test server's handler broke its stream: the connection is
-                                 aborted (svir.testing, private)
 
 * WireError                    every error the sans-IO wire core raises (svir.wire.errors); the
                                wire imports nothing outside svir/wire, so it cannot hang here

@@ -25,13 +25,8 @@ import msgspec
 
 from svir import __version__
 from svir.asgi import GRACEFUL_STOP_SECONDS
-from svir.config import (
-    DEFAULT_MAX_CONNECTIONS,
-    MANAGED_KIND,
-    Config,
-    ServerConfig,
-    load_config,
-)
+from svir.config.load import load_config
+from svir.config.model import DEFAULT_MAX_CONNECTIONS, MANAGED_KIND, Config, ServerConfig
 from svir.edges.app import App
 from svir.errors import SvirError
 from svir.policy.resilience import Timing
@@ -70,13 +65,15 @@ def build_app(
     config reloads of `source` (svir.edges.reload; with `watch`, as `svir serve` runs it, the
     file is watched and SIGHUP reloads it).
 
-    The one composition root: transport (default the upstream client, `UpstreamClient()`; a
-    `svir.testing.MockTransport` runs the whole app in process) -> gateway -> front ends -> app.
+    The one composition root: transport (default the upstream client, `UpstreamClient()`; the
+    tests' `MockTransport`, tests/support/mock_transport.py, runs the whole app in process) ->
+    gateway -> protocols -> app.
     `timing` is the policy's sleep, randomness and clock (default the real ones; a test's own
     make backoff and breakers run without waiting).
     """
     from svir.console import observe_api, ops
-    from svir.edges import console_ui, keys_service, managed, reload
+    from svir.edges import console_ui, keys_service, reload
+    from svir.edges.managed.install import install as install_managed
     from svir.protocols import (
         anthropic,
         completions,
@@ -98,7 +95,7 @@ def build_app(
     anthropic.install(app)
     threads.install(app, thread_service(app))
     responses.install(app, SqlResponseStore(store_url(app.config, app.environ)))
-    supervisors = managed.install(app)
+    supervisors = install_managed(app)
     ops.install(app, keys, supervisors, source=source, workers=workers)
     reload.install(
         app,
@@ -531,13 +528,13 @@ def _set_file_limit(soft: int, hard: int) -> bool:
 
 def worker_app() -> App:
     """The app of one worker process (uvicorn's factory), from the environment `svir serve` set."""
-    from svir.edges import managed
+    from svir.edges.managed.defaults import default_config
     from svir.log import setup_logging
 
     setup_logging(os.environ.get(ENV_LOG_LEVEL, "info"), fmt=os.environ.get(ENV_LOG_FORMAT, "json"))
     ignore_sighup()
     path = os.environ.get(ENV_CONFIG)
-    config = load_config(path) if path else managed.default_config(warn=False)
+    config = load_config(path) if path else default_config(warn=False)
     config, _ = with_store_url(config, path, os.environ)  # the parent warned
     workers = int(os.environ.get(ENV_WORKERS) or 1)
     app = build_app(config, os.environ, source=path, workers=workers, watch=True)

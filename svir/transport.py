@@ -1,8 +1,9 @@
 """What the core needs of an upstream HTTP client, as protocols: the edge's
-`svir.edges.upstream.UpstreamClient` is one, `svir.testing.MockTransport` (scripted answers, in
-process) another, and the core (chat, gateway, policy) types against these, so that it does not
-import the IO edge. The transport is chosen where the server is composed
-(`svir.server.build_app`, default `UpstreamClient()`) and handed to the gateway.
+`svir.edges.upstream.UpstreamClient` is one, the tests' `MockTransport`
+(tests/support/mock_transport.py: scripted answers, in process) another, and the core (chat,
+gateway, policy) types against these, so that it does not import the IO edge. The transport is
+chosen where the server is composed (`svir.server.build_app`, default `UpstreamClient()`)
+and handed to the gateway.
 
 Also here: what every transport does alike with an answer it cannot stream (a non-2xx status, a
 2xx that is not an event stream) and with a timeout, so that a mock fails exactly as the real
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from svir.config import ProviderConfig, Timeouts
+from svir.config.model import ProviderConfig, Timeouts
 from svir.wire.classify import classify_http_error
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.proxy import (

@@ -1,5 +1,5 @@
 """Claude behind the OpenAI API: the OpenAI SDK against svir's whole app in this process, over a
-`svir.testing.MockTransport` that plays Anthropic (the recorded streams of
+`tests.support.mock_transport.MockTransport` that plays Anthropic (the recorded streams of
 tests/conformance/anthropic, and its errors), with every request svir sent it checked."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import httpx2
 import openai
 import pytest
 
-from svir.config import ConfigError, parse_config
-from svir.testing import MockRequest, MockResponse
+from svir.config.load import parse_config
+from svir.errors import ConfigError
 from tests.support.inprocess import InProcess
+from tests.support.mock_transport import MockRequest, MockResponse
 
 CORPUS = Path(__file__).parent / "conformance" / "anthropic"
 KEY = "sk-ant-api03-test-key-0123456789"

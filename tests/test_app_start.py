@@ -13,7 +13,7 @@ import sys
 
 import uvicorn
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.server import YOUNG_GC_THRESHOLD, tune_the_process
 from tests.support.asgi import Lifespan

@@ -27,9 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.config import parse_config
-from svir.edges import managed
+from svir.config.load import parse_config
 from svir.edges.app import App
+from svir.edges.managed.install import install as install_managed
 from svir.log import JSONFormatter
 from svir.policy.resilience import Timing
 from svir.protocols.embeddings import routes as embeddings
@@ -38,11 +38,11 @@ from svir.protocols.openai_chat import routes as openai_chat
 from svir.protocols.threads import routes as threads
 from svir.providers.adapt import AnswerValidator
 from svir.server import thread_service
-from svir.testing import MockTransport
 from svir.threads.service import ThreadService
 from svir.wire.events import Finish, StreamError, TextDelta
 from tests.keys.support import ADMIN_KEY, Harness, config_text
 from tests.support.embedder import Embedder
+from tests.support.mock_transport import MockTransport
 from tests.support.stub import down_upstream_app
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
@@ -617,7 +617,7 @@ async def managed_app(
         f'y = "{tmp_path / "models" / "y.gguf"}"\n'
     )
     app = App(config, {})
-    managed.install(app)
+    install_managed(app)
     openai_chat.install(app)
     ollama.install(app)
     async with running(app):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.upstream import UpstreamClient
 from svir.policy.bounded import BoundedMap
 from svir.policy.resilience import Resilience, Timing
 from svir.policy.routing import Router
-from svir.testing import MockServer
+from tests.support.mock_server import MockServer
 from tests.support.upstream import ScriptedUpstream
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.errors import ConfigError
 from svir.server import build_app
 from tests.support.inprocess import InProcess

@@ -15,17 +15,17 @@ import pytest
 
 from svir.call import INTERNAL, CallContext
 from svir.chat import CallState, ChatCall, Cut
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.errors import GatewayError
 from svir.policy.gateway import Gateway
 from svir.policy.resilience import Timing
 from svir.server import build_app
-from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Event, Usage
 from svir.wire.tokens import estimate_prompt_tokens
 from tests.keys.test_telemetry import samples, value
 from tests.support.asgi import Lifespan
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport, sse
 
 CONFIG = """
 [[providers]]

@@ -29,11 +29,11 @@ import openai
 import pytest
 import uvicorn
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.edges.h1_server import H1ServerProtocol
 from svir.server import build_app, listen
-from svir.testing import MockRequest, MockResponse, MockTransport, sse
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport, sse
 from tests.support.upstream import PREFILL, ScriptedUpstream
 
 # How long any one condition is waited for: far past anything that works.

@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from svir.config import (
-    Config,
-    ProviderConfig,
-    ServerConfig,
-    Timeouts,
-    check_keys,
-    load_config,
-    parse_config,
-)
+from svir.config.load import check_keys, load_config, parse_config
+from svir.config.model import Config, ProviderConfig, ServerConfig, Timeouts
 from svir.errors import ConfigError
 
 GOOD = """
@@ -486,7 +479,7 @@ def test_repr_holds_no_key() -> None:
 def test_the_example_config_loads() -> None:
     from pathlib import Path
 
-    from svir.config import load_config
+    from svir.config.load import load_config
 
     config = load_config(Path(__file__).parent.parent / "svir.example.toml")
     assert [p.name for p in config.providers] == ["lab", "studio", "openai", "azure"]

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import svir.log
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.errors import ConfigError
 from svir.log import hide_in_logs, iso_time, json_line, log_request, setup_logging, text_line
 from svir.wire.models import clean_model_id

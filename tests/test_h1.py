@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from svir.config import Timeouts
+from svir.config.model import Timeouts
 from svir.edges import h1
 from svir.edges.h1 import H1Pool, H1Response, Headers
 from svir.edges.upstream import UpstreamClient

@@ -23,7 +23,8 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from svir.asgi import Receive, Response, Scope, Send, piece_sender, server_extension
-from svir.config import ServerConfig, parse_config
+from svir.config.load import parse_config
+from svir.config.model import ServerConfig
 from svir.edges.app import App
 from svir.edges.h1_server import FLUSH_AT, H1ServerProtocol
 from svir.errors import request_error

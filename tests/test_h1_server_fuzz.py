@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 from tests.test_h1_server import PROTOCOLS, edge_server
 
 CRLF = b"\r\n"

@@ -205,7 +205,7 @@ def test_the_access_line_is_a_record_for_a_handler_of_ones_own(
 
 
 def test_an_app_hides_every_secret_its_config_names_without_the_keys_service() -> None:
-    from svir.config import parse_config
+    from svir.config.load import parse_config
     from svir.edges.app import App
 
     upstream, admin, metrics = (f"{what}-{uuid.uuid4().hex}" for what in ("up", "ad", "me"))

@@ -1,5 +1,5 @@
 """Retries, fallback, load balancing, breakers and the learned quirks, through the whole svir app
-(`build_app`, every front end) in this process, over a `svir.testing.MockTransport` whose
+(`build_app`, every front end) in this process, over a `tests.support.mock_transport.MockTransport` whose
 handler plays a faulty upstream: each model name is a behaviour (`ScriptedUpstream`,
 tests/support/upstream.py). The policy's sleep, random source and clock are injected, so no
 test waits for real time except the first-byte timeout's."""
@@ -15,10 +15,10 @@ from typing import Any
 import openai
 import pytest
 
-from svir.config import Timeouts
-from svir.testing import MockResponse, MockTransport
+from svir.config.model import Timeouts
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.support.inprocess import InProcess
+from tests.support.mock_transport import MockResponse, MockTransport
 from tests.support.upstream import ScriptedUpstream, error
 
 BASE = "http://upstream.test/v1"

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svir.config import ProviderConfig, parse_config
+from svir.config.load import parse_config
+from svir.config.model import ProviderConfig
 from svir.errors import BadRequest
 from svir.providers import (
     KINDS,

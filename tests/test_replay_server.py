@@ -1,4 +1,4 @@
-"""The scripted upstream (tests/support/upstream.py) served by `svir.testing.MockServer`,
+"""The scripted upstream (tests/support/upstream.py) served by `tests.support.mock_server.MockServer`,
 exercised over real HTTP with plain httpx."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import httpx
 import openai
 import pytest
 
-from svir.config import Timeouts
+from svir.config.model import Timeouts
 from svir.edges.upstream import UpstreamClient
-from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread, MockTransport
 from svir.transport import Transport
 from svir.wire.errors import ErrorKind, UpstreamError
+from tests.support.mock_server import MockServer, MockServerThread
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport
 from tests.support.upstream import (
     BODIES_DIR,
     CORPUS_DIR,

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from svir.call import INTERNAL, CallContext
-from svir.config import Config, RetryConfig, RouteTarget, Timeouts, parse_config
+from svir.config.load import parse_config
+from svir.config.model import Config, RetryConfig, RouteTarget, Timeouts
 from svir.edges.upstream import UpstreamClient
 from svir.policy.resilience import (
     BREAKER_KINDS,
@@ -23,9 +24,9 @@ from svir.policy.resilience import (
     nearest_effort,
 )
 from svir.policy.routing import Router
-from svir.testing import MockServerThread
 from svir.wire.classify import to_client_error
 from svir.wire.errors import ErrorKind, UpstreamError
+from tests.support.mock_server import MockServerThread
 from tests.support.upstream import ScriptedUpstream
 
 
@@ -157,7 +158,7 @@ def test_least_in_flight_prefers_the_idle_deployment() -> None:
 
 
 def test_a_prompt_cache_key_keeps_its_deployment_and_moves_only_while_it_rests() -> None:
-    from svir.config import BreakerConfig
+    from svir.config.model import BreakerConfig
 
     clock = [0.0]
     res = policy(clock)
@@ -189,7 +190,7 @@ def test_a_prompt_cache_key_keeps_its_deployment_and_moves_only_while_it_rests()
 def test_breaker_half_open_allows_one_probe() -> None:
     clock = [0.0]
     res = policy(clock)
-    from svir.config import BreakerConfig
+    from svir.config.model import BreakerConfig
 
     d = res.deployment("p/a")
     cfg = BreakerConfig(failures=2, cooldown=5.0)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from svir.asgi import Receive, Scope, Send, exchange
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.errors import GatewayError
 from svir.protocols.http import send_json

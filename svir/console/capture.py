@@ -26,7 +26,7 @@ from typing import Any, Final
 from svir.asgi import Message, Receive, Scope, Send, exchange
 from svir.call import EMBEDDINGS
 from svir.chat import tool_names
-from svir.config import CaptureConfig, Timeouts
+from svir.config.model import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
 from svir.log import hidden_values
 from svir.observers import AttemptStarted, Observer

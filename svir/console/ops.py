@@ -27,18 +27,21 @@ from svir import __version__
 from svir.asgi import Receive, Scope, Send
 from svir.chat import UpstreamTarget
 from svir.client.connection import ClientFailure, Connection
-from svir.client.probe import GROUPS as PROBE_GROUPS
-from svir.client.probe import Prober, Report, render
-from svir.config import MANAGED_KIND, Config
+from svir.client.probe.payloads import GROUPS as PROBE_GROUPS
+from svir.client.probe.prober import Prober
+from svir.client.probe.report import Report, render
+from svir.config.model import MANAGED_KIND, Config
 from svir.edges.app import App
 from svir.edges.keys_service import KeysService, admin_access
-from svir.edges.managed import Managed, Supervisor
+from svir.edges.managed.install import Managed
+from svir.edges.managed.supervisor import Supervisor
 from svir.errors import GatewayError, request_error
 from svir.protocols.http import query_params, read_json, send_json
 from svir.protocols.router import Handler
-from svir.wire.classify import redact, redact_url, to_client_error
+from svir.wire.classify import to_client_error
 from svir.wire.errors import ProtocolError, UpstreamError
 from svir.wire.model_meta import ModelFacts
+from svir.wire.redact import redact, redact_url
 
 __all__ = ["Ops", "install", "redacted_config"]
 

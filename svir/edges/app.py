@@ -39,7 +39,7 @@ from svir.asgi import (
     header,
     server_extension,
 )
-from svir.config import Config
+from svir.config.model import Config
 from svir.edges.browsers import BrowserGuard, check_admin_write, is_admin_write, with_headers
 from svir.edges.upstream import UpstreamClient
 from svir.errors import (
@@ -110,7 +110,7 @@ class App:
         self.browsers = BrowserGuard(config.server, environ)
         # Whatever gets installed: no log line of this app repeats a key its config names.
         config.hide_secrets(environ)
-        # The upstream client unless one is injected (svir.testing.MockTransport in tests), and
+        # The upstream client unless one is injected (a MockTransport in tests), and
         # the policy's sleep, randomness and clock unless given (a test's own).
         self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
         # What is true of each model as svir serves it (`/api/show`, `/v1/models`, num_ctx).

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from svir.asgi import Message, Scope, Send, header
-from svir.config import ENV_ALLOWED_HOSTS, ENV_ORIGINS, ServerConfig
+from svir.config.model import ENV_ALLOWED_HOSTS, ENV_ORIGINS, ServerConfig
 from svir.errors import GatewayError, auth_error, request_error
 from svir.policy.auth import ADMIN_PREFIX, is_loopback
 from svir.wire.origins import OriginPolicy

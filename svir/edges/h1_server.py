@@ -71,7 +71,7 @@ from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from uvicorn.server import ServerState
 
 from svir.asgi import SERVER_STOPPING, DisconnectWatch, Scope
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 from svir.edges.h1_server_cycle import Cycle, status_line
 from svir.edges.h1_server_limits import (
     EVICTED,

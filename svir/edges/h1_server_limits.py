@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from svir.asgi import Receive, Scope, Send
 from svir.chat import unique_id
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 from svir.protocols.http import send_json
 from svir.wire.classify import ClientError, error_body
 

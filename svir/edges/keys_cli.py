@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 import msgspec
 
 if TYPE_CHECKING:
-    from svir.config import Config
+    from svir.config.model import Config
     from svir.keys.limits import Limits
     from svir.keys.model import KeySpec
     from svir.store.base import SqlStore
@@ -82,7 +82,8 @@ def add_commands(commands: Any) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     """The config the command names, its store's place filled in as `svir serve` fills it."""
-    from svir.config import Config, load_config
+    from svir.config.load import load_config
+    from svir.config.model import Config
     from svir.store import with_store_url
 
     path = args.config or os.environ.get("SVIR_CONFIG")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from svir import __version__
 from svir.call import EMBEDDINGS
-from svir.config import ServerConfig
+from svir.config.model import ServerConfig
 from svir.keys.limits import LIMIT_NAMES
 from svir.observers import AttemptStarted, CallOpened, CallSettled, Observer, RequestEnded
 from svir.wire.errors import ErrorKind

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from svir.asgi import Receive, Scope, Send
-from svir.config import Config, check_keys, load_config
+from svir.config.load import check_keys, load_config
+from svir.config.model import Config
 from svir.config_diff import diff_configs, effective
 from svir.edges.app import App
 from svir.edges.keys_service import admin_access
@@ -44,7 +45,7 @@ from svir.protocols.http import send_json
 
 if TYPE_CHECKING:
     from svir.edges.keys_service import KeysService
-    from svir.edges.managed import Managed
+    from svir.edges.managed.install import Managed
 
 __all__ = ["POLL_SECONDS", "Reloader", "fingerprint", "install"]
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from svir import __version__
 from svir.asgi import Scope, exchange, header
-from svir.config import TelemetryConfig
+from svir.config.model import TelemetryConfig
 from svir.edges.metrics import ERROR_CLASSES, METHODS, OUTCOMES, closed
 from svir.observers import AttemptStarted, Observer
 from svir.wire.completions import is_completion

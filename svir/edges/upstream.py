@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from svir.config import Timeouts
+from svir.config.model import Timeouts
 from svir.edges.h1 import H1Pool, H1Response
 from svir.errors import H1Error, ProxyError
 from svir.transport import (

@@ -26,7 +26,7 @@ from svir.keys.limits import (
     window_denial,
     windows_at,
 )
-from svir.wire.classify import redact_url
+from svir.wire.redact import redact_url
 
 __all__ = ["RedisBackend"]
 

@@ -5,5 +5,6 @@ a call to its key's limits and budgets (`key_gate.py`, the limits themselves in 
 catalog of the models served (`catalog.py`), and the bounded per-model state they keep
 (`bounded.py`). A new rule goes in the module of its kind, or in an interceptor added with
 `svir.policy.gateway.Gateway.add_interceptor`; its tests drive the whole app in process over
-`svir.testing.MockTransport` with the clock injected (tests/test_policy_inprocess.py).
+the tests' `MockTransport` (tests/support/mock_transport.py) with the clock injected
+(tests/test_policy_inprocess.py).
 """

@@ -18,7 +18,7 @@ import msgspec
 
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, ChatCall, UpstreamTarget, upstream_headers
-from svir.config import Config
+from svir.config.model import Config
 from svir.config_diff import ConfigDiff
 from svir.embeddings import EmbeddingCall
 from svir.errors import BadRequest, GatewayError

@@ -28,7 +28,7 @@ from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext, CallRecord
 from svir.chat import Call, Cut, visible_count
-from svir.config import LimitsConfig, PriceConfig
+from svir.config.model import LimitsConfig, PriceConfig
 from svir.errors import GatewayError, LimitsUnavailable
 from svir.keys.limits import (
     Ask,

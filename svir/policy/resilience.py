@@ -29,7 +29,7 @@ from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, ChatCall, CloseHook, UpstreamTarget
-from svir.config import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
+from svir.config.model import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
 from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError
 from svir.observers import AttemptStarted, Observers

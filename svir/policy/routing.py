@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from svir.chat import UpstreamTarget
-from svir.config import Config, ProviderConfig, RouteConfig, Timeouts
+from svir.config.model import Config, ProviderConfig, RouteConfig, Timeouts
 from svir.errors import BadRequest, request_error
 from svir.policy.bounded import BoundedMap
 from svir.providers import ProviderKind, get_kind, split_model

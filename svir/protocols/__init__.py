@@ -27,8 +27,8 @@ route registered.
 A new client protocol is a new folder beside these, `svir/protocols/<protocol>/` with its
 `__init__.py` exporting `install`, plus the line in `svir.server.build_app` that installs
 it. Its tests go in `tests/<protocol>/`: the translation tested as pure functions, the handlers
-in process over `svir.testing.MockTransport` (see tests/test_policy_inprocess.py), and its error
-shape added to tests/test_bad_input.py's routes.
+in process over the tests' `MockTransport` (tests/support/mock_transport.py; see
+tests/test_policy_inprocess.py), and its error shape added to tests/test_bad_input.py's routes.
 
 Layer: a protocol imports the core (svir.chat, svir.policy, svir.providers), the errors, the wire
 core and the shared plumbing here, never another protocol; the app (svir.edges.app) and the

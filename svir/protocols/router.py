@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 from svir.asgi import Receive, Scope, Send
-from svir.config import Config
+from svir.config.model import Config
 from svir.errors import GatewayError, request_error
 from svir.policy.catalog import Catalog
 from svir.policy.gateway import Gateway

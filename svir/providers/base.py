@@ -38,7 +38,7 @@ BodyBuilder = Callable[[Mapping[str, Any], str], dict[str, Any]]
 
 
 class ProviderSettings(Protocol):
-    """What a kind reads of one configured provider: svir.config.ProviderConfig is one. A
+    """What a kind reads of one configured provider: svir.config.model.ProviderConfig is one. A
     protocol, so that the kinds need not import the config that names them."""
 
     @property

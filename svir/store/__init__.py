@@ -22,7 +22,7 @@ from svir.errors import StoreError
 from svir.threads.records import Store
 
 if TYPE_CHECKING:
-    from svir.config import Config
+    from svir.config.model import Config
 
 __all__ = [
     "default_url",

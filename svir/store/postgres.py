@@ -22,7 +22,7 @@ import asyncpg  # type: ignore[import-untyped]
 from svir.errors import Conflict, StoreError, Unavailable
 from svir.store.base import Row, SqlStore, Tx
 from svir.store.migrations import apply_migrations
-from svir.wire.classify import redact_url
+from svir.wire.redact import redact_url
 
 __all__ = ["PostgresStore", "split_schema"]
 

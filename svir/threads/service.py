@@ -19,7 +19,7 @@ import msgspec
 
 from svir.call import CallContext
 from svir.chat import ChatCall
-from svir.config import StoreConfig
+from svir.config.model import StoreConfig
 from svir.errors import (
     BadCursor,
     BadRequest,

@@ -1,5 +1,5 @@
 """A scripted OpenAI-compatible model that plays an agent's model, for the Claude Code and the
-Responses tests (served over loopback by `svir.testing.MockServerThread`, or in process). A
+Responses tests (served over loopback by `tests.support.mock_server.MockServerThread`, or in process). A
 request with the tool `tool` (default `TOOL`) and fewer than `calls` (default 1) tool results is
 answered with one call of it (its arguments `arguments`, the same call id every time); a request
 whose last message is the last tool result, with `FINAL` and the result's first line; any other
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse, sse
+from tests.support.mock_transport import MockRequest, MockResponse, sse
 
 TOOL = "Read"
 FINAL = "The file says:"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from svir.testing import MockServerThread
 from tests.anthropic.agent_model import FINAL, TOOL, AgentModel
 from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
+from tests.support.mock_server import MockServerThread
 from tests.support.svir_proc import SvirProcess, free_port
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.

@@ -12,13 +12,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.protocols.anthropic import routes as anthropic
 from svir.protocols.anthropic.encode import error_type
-from svir.testing import MockRequest, MockResponse, MockTransport
 from tests.anthropic.sdk import check_grammar, frames, stream, text_of
 from tests.support.asgi import Lifespan, post_raw
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport
 from tests.support.upstream import token_stream
 
 CONFIG = """

@@ -1,6 +1,6 @@
 """The Messages front end through the whole svir app (`build_app`, every front end and the keys
 guard) in this process, driven by the official `anthropic` SDK over ASGI, with the upstream a
-`svir.testing.MockTransport` whose handler plays an OpenAI-compatible server: each model id is a
+`tests.support.mock_transport.MockTransport` whose handler plays an OpenAI-compatible server: each model id is a
 behaviour (see `Upstream`)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import anthropic
 import httpx2
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.server import build_app
-from svir.testing import MockRequest, MockResponse, MockTransport, sse
 from tests.support.asgi import Lifespan
 from tests.support.inprocess import InProcess
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport, sse
 from tests.support.upstream import broken, token_stream
 
 ADMIN_KEY = "admin-test-key-0123456789"

@@ -15,11 +15,11 @@ import anthropic
 import httpx2
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.server import build_app
-from svir.testing import MockRequest, MockResponse, MockTransport
 from tests.anthropic.sdk import check_as_expected
 from tests.support.asgi import Lifespan
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport
 
 CORPUS = Path(__file__).parents[1] / "conformance" / "decoder"
 CASES = sorted(p.stem for p in CORPUS.glob("*.sse"))

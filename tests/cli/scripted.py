@@ -12,7 +12,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse, MockServerThread
+from tests.support.mock_server import MockServerThread
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.upstream import BODIES_DIR, ScriptedUpstream
 
 Reply = str | tuple[int, bytes]

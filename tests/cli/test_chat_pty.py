@@ -212,7 +212,7 @@ def test_attach_refuses_binary_files(chat: pexpect.spawn, tmp_path: Path) -> Non
 
 
 def test_image_attachment(chat: pexpect.spawn, replay: ScriptedServer, tmp_path: Path) -> None:
-    from svir.client.probe import tiny_png
+    from svir.client.probe.payloads import tiny_png
 
     image = tmp_path / "photo.dat"  # the type comes from the bytes, not the name
     image.write_bytes(tiny_png(8, 8))

@@ -14,7 +14,7 @@ import pytest
 
 from svir.client.chat import ChatOptions, run_piped
 from svir.client.history import LocalHistory
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.store import default_url, with_store_url
 from svir.wire.events import TextDelta
 from tests.cli.conftest import run_svir, svir_env

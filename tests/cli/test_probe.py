@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from svir.client.probe import settings_toml
-from svir.config import parse_config
+from svir.client.probe.report import settings_toml
+from svir.config.load import parse_config
 from svir.edges.llama_server import LlamaServer
 from tests.cli.conftest import run_svir
 from tests.cli.scripted import (

@@ -19,8 +19,9 @@ from svir.client import attach
 from svir.client.chat import Renderer, load_tools, stats_line
 from svir.client.connection import ClientFailure, Connection
 from svir.client.history import Answer, TurnOutcome, _FrameReader
-from svir.client.probe import settings_toml, tiny_png
-from svir.config import parse_config
+from svir.client.probe.payloads import tiny_png
+from svir.client.probe.report import settings_toml
+from svir.config.load import parse_config
 from svir.wire.decoder import StreamDecoder
 from svir.wire.events import (
     Done,

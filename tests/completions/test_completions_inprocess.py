@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
-from svir.testing import MockRequest, MockResponse, sse
 from tests.support.inprocess import serve
+from tests.support.mock_transport import MockRequest, MockResponse, sse
 
 CONFIG = """
 [[providers]]

@@ -14,9 +14,9 @@ import httpx
 import ollama
 import pytest
 
-from svir.testing import MockRequest, MockResponse, sse
 from tests.completions.test_completions_inprocess import CONFIG, ENV, llama_stream, upstream
 from tests.support.inprocess import serve
+from tests.support.mock_transport import MockRequest, MockResponse, sse
 
 CHAT = sse(
     {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]},

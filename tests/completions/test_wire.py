@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 from svir.chat import UpstreamTarget
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.errors import ConfigError
 from svir.policy.routing import Router
 from svir.providers import KINDS
-from svir.testing import MockResponse, MockTransport
 from svir.wire.answer import AnswerFold
 from svir.wire.completions import (
     LlamaCompletionDecoder,
@@ -28,6 +27,7 @@ from svir.wire.completions import (
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import Done, Event, Finish, Role, StreamError, TextDelta, Usage
 from tests.completions.test_completions_inprocess import llama_stream, openai_stream
+from tests.support.mock_transport import MockResponse, MockTransport
 
 
 def decode(decoder: LlamaCompletionDecoder | OpenAICompletionDecoder, data: bytes) -> list[Event]:

@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import openai
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.console.observe_api import Console, console_of
 from svir.edges.app import App
 from svir.policy.resilience import Timing
 from svir.server import build_app
-from svir.testing import MockTransport
 from tests.support.asgi import Lifespan
+from tests.support.mock_transport import MockTransport
 from tests.support.upstream import ScriptedUpstream
 from tests.support.waiting import eventually
 

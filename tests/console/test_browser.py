@@ -33,7 +33,8 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, expec
 
 from svir.edges.llama_server import ensure_gemma_model, find_llama_server
 from svir.errors import LlamaServerError
-from svir.testing import MockRequest, MockResponse, MockServerThread
+from tests.support.mock_server import MockServerThread
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import token_stream
 

@@ -30,7 +30,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
-from svir.testing import MockServerThread
+from tests.support.mock_server import MockServerThread
 from tests.support.svir_proc import SvirProcess
 from tests.support.upstream import ScriptedUpstream
 

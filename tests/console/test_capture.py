@@ -16,7 +16,6 @@ import pytest
 
 from svir.store.captures import CaptureRecord, CaptureStore
 from svir.store.sqlite import SqliteStore
-from svir.testing import MockTransport
 from tests.conformance.summary import decode, matches, summarize
 from tests.conformance.test_decoder_corpus import CORPUS
 from tests.console.observe_support import (
@@ -27,6 +26,7 @@ from tests.console.observe_support import (
     Svir,
     capture_config,
 )
+from tests.support.mock_transport import MockTransport
 from tests.support.upstream import PROMPT_TOKENS, token_stream
 
 SECRETS = (UP_KEY, CLIENT_TOKEN, ADMIN)

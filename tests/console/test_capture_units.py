@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from svir.config import CaptureConfig, parse_config
+from svir.config.load import parse_config
+from svir.config.model import CaptureConfig
 from svir.console.panes import (
     REDACTED,
     Pane,

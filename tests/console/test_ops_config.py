@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.server import build_app
 from tests.console.support import ADMIN, ADMIN_KEY, app
 

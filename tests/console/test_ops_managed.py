@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from svir.edges.managed import Supervisor
+from svir.edges.managed.supervisor import Supervisor
 from tests.console.support import ADMIN, ADMIN_KEY, app, assert_error
 from tests.managed.conftest import servers_with
 

@@ -11,8 +11,8 @@ from typing import Any
 import openai
 import pytest
 
-from svir.testing import MockRequest, MockResponse
 from tests.console.support import ADMIN, ADMIN_KEY, app, assert_error, upstream
+from tests.support.mock_transport import MockRequest, MockResponse
 
 ENV = {"SVIR_ADMIN_KEY": ADMIN_KEY, "LAB_KEY": "sk-lab-secret-0123456789abcdef"}
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from svir.testing import MockRequest, MockResponse, MockServerThread
 from tests.console.support import ADMIN, ADMIN_KEY, app, assert_error
+from tests.support.mock_server import MockServerThread
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.upstream import ScriptedServer, ScriptedUpstream
 
 LAB_KEY = "sk-lab-probe-secret-0123456789abcdef"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from svir.config import ManagedModel, parse_config
-from svir.edges.managed import embedding_args
+from svir.config.load import parse_config
+from svir.config.model import ManagedModel
+from svir.edges.managed.launch import embedding_args
 from svir.errors import ConfigError
 
 

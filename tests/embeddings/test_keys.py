@@ -15,10 +15,10 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from svir.testing import MockServer
 from tests.keys.support import Harness
 from tests.support.embedder import Embedder
 from tests.support.inprocess import InProcess, serve
+from tests.support.mock_server import MockServer
 from tests.support.waiting import PATIENCE
 
 ADMIN = "admin-embed-test-key-0123456789"

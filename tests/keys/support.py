@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from svir.config import Config, parse_config
+from svir.config.load import parse_config
+from svir.config.model import Config
 from svir.edges.app import App
 from svir.edges.keys_service import KeysService, install
 from svir.protocols.anthropic import routes as anthropic

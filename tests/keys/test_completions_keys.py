@@ -7,9 +7,9 @@ from __future__ import annotations
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from svir.testing import MockServer
 from tests.completions.test_completions_inprocess import upstream
 from tests.keys.support import Harness
+from tests.support.mock_server import MockServer
 
 
 async def test_completion_tokens_are_counted_and_recorded(

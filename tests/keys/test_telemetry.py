@@ -269,7 +269,7 @@ async def test_spans_per_request_and_attempt(
 def test_no_opentelemetry_when_off(tmp_path: Path) -> None:
     code = f"""
 import sys
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.edges.keys_service import install
 app = App(parse_config('[store]\\nurl = "sqlite:///{tmp_path / "x.db"}"'), {{}})
@@ -286,7 +286,7 @@ print("ok")
 
 @pytest.mark.parametrize("exporter", ["otlp", "console"])
 def test_exporters_are_built(exporter: str) -> None:
-    from svir.config import TelemetryConfig
+    from svir.config.model import TelemetryConfig
     from svir.edges.tracing import Tracing
 
     tracing = Tracing(

@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from svir.chat import _first_visible
-from svir.config import PriceConfig
+from svir.config.model import PriceConfig
 from svir.edges.metrics import Counter, Histogram, Registry
 from svir.keys.model import (
     hash_secret,

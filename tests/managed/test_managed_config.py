@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from svir.config import MANAGED_BASE_URL, Config, ManagedModel, load_config, parse_config
-from svir.edges.managed import default_config
+from svir.config.load import load_config, parse_config
+from svir.config.model import MANAGED_BASE_URL, Config, ManagedModel
+from svir.edges.managed.defaults import default_config
 from svir.errors import ConfigError
 from svir.providers import get_kind
 

@@ -13,8 +13,9 @@ import httpx
 import psutil
 import pytest
 
-from svir.config import ProviderConfig, parse_config
-from svir.edges.managed import Supervisor
+from svir.config.load import parse_config
+from svir.config.model import ProviderConfig
+from svir.edges.managed.supervisor import Supervisor
 from svir.wire.errors import ErrorKind, UpstreamError
 from tests.managed.conftest import servers_with
 from tests.support.waiting import eventually

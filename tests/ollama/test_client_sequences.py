@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from svir.chat import UpstreamTarget
-from svir.testing import MockRequest, MockResponse
 from tests.support.inprocess import InProcess, serve
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.upstream import LLAMA_CPP_MODELS, LLAMA_CPP_PROPS, ScriptedUpstream
 
 CLIENTS = Path(__file__).parent / "clients"

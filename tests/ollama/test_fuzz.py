@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svir.config import ProviderConfig
+from svir.config.model import ProviderConfig
 from svir.edges.app import App
 from svir.errors import BadRequest, OllamaError
 from svir.protocols.ollama.request import to_openai_request

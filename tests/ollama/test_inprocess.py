@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.protocols.ollama import routes as ollama
 from svir.wire.errors import ErrorKind, UpstreamError

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from svir.config import ProviderConfig
+from svir.config.model import ProviderConfig
 from svir.errors import OllamaError
 from svir.protocols.ollama.encode import done_reason
 from svir.protocols.ollama.request import (

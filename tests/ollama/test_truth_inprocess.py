@@ -15,8 +15,8 @@ import ollama
 import pytest
 
 from svir.policy.catalog import Loaded
-from svir.testing import MockRequest, MockResponse
 from tests.support.inprocess import InProcess, serve
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.upstream import ScriptedUpstream
 
 LLAMA = "lab/muse-glimmer-30b-q4_k_m"  # listed by its file name (the router cleans a path)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from svir.config import Config, parse_config
+from svir.config.load import parse_config
+from svir.config.model import Config
 from svir.config_diff import diff_configs, effective
 
 

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
-from svir.testing import MockRequest, MockResponse
 from tests.support.asgi import post_raw
 from tests.support.inprocess import InProcess
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.upstream import ScriptedUpstream, chunk
 
 ADMIN = "admin-secret"

@@ -16,8 +16,9 @@ import httpx
 import psutil
 import pytest
 
-from svir.config import ProviderConfig, parse_config
-from svir.edges.managed import Supervisor
+from svir.config.load import parse_config
+from svir.config.model import ProviderConfig
+from svir.edges.managed.supervisor import Supervisor
 from svir.wire.errors import UpstreamError
 from tests.managed.conftest import children_servers, servers_with
 from tests.support.svir_proc import SvirProcess

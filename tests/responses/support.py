@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse
 from tests.anthropic.agent_model import AgentModel
+from tests.support.mock_transport import MockRequest, MockResponse
 from tests.support.upstream import SSE, ScriptedUpstream, token_stream
 
 CONFIG = """

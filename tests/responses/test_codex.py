@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from svir.testing import Handler, MockRequest, MockResponse, MockServerThread
 from tests.anthropic.agent_model import FINAL, AgentModel
 from tests.support.agents import gemma_answering, npm_binary, scripted_provider, served
+from tests.support.mock_server import MockServerThread
+from tests.support.mock_transport import Handler, MockRequest, MockResponse
 from tests.support.svir_proc import SvirProcess, free_port
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.

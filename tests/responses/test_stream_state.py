@@ -13,14 +13,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.errors import NotFound
 from svir.protocols.responses import routes as responses
 from svir.store.responses import SqlResponseStore
-from svir.testing import MockRequest, MockResponse, MockTransport
 from tests.responses.support import CONFIG
 from tests.support.asgi import Lifespan, post_raw
+from tests.support.mock_transport import MockRequest, MockResponse, MockTransport
 from tests.support.upstream import token_stream
 
 # Provider `up` starts a stream with no output yet at once (its commit deadline).

@@ -1,4 +1,4 @@
-"""A scripted embeddings upstream (a `svir.testing` handler): OpenAI-compatible `/v1/embeddings`
+"""A scripted embeddings upstream (a `tests.support.mock_transport` handler): OpenAI-compatible `/v1/embeddings`
 (floats or base64, as asked) and Ollama's `/api/embed`, each vector a pure function of its input,
 so that a test can say which vector belongs to which input. As in tests/support/upstream.py, the
 model name is a behaviour: `down` answers 503, `flaky-N` answers 503 to its first N requests,
@@ -14,7 +14,8 @@ import json
 import struct
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse, MockServer
+from tests.support.mock_server import MockServer
+from tests.support.mock_transport import MockRequest, MockResponse
 
 __all__ = ["DIMS", "Embedder", "vector_of"]
 

@@ -1,5 +1,5 @@
 """The whole svir app (`build_app`, every front end) served in this process over a
-`svir.testing.MockTransport` whose handler plays the upstream: the one harness of the in-process
+`tests.support.mock_transport.MockTransport` whose handler plays the upstream: the one harness of the in-process
 tests. The policy's sleep, random source and clock are injected (nothing waits for real time), and
 clients reach the app through httpx's ASGI transport."""
 
@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import openai
 
-from svir.config import load_config, parse_config
+from svir.config.load import load_config, parse_config
 from svir.edges.app import App
 from svir.policy.resilience import Timing
 from svir.server import build_app
-from svir.testing import MockTransport
 from svir.transport import Transport
 from tests.support.asgi import Lifespan
+from tests.support.mock_transport import MockTransport
 
 __all__ = ["InProcess", "serve"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from svir.call import CallContext
 from svir.chat import ChatCall
-from svir.config import parse_config
+from svir.config.load import parse_config
 from svir.edges.app import App
 from svir.errors import request_error
 from svir.protocols.completions import routes as completions

@@ -1,7 +1,7 @@
-"""The scripted upstream of svir's tests and benchmarks: one `svir.testing` handler whose model
+"""The scripted upstream of svir's tests and benchmarks: one mock-upstream handler whose model
 names are behaviours, used in process (`MockTransport(ScriptedUpstream())`) and over loopback
 HTTP (`MockServerThread(ScriptedUpstream())`, or `python -m tests.support.upstream` for the
-bench). The handler API and the HTTP server are public in `svir.testing`; this table is the
+bench). The handler API and the HTTP server are tests/support/mock_transport.py and mock_server.py; this table is the
 tests' own (it plays the conformance corpus and the reference error bodies in tests/), so it
 lives here.
 
@@ -74,8 +74,9 @@ from collections.abc import (
 from pathlib import Path
 from typing import Any
 
-from svir.testing import MockRequest, MockResponse, MockServer, MockServerThread, sse
 from svir.wire.errors import ErrorKind, UpstreamError
+from tests.support.mock_server import MockServer, MockServerThread
+from tests.support.mock_transport import MockRequest, MockResponse, sse
 
 __all__ = [
     "BODIES_DIR",

