@@ -34,12 +34,6 @@ def hide_in_logs(*values: str | None) -> None:
                 _secrets.append(form)
 
 
-def hidden_values() -> tuple[str, ...]:
-    """Every value `hide_in_logs` was given (each as written and as a JSON string has it): what
-    svir redacts elsewhere too (the console's captures)."""
-    return tuple(_secrets)
-
-
 # The formats `setup_logging` takes (`svir serve --log-format`).
 LOG_FORMATS = ("json", "text")
 # The time text of the last second formatted: most lines of a busy second share it.

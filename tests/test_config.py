@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from svir.config.load import check_keys, load_config, parse_config
 from svir.config.model import Config, ProviderConfig, ServerConfig, Timeouts
 from svir.errors import ConfigError
+from svir.log import JSONFormatter
 
 GOOD = """
 [server]
@@ -578,16 +580,19 @@ def test_a_managed_provider_takes_no_proxy() -> None:
 
 
 def test_proxy_passwords_are_hidden_from_logs() -> None:
-    from svir.log import hidden_values
-
     config = parse_config(_tls_provider("https://api.corp/v1", 'proxy_env = "CORP_PROXY"'))
     env = {
         "HTTPS_PROXY": "http://svc:env-proxy-pass-1@proxy:3128",
         "CORP_PROXY": "http://svc:own-proxy-pass-2@vault:9",
         "http_proxy": "socks5://svc:unusable-pass-3@p:1080/",
     }
-    config.hide_secrets(env)
-    hidden = hidden_values()
+    hidden = config.secrets(env)
     assert {"env-proxy-pass-1", "own-proxy-pass-2"} <= set(hidden)
     # A URL svir cannot read is hidden whole: it may hold a password anywhere.
     assert env["http_proxy"] in hidden
+    # And a log line that holds one shows it redacted.
+    record = logging.LogRecord(
+        "svir", logging.ERROR, __file__, 1, "via %s", (env["CORP_PROXY"],), None
+    )
+    line = JSONFormatter().format(record)
+    assert "own-proxy-pass-2" not in line and "[redacted]" in line

@@ -228,6 +228,26 @@ def test_an_app_hides_every_secret_its_config_names_without_the_keys_service() -
     assert upstream not in line and admin not in line and metrics not in line
 
 
+def test_each_app_holds_the_secrets_of_its_own_config() -> None:
+    # The console redacts an app's secrets (svir.console.observe.clean, the captures): two apps
+    # in one process, each with its environment, hold their own, not each other's.
+    from svir.config.load import parse_config
+    from svir.console.observe import clean
+    from svir.edges.app import App
+
+    config = parse_config(
+        '[[providers]]\nname = "lab"\nkind = "openai-compatible"\n'
+        'base_url = "http://127.0.0.1:9/v1"\napi_key_env = "SVIR_TEST_APP_KEY"\n'
+    )
+    first, second = (f"key-{uuid.uuid4().hex}" for _ in range(2))
+    app_one = App(config, {"SVIR_TEST_APP_KEY": first})
+    app_two = App(config, {"SVIR_TEST_APP_KEY": second})
+    assert first in app_one.secrets and first not in app_two.secrets
+    assert second in app_two.secrets and second not in app_one.secrets
+    said = f"upstream said {first} and {second}"
+    assert clean(said, app_one.secrets) == f"upstream said [redacted] and {second}"
+
+
 @given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
 def test_hundredths_is_round_to_two_decimals_and_prints_as_such(value: float) -> None:
     got = hundredths(value)

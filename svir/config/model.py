@@ -472,18 +472,21 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """The provider called `name`, if there is one."""
         return next((p for p in self.providers if p.name == name), None)
 
-    def hide_secrets(self, environ: Mapping[str, str] | None = None) -> None:
-        """Hide from every log line the secrets this config names that the environment holds
-        (provider keys, proxy passwords, the admin key, the metrics token), whether or not they
-        are used."""
+    def secrets(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The secrets this config names that the environment holds (provider keys, proxy
+        passwords, the admin key, the metrics token), whether or not they are used; each is
+        also hidden from every log line from now on."""
+        found: list[str | None] = []
         for provider in self.providers:
-            provider.api_key(environ)
+            found.append(provider.api_key(environ))
             if provider.proxy_env is not None:
-                _hide_proxy_password(environ, provider.proxy_env)
+                found.extend(_proxy_secrets(environ, provider.proxy_env))
         for var in _PROXY_VARIABLES:
-            _hide_proxy_password(environ, var)
-        self.auth.admin_key(environ)
-        self.auth.metrics_token(environ)
+            found.extend(_proxy_secrets(environ, var))
+        found.append(self.auth.admin_key(environ))
+        found.append(self.auth.metrics_token(environ))
+        hide_in_logs(*found)
+        return tuple(dict.fromkeys(value for value in found if value))
 
 
 def _secret(environ: Mapping[str, str] | None, var: str | None) -> str | None:
@@ -502,15 +505,15 @@ _PROXY_VARIABLES: Final = tuple(
 )
 
 
-def _hide_proxy_password(environ: Mapping[str, str] | None, var: str) -> None:
-    """Hide from logs the password of the proxy URL in `var`, and its Basic credentials."""
+def _proxy_secrets(environ: Mapping[str, str] | None, var: str) -> tuple[str, ...]:
+    """The password of the proxy URL in `var`, and its Basic credentials."""
     value = (os.environ if environ is None else environ).get(var)
     if not value:
-        return
+        return ()
     try:
         proxy = parse_proxy_url(value)
     except ProxyURLError:
-        hide_in_logs(value)  # unreadable: all of it, which may hold a password
-        return
+        return (value,)  # unreadable: all of it, which may hold a password
     if proxy.password is not None and proxy.authorization is not None:
-        hide_in_logs(proxy.password, proxy.authorization.removeprefix("Basic "))
+        return (proxy.password, proxy.authorization.removeprefix("Basic "))
+    return ()

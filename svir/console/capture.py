@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from svir.asgi import Message, Receive, Scope, Send, exchange
@@ -28,7 +28,6 @@ from svir.call import EMBEDDINGS
 from svir.chat import tool_names
 from svir.config.model import CaptureConfig, Timeouts
 from svir.console.panes import Pane, client_credentials, redact, redact_headers, secret_forms
-from svir.log import hidden_values
 from svir.observers import AttemptStarted, Observer
 from svir.policy.auth import ADMIN_PREFIX
 from svir.protocols.router import Handler, Route
@@ -71,13 +70,18 @@ class Capture:
     )
 
     def __init__(
-        self, request_id: str, headers: list[tuple[str, str]], limit: int, created_at: float
+        self,
+        request_id: str,
+        headers: list[tuple[str, str]],
+        limit: int,
+        created_at: float,
+        secrets: Iterable[str],
     ) -> None:
         self.request_id = request_id
         self.created_at = created_at
         self.limit = limit
-        # The secrets known now: what svir hides from its logs, and the client's credentials.
-        self.secrets = secret_forms([*hidden_values(), *client_credentials(headers)])
+        # The secrets known now: the app's (`App.secrets`), and the client's credentials.
+        self.secrets = secret_forms([*secrets, *client_credentials(headers)])
         self.margin = max((len(s) for s in self.secrets), default=0)
         self.client_headers = headers
         self.client_body = Pane(limit, self.margin)
@@ -219,10 +223,13 @@ class Capturer(Observer):
         store: Callable[[], CaptureStore | None],
         *,
         clock: Callable[[], float] = time.time,
+        secrets: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
+        # The secrets of the app it captures for, as they are now (a reload may change them).
+        self.secrets = secrets
         self.dropped = 0
         self.written = 0
         self._writes: set[asyncio.Task[None]] = set()
@@ -250,7 +257,7 @@ class Capturer(Observer):
         """Serve a request of a captured route (the app runs its handler here): its client
         panes teed at `receive` and `send`, its Capture on its call's context."""
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        cap = Capture(rid, headers, self.config.max_body_bytes, self.clock())
+        cap = Capture(rid, headers, self.config.max_body_bytes, self.clock(), self.secrets())
 
         async def tee_receive() -> Message:
             message = await receive()

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -26,7 +26,6 @@ from svir import observers
 from svir.call import CallContext, CallRecord
 from svir.chat import CallStats
 from svir.console.panes import REDACTED
-from svir.log import hidden_values
 
 if TYPE_CHECKING:
     from svir.chat import Call, CloseHook
@@ -87,13 +86,13 @@ class LiveRecord(msgspec.Struct, gc=False):
             "total_ms": r.latency_ms,
         }
 
-    def error(self) -> str | None:
-        """What went wrong, in words without a secret (None when it served)."""
+    def error(self, secrets: Iterable[str]) -> str | None:
+        """What went wrong, in words without a secret of `secrets` (None when it served)."""
         status = self.record.status
         if status == "ok":
             return None
         stats, failures = self.stats, self.failures or ()
-        return clean(stats.error_message if stats is not None else None) or (
+        return clean(stats.error_message if stats is not None else None, secrets) or (
             failures[-1].message if failures else status
         )
 
@@ -137,11 +136,11 @@ class Subscriber:
         return b"".join(out)
 
 
-def clean(text: str | None) -> str | None:
-    """`text` (an error's words) without any secret svir hides from its logs: the call scrubbed
-    its upstream's key already, and the console shows no other either."""
+def clean(text: str | None, secrets: Iterable[str]) -> str | None:
+    """`text` (an error's words) without any of `secrets`, the app's (`App.secrets`): the call
+    scrubbed its upstream's key already, and the console shows no other either."""
     if text:
-        for secret in hidden_values():
+        for secret in secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
     return text
@@ -161,11 +160,14 @@ class Observer(observers.Observer):
         self,
         *,
         clock: Callable[[], float] = time.time,
+        secrets: Callable[[], Iterable[str]] = tuple,
         recent: int = 4096,
         queue_size: int = 256,
         progress_interval: float = 0.25,
     ) -> None:
         self.clock = clock
+        # The secrets of the app it watches, as they are now (a reload may change them).
+        self.secrets = secrets
         self.recent_size = recent
         self.queue_size = queue_size
         self.progress_interval = progress_interval
@@ -231,7 +233,7 @@ class Observer(observers.Observer):
                 provider=call.route.provider.name,
                 model=call.model_label,
                 kind=s.error_kind or "cancelled",
-                message=clean(s.error_message),
+                message=clean(s.error_message, self.secrets()),
                 started=s.started,
             )
         )
@@ -287,7 +289,7 @@ class Observer(observers.Observer):
                     "latency_ms": record.latency_ms,
                     "ttft_ms": record.ttft_ms,
                     "tokens_per_second": record.tokens_per_second,
-                    "error": live.error(),
+                    "error": live.error(self.secrets()),
                 },
             )
 
@@ -413,7 +415,7 @@ class Observer(observers.Observer):
             },
             "cost_usd": r.cost_micros / 1_000_000 if r.cost_micros is not None else None,
             "tokens_per_second": r.tokens_per_second,
-            "error": live.error(),
+            "error": live.error(self.secrets()),
         }
 
     # The live feed

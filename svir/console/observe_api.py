@@ -98,15 +98,20 @@ class Console:
         self.service = service
         # The wall clock captures are dated and pruned by (a test's own, to age them).
         self.clock = time.time
-        self.observer = Observer()
+        self.observer = Observer(secrets=self.secrets)
         capture = app.config.capture
         self.captures: CaptureStore | None = None
         self.capturer: Capturer | None = None
         if capture.enabled:
-            self.capturer = Capturer(capture, self.capture_store, clock=self.now)
+            self.capturer = Capturer(
+                capture, self.capture_store, clock=self.now, secrets=self.secrets
+            )
 
     def now(self) -> float:
         return self.clock()
+
+    def secrets(self) -> tuple[str, ...]:
+        return self.app.secrets
 
     def observers(self) -> list[flow.Observer]:
         """What of the console watches requests and calls (svir.observers), in the order they are

@@ -108,8 +108,9 @@ class App:
         # What a web page may make svir do through a browser (svir.edges.browsers): read at
         # start, as the other [server] fields are.
         self.browsers = BrowserGuard(config.server, environ)
-        # Whatever gets installed: no log line of this app repeats a key its config names.
-        config.hide_secrets(environ)
+        # Whatever gets installed: no log line repeats a key its config names, nor does the
+        # console (svir.console) show one; a reload takes the new config's (svir.edges.reload).
+        self.secrets = config.secrets(environ)
         # The upstream client unless one is injected (a MockTransport in tests), and
         # the policy's sleep, randomness and clock unless given (a test's own).
         self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
