@@ -11,7 +11,6 @@ from typing import Final, TypeVar
 import msgspec
 
 from svir.errors import ConfigError
-from svir.log import hide_in_logs
 from svir.wire.origins import (
     HostPattern,
     OriginPattern,
@@ -474,8 +473,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def secrets(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
         """The secrets this config names that the environment holds (provider keys, proxy
-        passwords, the admin key, the metrics token), whether or not they are used; each is
-        also hidden from every log line from now on."""
+        passwords, the admin key, the metrics token), whether or not they are used: what the
+        app that serves it keeps out of its logs and its console (svir.edges.app)."""
         found: list[str | None] = []
         for provider in self.providers:
             found.append(provider.api_key(environ))
@@ -485,17 +484,15 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             found.extend(_proxy_secrets(environ, var))
         found.append(self.auth.admin_key(environ))
         found.append(self.auth.metrics_token(environ))
-        hide_in_logs(*found)
         return tuple(dict.fromkeys(value for value in found if value))
 
 
 def _secret(environ: Mapping[str, str] | None, var: str | None) -> str | None:
-    """The value of the environment variable `var`, hidden from logs; None for no variable, an
-    unset one or an empty one."""
+    """The value of the environment variable `var`; None for no variable, an unset one or an
+    empty one."""
     if var is None:
         return None
     value = (os.environ if environ is None else environ).get(var) or None
-    hide_in_logs(value)
     return value
 
 

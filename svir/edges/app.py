@@ -51,7 +51,7 @@ from svir.errors import (
     invalid_request,
     request_error,
 )
-from svir.log import log_request, now_ms, request_id_var
+from svir.log import hide_in_logs, log_request, now_ms, request_id_var
 from svir.observers import Observer, RequestEnded
 from svir.policy.catalog import Catalog
 from svir.policy.gateway import Gateway
@@ -108,9 +108,8 @@ class App:
         # What a web page may make svir do through a browser (svir.edges.browsers): read at
         # start, as the other [server] fields are.
         self.browsers = BrowserGuard(config.server, environ)
-        # Whatever gets installed: no log line repeats a key its config names, nor does the
-        # console (svir.console) show one; a reload takes the new config's (svir.edges.reload).
-        self.secrets = config.secrets(environ)
+        self.secrets: tuple[str, ...] = ()
+        self.take_secrets(config)
         # The upstream client unless one is injected (a MockTransport in tests), and
         # the policy's sleep, randomness and clock unless given (a test's own).
         self.gateway = Gateway(config, environ, transport or UpstreamClient(), timing=timing)
@@ -171,6 +170,13 @@ class App:
         builder (svir.server.build_app)."""
         self.gateway.observers.compose(observers)
         self._capture = capture
+
+    def take_secrets(self, config: Config) -> None:
+        """Keep the secrets `config` names out of every log line from now on (the log is the
+        process's), and out of what this app's console shows (`secrets`); a reload calls it
+        with the new config (svir.edges.reload), whatever gets installed."""
+        self.secrets = config.secrets(self.environ)
+        hide_in_logs(*self.secrets)
 
     def add_guard(self, guard: Guard) -> None:
         """Run `guard` before every request, in the order added (see `Guard`)."""

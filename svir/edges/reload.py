@@ -188,7 +188,7 @@ class Reloader:
             )
             return Outcome(False, error=self.error)
         # The swap: no await from here to the end, so that no request sees half of it.
-        self.app.secrets = config.secrets(environ)
+        self.app.take_secrets(config)
         hooks = self.managed.hooks(config, added) if self.managed is not None else {}
         table = RoutingTable.build(config, environ, hooks)
         self.app.config = config
