@@ -23,6 +23,8 @@ from svir.errors import OllamaError
 from svir.wire.jsonbody import json_type, mistake, shown, value_at
 
 __all__ = [
+    "FORMAT_MUST",
+    "THINK_MUST",
     "AssistantMessage",
     "ChatBody",
     "GenerateBody",
@@ -165,9 +167,10 @@ def decode_option(body: dict[str, Any], name: str) -> int | float | None:
 
 # -- msgspec's errors in svir's words
 
-# The words of fields whose mistakes Ollama's errors say their own way, whatever was wrong.
-_THINK: Final = 'must be true, false, "low", "medium" or "high"'
-_FORMAT: Final = 'must be "json" or a JSON schema'
+# The words of fields whose mistakes Ollama's errors say their own way, whatever was wrong (also
+# a mistake of meaning: a string that is no level, no format).
+THINK_MUST: Final = 'must be true, false, "low", "medium" or "high"'
+FORMAT_MUST: Final = 'must be "json" or a JSON schema'
 _WHAT: Final = {
     "str": "a string",
     "object": "an object",
@@ -197,9 +200,9 @@ def _worded(body: Any, keys: list[str | int], value: Any, what: str | None, miss
     last = keys[-1]
     n = len(keys)
     if keys == ["format"]:
-        return f" {_FORMAT}, not {shown(value)}"
+        return f" {FORMAT_MUST}, not {shown(value)}"
     if keys == ["think"]:
-        return f" {_THINK}, not {shown(value)}"
+        return f" {THINK_MUST}, not {shown(value)}"
     if keys == ["options", "stop"]:
         return " must be an array of strings"
     if last == "role" and n == 3:  # in the words of every front end (svir.wire.request)

@@ -19,6 +19,8 @@ import msgspec
 
 from svir.errors import BadRequest, OllamaError
 from svir.protocols.ollama.body import (
+    FORMAT_MUST,
+    THINK_MUST,
     AssistantMessage,
     ChatBody,
     GenerateBody,
@@ -244,7 +246,7 @@ def _format(value: str | dict[str, Any] | None) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if isinstance(value, dict):
         return {"type": "json_schema", "json_schema": {"name": schema_name(value), "schema": value}}
-    raise OllamaError(f'format must be "json" or a JSON schema, not {shown(value)}')
+    raise OllamaError(f"format {FORMAT_MUST}, not {shown(value)}")
 
 
 def schema_name(schema: dict[str, Any]) -> str:
@@ -301,7 +303,7 @@ def _think(value: bool | str | None) -> str | None:
         return _THINK_TRUE
     if value.lower() in _THINK_LEVELS:
         return value.lower()
-    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown(value)}')
+    raise OllamaError(f"think {THINK_MUST}, not {shown(value)}")
 
 
 def _integer(where: str, value: int | float) -> int:
