@@ -21,27 +21,22 @@ translation, or the same param and message).
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import timeit
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import msgspec
 
+from bench import before_after
+from bench.before_after import cpu_per_call, load_before
 from svir.protocols.anthropic import request as typed
 from svir.protocols.anthropic.body import MessagesBody
 from svir.wire.jsonbody import decode_body
 
-ROOT = Path(__file__).resolve().parent.parent
 # The last commit whose translation checks every field by hand.
 HAND_CHECKED = "70f08ab"
 MODULE = "svir/protocols/anthropic/request.py"
@@ -134,32 +129,12 @@ def claude_code_request() -> dict[str, Any]:
     }
 
 
-def load_before(rev: str, into: Path) -> ModuleType:
-    """The request module at `rev`, imported from a file of its own."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:{MODULE}"], cwd=ROOT, capture_output=True, check=True, text=True
-    ).stdout
-    path = into / "before_request.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("before_request", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def cpu_per_call(fn: Any, number: int) -> float:
-    """CPU seconds per call of fn over one round (CPU time: the machine's other work moves it less
-    than wall time)."""
-    return timeit.Timer(fn, timer=time.process_time).timeit(number) / number
-
-
 def loaded(rev: str, tmp: Path) -> tuple[ModuleType, bytes, Any]:
     """The module before, the request's bytes and its decoded body, the two translations checked
     equal."""
     raw = msgspec.json.encode(claude_code_request())
     body = decode_body(raw)
-    before = load_before(rev, tmp)
+    before = load_before(rev, tmp, MODULE)
     old, new = before.translate_request(body), typed.translate_request(body)
     assert (old.chat, old.warnings, old.user_id, old.image_urls) == (
         new.chat,
@@ -204,40 +179,6 @@ def calls(rev: str, which: str, number: int) -> None:
             translate[which](body)
 
 
-def instructions(rev: str, number: int) -> None:
-    """Instructions per translation under callgrind (the machine's load does not move them): a
-    run of `number` calls less a run of none, for each module."""
-    counts = {}
-    for which in ("none", "before", "after"):
-        with tempfile.TemporaryDirectory() as tmp:
-            run = subprocess.run(
-                [
-                    "valgrind",
-                    "--tool=callgrind",
-                    f"--callgrind-out-file={tmp}/out",
-                    sys.executable,
-                    "-m",
-                    "bench.anthropic_request",
-                    "--before",
-                    rev,
-                    "--calls",
-                    which,
-                    "--number",
-                    str(number),
-                ],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-        counts[which] = int(re.findall(r"Collected : (\d+)", run.stderr)[-1])
-    per = {which: (counts[which] - counts["none"]) / number for which in ("before", "after")}
-    print(f"callgrind, {number} calls: instructions per translation")
-    print(f"  before: translate (hand checks)          {per['before']:12,.0f}")
-    print(f"  after: convert + translate               {per['after']:12,.0f}")
-    print(f"after / before: {per['after'] / per['before']:.3f}")
-
-
 def agreement(rev: str, examples: int) -> None:
     """How many of `examples` bodies (the fuzz of tests/anthropic/test_request.py: any JSON, bodies
     of every field right or wrong, valid conversations) the two modules answer alike: the same
@@ -257,7 +198,7 @@ def agreement(rev: str, examples: int) -> None:
     counts = {"same": 0, "translated": 0, "differ": 0}
     differing: list[tuple[Any, ...]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        before = load_before(rev, Path(tmp))
+        before = load_before(rev, Path(tmp), MODULE)
 
         @settings(
             max_examples=examples,
@@ -285,27 +226,15 @@ def agreement(rev: str, examples: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", default=HAND_CHECKED, help="commit of the translation before")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--number", type=int, default=100, help="calls per round")
-    parser.add_argument(
-        "--instructions", action="store_true", help="count instructions under callgrind instead"
+    return before_after.main(
+        argv,
+        __doc__,
+        "bench.anthropic_request",
+        HAND_CHECKED,
+        timed=timed,
+        calls=calls,
+        agreement=agreement,
     )
-    parser.add_argument(
-        "--agree", type=int, metavar="N", help="compare the answers to N fuzzed bodies instead"
-    )
-    parser.add_argument("--calls", choices=("none", "before", "after"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.calls:
-        calls(args.before, args.calls, args.number)
-    elif args.agree:
-        agreement(args.before, args.agree)
-    elif args.instructions:
-        instructions(args.before, args.number)
-    else:
-        timed(args.before, args.rounds, args.number)
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Our exception hierarchy (`+` a class of this module, `-` one of the module named
   + GatewayError                 an answer to the client in OpenAI's error shape (a ClientError)
     + ThreadError                  ... with more fields in the error object (threads API)
   + BadRequest                   a client's request svir will not send upstream; becomes a 400
-  + OllamaError                  a request Ollama's translation refuses (a message and a status);
+  + OllamaError                  a request Ollama's translation (or its request structs,
+                                 svir.protocols.ollama.body) refuses (a message and a status);
                                  its front end raises it as a GatewayError, in Ollama's shape
   + BodyTooLarge                 the request body is over its route's limit; becomes a 413
   + ClientGone                   the client left before its body was read or while its request's

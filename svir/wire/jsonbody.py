@@ -9,7 +9,8 @@ still exhaust the stack in the middle of a request. Bounding the nesting once, w
 comes in, keeps every later walk safe.
 
 `json_type` and `shown` are the words every front end's error messages use for a client's value:
-"must be a string, not an array", "unknown role 'bot'".
+"must be a string, not an array", "unknown role 'bot'". `mistake` reads where msgspec refused a
+body converted to a front end's structs, `value_at` finds the value there.
 
 The depth is measured by msgspec itself: `msgspec.json.format` with an indent of one re-writes the
 body in C, one space of indentation per level, without building a Python object; a value inside
@@ -24,14 +25,25 @@ client's fields it made safe to drop cost more).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from svir.wire.errors import WireError
 
-__all__ = ["MAX_DEPTH", "BadJSON", "TypeChecks", "decode_body", "json_type", "shown"]
+__all__ = [
+    "MAX_DEPTH",
+    "BadJSON",
+    "Mistake",
+    "TypeChecks",
+    "decode_body",
+    "json_type",
+    "mistake",
+    "shown",
+    "value_at",
+]
 
 # How many arrays and objects a value may sit inside. Real clients stay far below it: a chat
 # request's messages reach 5 levels (body, messages, message, content, part), a tool's parameters
@@ -149,3 +161,48 @@ class TypeChecks:
         if not isinstance(value, dict):
             raise self._wrong(where, value, "an object")
         return self.string(f"{where}.type", value.get("type"))
+
+
+class Mistake(NamedTuple):
+    """What msgspec refused in a converted value, read from its ValidationError: the keys of the
+    value (a missing field's name last), and msgspec's name of the type it expected there ("str",
+    "int | float", "object"; without " | null"), None where it names none (a wrong tag, a missing
+    field)."""
+
+    keys: list[str | int]
+    expected: str | None
+    missing: bool
+
+
+_AT: Final = re.compile(r"\.([^.\[`]+)|\[(\d+)\]")
+_MISSING: Final = re.compile(r"^Object missing required field `([^`]+)`")
+_EXPECTED: Final = re.compile(r"^Expected `([^`]+)`")
+
+
+def mistake(error: msgspec.ValidationError) -> Mistake:
+    """Where `error` is and what was expected there: the one reading of msgspec's words for every
+    front end that converts a body to its structs (each words the mistake its own way)."""
+    head, _, at = str(error).partition(" - at `$")
+    keys: list[str | int] = [
+        int(index) if index else name for name, index in _AT.findall(at.rstrip("`"))
+    ]
+    missing = _MISSING.match(head)
+    if missing:
+        keys.append(missing.group(1))
+    expected = _EXPECTED.match(head)
+    what = expected.group(1).removesuffix(" | null") if expected else None
+    return Mistake(keys, what, missing is not None)
+
+
+def value_at(body: Any, keys: list[str | int]) -> Any:
+    """The value at `keys` in a decoded body, None where there is none."""
+    for key in keys:
+        if isinstance(key, int):
+            if not isinstance(body, list) or key >= len(body):
+                return None
+            body = body[key]
+        elif isinstance(body, dict):
+            body = body.get(key)
+        else:
+            return None
+    return body

@@ -23,13 +23,12 @@ puts a mistake of meaning before that first type mistake when it comes earlier.
 from __future__ import annotations
 
 import functools
-import re
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from svir.wire.errors import BodyError
-from svir.wire.jsonbody import json_type, shown
+from svir.wire.jsonbody import json_type, mistake, shown, value_at
 
 __all__ = [
     "IMAGE_TYPES",
@@ -291,11 +290,11 @@ def first_mistake(body: Any, at: list[str | int]) -> Refusal:
     (the order they were checked in), a missing field where it stands. msgspec itself meets the
     fields in the body's order, and missing ones last."""
     kind = MessagesBody if not at else CustomTool if at[0] == "tools" else _FIELD_TYPES[str(at[0])]
-    value = _at(body, at)
+    value = value_at(body, at)
     try:
         msgspec.convert(_ordered(value, _type_info(kind)), kind)
     except msgspec.ValidationError as exc:
-        return _marks_last(body, at, _refusal(body, at, str(exc)))
+        return _marks_last(body, at, _refusal(body, at, exc))
     return Refusal(_dotted(at) or None, "is not valid")  # not reached: the value was refused
 
 
@@ -305,7 +304,7 @@ def _marks_last(body: Any, at: list[str | int], mistake: Refusal) -> Refusal:
     keys: list[str | int] = [int(k) if k.isdigit() else k for k in (mistake.param or "").split(".")]
     texts_at = keys[:-2]
     system = texts_at == ["system"] or (
-        len(texts_at) == 3 and _at(body, [*texts_at[:2], "role"]) == "system"
+        len(texts_at) == 3 and value_at(body, [*texts_at[:2], "role"]) == "system"
     )
     if keys[-1] != "cache_control" or not system:
         return mistake
@@ -313,7 +312,7 @@ def _marks_last(body: Any, at: list[str | int], mistake: Refusal) -> Refusal:
         {key: v for key, v in block.items() if key != "cache_control"}
         if isinstance(block, dict)
         else block
-        for block in _at(body, texts_at)
+        for block in value_at(body, texts_at)
     ]
     earlier = first_mistake(_replaced(body, texts_at, unmarked), at)
     return earlier if (earlier.param or "").startswith(f"{_dotted(texts_at)}.") else mistake
@@ -391,9 +390,6 @@ def _ordered(value: Any, info: msgspec.inspect.Type) -> Any:
 
 # -- msgspec's errors in svir's words
 
-_AT = re.compile(r"\.([^.\[`]+)|\[(\d+)\]")
-_MISSING = re.compile(r"^Object missing required field `([^`]+)`")
-_EXPECTED = re.compile(r"^Expected `([^`]+)`")
 # msgspec's names of a JSON type, as a field's type is said.
 _WHAT: Final = {
     "str": "a string",
@@ -410,36 +406,13 @@ _TEXT_DOCUMENTS: Final = (
 _SEALED: Final = ("thinking", "redacted_thinking", "tool_use")
 
 
-def _refusal(body: Any, prefix: list[str | int], text: str) -> Refusal:
-    """The Refusal for msgspec's `text` about the value at `prefix` in the body."""
-    head, _, at = text.partition(" - at `$")
-    keys: list[str | int] = [
-        int(index) if index else name for name, index in _AT.findall(at.rstrip("`"))
-    ]
-    missing = _MISSING.match(head)
-    if missing:
-        keys.append(missing.group(1))
-    keys = prefix + keys
-    value = _at(body, keys)
-    expected = _EXPECTED.match(head)
-    what = expected.group(1).removesuffix(" | null") if expected else None
-    if missing:  # only a tagged union's tag is missing: `_ordered` puts a null for every other
-        what = "str"
-    return Refusal(*_worded(body, keys, value, what))
-
-
-def _at(body: Any, keys: list[str | int]) -> Any:
-    """The value at `keys` in the body, None where there is none."""
-    for key in keys:
-        if isinstance(key, int):
-            if not isinstance(body, list) or key >= len(body):
-                return None
-            body = body[key]
-        elif isinstance(body, dict):
-            body = body.get(key)
-        else:
-            return None
-    return body
+def _refusal(body: Any, prefix: list[str | int], error: msgspec.ValidationError) -> Refusal:
+    """The Refusal for msgspec's `error` about the value at `prefix` in the body."""
+    found = mistake(error)
+    keys = prefix + found.keys
+    # Only a tagged union's tag can be missing: `_ordered` puts a null for every other field.
+    what = "str" if found.missing else found.expected
+    return Refusal(*_worded(body, keys, value_at(body, keys), what))
 
 
 def _dotted(keys: list[str | int]) -> str:
@@ -477,15 +450,15 @@ def _worded(
     if keys[:2] == ["output_config", "format"] and n <= 3 and last != "schema":
         return "output_config.format", "must be {type: 'json_schema', schema: {...}}"
     if keys[0] == "messages" and n >= 3:
-        message = _at(body, keys[:2])
-        if last == "role" and n == 3 and _at(message, ["content"]) is None:
+        message = value_at(body, keys[:2])
+        if last == "role" and n == 3 and value_at(message, ["content"]) is None:
             return _dotted([*keys[:2], "content"]), "is required"
         if last == "role":
             return param, f"must be 'user' or 'assistant', not {shown(value)}"
         if n == 3 and last == "content":
             if value is None:
                 return param, "is required"
-            role = _at(message, ["role"])
+            role = value_at(message, ["role"])
             return param, f"{_TEXT_BLOCKS if role == 'system' else _BLOCKS}, not {got}"
         if n > 4:
             worded = _in_block(body, keys, value)
@@ -506,13 +479,13 @@ def _in_block(body: Any, keys: list[str | int], value: Any) -> tuple[str, str] |
     where the generic words are right."""
     # The deepest block holding the mistake: the last index of a `content` array.
     p = max(i for i in range(3, len(keys)) if isinstance(keys[i], int) and keys[i - 1] == "content")
-    block = _at(body, keys[: p + 1])
+    block = value_at(body, keys[: p + 1])
     rest = keys[p + 1 :]
     param = _dotted(keys)
     if rest == ["type"]:
         if not isinstance(value, str):
             return None
-        role = _at(body, [*keys[:2], "role"])
+        role = value_at(body, [*keys[:2], "role"])
         if p == 3 and role == "assistant":
             return param, f"an assistant message takes no {shown(value)} block"
         if p == 3 and role == "user" and value in _SEALED:
@@ -524,16 +497,16 @@ def _in_block(body: Any, keys: list[str | int], value: Any) -> tuple[str, str] |
         return param, f"{_BLOCKS}, not {json_type(value)}"
     if not rest or rest[0] != "source" or len(rest) == 1:
         return None
-    source = _at(block, ["source"])
-    source_type = _at(source, ["type"])
+    source = value_at(block, ["source"])
+    source_type = value_at(source, ["type"])
     where = _dotted(keys[: p + 2])
-    if _at(block, ["type"]) == "image":
+    if value_at(block, ["type"]) == "image":
         if rest[1] == "type":
             return param, f"must be 'base64' or 'url', not {shown(value)}"
         if rest == ["source", "media_type"] and isinstance(value, str):
             return param, f"must be one of {', '.join(IMAGE_TYPES)}, not {shown(value)}"
         return None
-    media_type = _at(source, ["media_type"])
+    media_type = value_at(source, ["media_type"])
     text_plain = source_type == "base64" and media_type == "text/plain"
     if rest[1] in ("type", "media_type") or (source_type == "base64" and not text_plain):
         return where, f"{_TEXT_DOCUMENTS}, not {shown(source_type)} {shown(media_type)}"

@@ -12,18 +12,31 @@ nothing else escapes `to_openai_request` or `to_generate_request` for any JSON v
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Final
 
 import msgspec
 
 from svir.errors import BadRequest, OllamaError
+from svir.protocols.ollama.body import (
+    FORMAT_MUST,
+    THINK_MUST,
+    AssistantMessage,
+    ChatBody,
+    GenerateBody,
+    Message,
+    Options,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    decode_chat,
+    decode_generate,
+    decode_option,
+)
 from svir.providers import check_tools
 from svir.wire.errors import BodyError
 from svir.wire.jsonbody import json_type, shown
 from svir.wire.media import decode_base64, sniff_image
-from svir.wire.request import message_role
 
 __all__ = [
     "model_name",
@@ -65,98 +78,71 @@ def to_openai_request(body: Any) -> dict[str, Any]:
     """The gateway request (OpenAI Chat Completions fields) for an Ollama `/api/chat` body.
 
     The result still goes through `validate_chat_request` and the upstream body builder, which
-    check what they rely on; this checks every Ollama field it reads and raises `OllamaError`
-    (400) for any that is malformed. An empty `messages` list is kept: Ollama answers it by
-    loading the model, which the edge does without an upstream call.
+    check what they rely on; this reads the body as its structs (svir.protocols.ollama.body) and
+    raises `OllamaError` (400) for any field that is malformed. An empty `messages` list is kept:
+    Ollama answers it by loading the model, which the edge does without an upstream call.
     """
-    if not isinstance(body, dict):
-        raise OllamaError(f"the request body must be a JSON object, not {json_type(body)}")
-    model = body.get("model")
-    if model is None or model == "":
-        model = body.get("name")  # the field's name before Ollama 0.1.30; clients still send it
-    if model is None or model == "":
-        raise OllamaError("model is required")
-    if not isinstance(model, str):
-        raise OllamaError(f"model must be a string, not {json_type(model)}")
+    return _chat(decode_chat(body))
 
-    stream = body.get("stream")
-    if stream is None:
-        stream = True  # Ollama streams unless told not to
-    elif not isinstance(stream, bool):
-        raise OllamaError(f"stream must be a boolean, not {json_type(stream)}")
 
-    raw_messages = body.get("messages")
-    if raw_messages is None:
-        raw_messages = []
-    elif not isinstance(raw_messages, list):
-        raise OllamaError(f"messages must be an array, not {json_type(raw_messages)}")
-
+def _chat(request: ChatBody) -> dict[str, Any]:
+    model, stream = _head(request)
     out: dict[str, Any] = {
-        "model": model_name(model),
-        "messages": _messages(raw_messages),
+        "model": model,
+        "messages": _messages(request.messages or []),
         "stream": stream,
     }
-    tools = body.get("tools")
-    if tools is not None:
-        checked = _tools(tools)
+    if request.tools is not None:
+        checked = _tools(request.tools)
         if checked:
             out["tools"] = checked
-    response_format = _format(body.get("format"))
+    response_format = _format(request.format)
     if response_format is not None:
         out["response_format"] = response_format
-    out.update(_options(body.get("options")))
-    effort = _think(body.get("think"))
+    out.update(_options(request.options))
+    effort = _think(request.think)
     if effort is not None:
         out["reasoning_effort"] = effort
     return out
 
 
-def _messages(messages: list[Any]) -> list[dict[str, Any]]:
+def _head(request: ChatBody | GenerateBody) -> tuple[str, bool]:
+    """The model and `stream`, which both endpoints read alike."""
+    model: Any = request.model or request.name
+    if model is None or model == "":
+        raise OllamaError("model is required")
+    if not isinstance(model, str):
+        raise OllamaError(f"model must be a string, not {json_type(model)}")  # a `name`
+    return model_name(model), request.stream is not False  # Ollama streams unless told not to
+
+
+def _messages(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     # Calls of the latest assistant turn not answered yet, as (id, name): Ollama clients answer a
     # call with a `tool_name`, and usually without any id, which OpenAI servers need.
     pending: list[tuple[str, str]] = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
-        try:
-            role = message_role(where, msg)
-        except BodyError as exc:
-            raise OllamaError(str(exc)) from None
-        content = _string(f"{where}.content", msg.get("content"))
-        images = msg.get("images")
-        if images is not None and not isinstance(images, list):
-            raise OllamaError(f"{where}.images must be an array, not {json_type(images)}")
-        if images and role != "user":
-            raise OllamaError(f"{where}.images: only user messages take images, not {role}")
-
-        built: dict[str, Any] = {"role": role}
-        if role == "user":
-            built["content"] = _user_content(where, content, images or [])
+        content = msg.content or ""
+        built: dict[str, Any]
+        if isinstance(msg, UserMessage):
+            built = {"role": "user", "content": _user_content(where, content, msg.images or [])}
             pending = []
-        elif role == "assistant":
-            built["content"] = content
-            thinking = _string(f"{where}.thinking", msg.get("thinking"))
-            if thinking:
-                built["reasoning_content"] = thinking
-            calls = _tool_calls(where, msg.get("tool_calls"), i)
+        elif isinstance(msg, AssistantMessage):
+            built = {"role": "assistant", "content": content}
+            if msg.thinking:
+                built["reasoning_content"] = msg.thinking
+            calls = _tool_calls(where, msg.tool_calls or [], i)
             if calls:
                 built["tool_calls"] = calls
                 pending = [(c["id"], c["function"]["name"]) for c in calls]
             else:
                 pending = []
-        elif role == "tool":
-            name = msg.get("tool_name")
-            if name is not None and not isinstance(name, str):
-                raise OllamaError(f"{where}.tool_name must be a string, not {json_type(name)}")
-            call_id = msg.get("tool_call_id")
-            if call_id is not None and not isinstance(call_id, str):
-                raise OllamaError(
-                    f"{where}.tool_call_id must be a string, not {json_type(call_id)}"
-                )
-            built["tool_call_id"] = _answered_call(pending, call_id or None, name, i)
-            built["content"] = content
+        elif isinstance(msg, ToolMessage):
+            call_id = _answered_call(pending, msg.tool_call_id or None, msg.tool_name, i)
+            built = {"role": "tool", "tool_call_id": call_id, "content": content}
         else:
-            built["content"] = content
+            built = {"role": msg.__struct_config__.tag, "content": content}
             pending = []
         out.append(built)
     return out
@@ -185,7 +171,7 @@ def _answered_call(
     return f"call_{i}"
 
 
-def _user_content(where: str, content: str, images: list[Any]) -> str | list[dict[str, Any]]:
+def _user_content(where: str, content: str, images: list[str]) -> str | list[dict[str, Any]]:
     if not images:
         return content
     parts: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
@@ -195,10 +181,8 @@ def _user_content(where: str, content: str, images: list[Any]) -> str | list[dic
     return parts
 
 
-def _image_url(where: str, image: Any) -> str:
+def _image_url(where: str, image: str) -> str:
     """A data URL for one Ollama image: base64 without a prefix, its type read from its bytes."""
-    if not isinstance(image, str):
-        raise OllamaError(f"{where} must be a base64 string, not {json_type(image)}")
     if image[:5].lower() == "data:":
         return image  # already a data URL: some clients send one; the body builder checks it
     try:
@@ -213,43 +197,23 @@ def _image_url(where: str, image: Any) -> str:
     return f"data:{media_type};base64,{image}"
 
 
-def _tool_calls(where: str, calls: Any, i: int) -> list[dict[str, Any]]:
-    if calls is None:
-        return []
-    if not isinstance(calls, list):
-        raise OllamaError(f"{where}.tool_calls must be an array, not {json_type(calls)}")
+def _tool_calls(where: str, calls: list[ToolCall], i: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for k, call in enumerate(calls):
-        here = f"{where}.tool_calls[{k}]"
-        if not isinstance(call, dict):
-            raise OllamaError(f"{here} must be an object, not {json_type(call)}")
-        fn = call.get("function")
-        if not isinstance(fn, dict):
-            raise OllamaError(f"{here}.function must be an object, not {json_type(fn)}")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            raise OllamaError(f"{here}.function.name must be a non-empty string")
-        call_id = call.get("id")
-        if call_id is not None and not isinstance(call_id, str):
-            raise OllamaError(f"{here}.id must be a string, not {json_type(call_id)}")
-        arguments = fn.get("arguments")
+        arguments = call.function.arguments
         if arguments is None:
             text = "{}"
         elif isinstance(arguments, dict):
-            text = _json_text(f"{here}.function.arguments", arguments)
-        elif isinstance(arguments, str):
-            text = arguments  # the OpenAI form; some clients send it back as they got it
+            text = _json_text(f"{where}.tool_calls[{k}].function.arguments", arguments)
         else:
-            raise OllamaError(
-                f"{here}.function.arguments must be an object, not {json_type(arguments)}"
-            )
+            text = arguments  # the OpenAI form; some clients send it back as they got it
         out.append(
             {
                 # Ollama clients drop the ids they were given; a stable one per call links the
                 # call to its result for servers that need it.
-                "id": call_id or f"call_{i}_{k}",
+                "id": call.id or f"call_{i}_{k}",
                 "type": "function",
-                "function": {"name": name, "arguments": text},
+                "function": {"name": call.function.name, "arguments": text},
             }
         )
     return out
@@ -274,7 +238,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _format(value: Any) -> dict[str, Any] | None:
+def _format(value: str | dict[str, Any] | None) -> dict[str, Any] | None:
     """`format`: "json" is any JSON object, a schema is that schema, "" or null is free text."""
     if value is None or value == "":
         return None
@@ -282,7 +246,7 @@ def _format(value: Any) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if isinstance(value, dict):
         return {"type": "json_schema", "json_schema": {"name": schema_name(value), "schema": value}}
-    raise OllamaError(f'format must be "json" or a JSON schema, not {shown(value)}')
+    raise OllamaError(f"format {FORMAT_MUST}, not {shown(value)}")
 
 
 def schema_name(schema: dict[str, Any]) -> str:
@@ -295,48 +259,41 @@ def schema_name(schema: dict[str, Any]) -> str:
     return "response"
 
 
-def _options(options: Any) -> dict[str, Any]:
+def _options(options: Options | None) -> dict[str, Any]:
     if options is None:
         return {}
-    if not isinstance(options, dict):
-        raise OllamaError(f"options must be an object, not {json_type(options)}")
     out: dict[str, Any] = {}
     for key in _FLOAT_OPTIONS:
-        value = options.get(key)
+        value = getattr(options, key)
         if value is not None:
-            out[key] = _number(f"options.{key}", value)
-    limit = options.get("num_predict")
-    if limit is not None:
-        limit = _integer("options.num_predict", limit)
+            out[key] = value
+    if options.num_predict is not None:
+        limit = _integer("options.num_predict", options.num_predict)
         # Ollama's -1 is "no limit" and -2 "fill the context"; 0 caps nothing either.
         if limit > 0:
             out["max_tokens"] = limit
-    seed = options.get("seed")
-    if seed is not None:
-        out["seed"] = _integer("options.seed", seed)
-    stop = options.get("stop")
-    if stop is not None:
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise OllamaError("options.stop must be an array of strings")
-        stops = [s for s in stop if s]
-        if stops:
-            out["stop"] = stops
+    if options.seed is not None:
+        out["seed"] = _integer("options.seed", options.seed)
+    stop = [options.stop] if isinstance(options.stop, str) else options.stop
+    stops = [s for s in stop or () if s]
+    if stops:
+        out["stop"] = stops
     return out
 
 
 def num_ctx(body: dict[str, Any]) -> int | None:
     """`options.num_ctx`, the context a request asks its model to run with; None when it asks
     for none (or for 0 or less, Ollama's "the model's default")."""
-    options = body.get("options")
-    if not isinstance(options, dict) or options.get("num_ctx") is None:
+    if not isinstance(body.get("options"), dict):
         return None
-    value = _integer("options.num_ctx", options["num_ctx"])
+    value = decode_option(body, "num_ctx")
+    if value is None:
+        return None
+    value = _integer("options.num_ctx", value)
     return value if value > 0 else None
 
 
-def _think(value: Any) -> str | None:
+def _think(value: bool | str | None) -> str | None:
     """`think` as a `reasoning_effort`: false is none, true is medium, a level is itself."""
     if value is None:
         return None
@@ -344,38 +301,20 @@ def _think(value: Any) -> str | None:
         return "none"
     if value is True:
         return _THINK_TRUE
-    if isinstance(value, str) and value.lower() in _THINK_LEVELS:
+    if value.lower() in _THINK_LEVELS:
         return value.lower()
-    raise OllamaError(f'think must be true, false, "low", "medium" or "high", not {shown(value)}')
+    raise OllamaError(f"think {THINK_MUST}, not {shown(value)}")
 
 
-def _number(where: str, value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OllamaError(f"{where} must be a number, not {json_type(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise OllamaError(f"{where} must be a finite number")
-    if isinstance(value, int) and abs(value) >= _INT64:
-        raise OllamaError(f"{where} is out of range")
-    return value
-
-
-def _integer(where: str, value: Any) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON has one number type; Ollama reads 128.0 as 128
-    if isinstance(value, bool) or not isinstance(value, int):
+def _integer(where: str, value: int | float) -> int:
+    """An integer option: JSON has one number type, and Ollama reads 128.0 as 128."""
+    if isinstance(value, int):
+        return value  # in int64: its struct says so
+    if not value.is_integer():
         raise OllamaError(f"{where} must be an integer, not {json_type(value)}")
     if abs(value) >= _INT64:
         raise OllamaError(f"{where} is out of range")
-    return value
-
-
-def _string(where: str, value: Any) -> str:
-    # Ollama's clients leave empty fields out, so a missing content is the empty string.
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise OllamaError(f"{where} must be a string, not {json_type(value)}")
-    return value
+    return int(value)
 
 
 def _json_text(where: str, value: Any) -> str:
@@ -395,23 +334,14 @@ def to_generate_request(body: Any) -> dict[str, Any]:
     no messages, as `/api/chat` has it. Raises OllamaError (400) for anything malformed or not
     honoured, and nothing else, for any JSON value.
     """
-    if not isinstance(body, dict):
-        raise OllamaError(f"the request body must be a JSON object, not {json_type(body)}")
-    head = {k: body[k] for k in ("model", "name", "stream", "options") if k in body}
-    base = to_openai_request(head)  # model, stream and options, read as /api/chat reads them
-    prompt = _string("prompt", body.get("prompt"))
-    suffix = _string("suffix", body.get("suffix"))
-    system = _string("system", body.get("system"))
-    template = _string("template", body.get("template"))
-    raw = body.get("raw")
-    if raw is not None and not isinstance(raw, bool):
-        raise OllamaError(f"raw must be a boolean, not {json_type(raw)}")
-    context = body.get("context")
-    if context is not None and not isinstance(context, list):
-        raise OllamaError(f"context must be an array, not {json_type(context)}")
-    images = body.get("images")
-    if images is not None and not isinstance(images, list):
-        raise OllamaError(f"images must be an array, not {json_type(images)}")
+    request = decode_generate(body)
+    model, stream = _head(request)
+    base = {"model": model, "messages": [], "stream": stream, **_options(request.options)}
+    prompt = request.prompt or ""
+    suffix = request.suffix or ""
+    system = request.system or ""
+    template = request.template or ""
+    raw, context, images = request.raw, request.context, request.images
     if raw and (template or system or context):
         raise OllamaError("raw mode does not support template, system, or context")  # Ollama's
     if template:
@@ -435,11 +365,12 @@ def to_generate_request(body: Any) -> dict[str, Any]:
         if suffix:
             out["suffix"] = suffix
         out.update((k, v) for k, v in base.items() if k not in ("model", "messages", "stream"))
-        top_k = body["options"].get("top_k") if isinstance(body.get("options"), dict) else None
+        top_k = decode_option(body, "top_k") if request.options is not None else None
         if top_k is not None:
             out["top_k"] = _integer("options.top_k", top_k)  # a completion API's own sampler
         return out
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt, "images": images})
     chat = {k: v for k, v in body.items() if k in ("format", "think")}
+    head = {k: body[k] for k in ("model", "name", "stream", "options") if k in body}
     return {**to_openai_request({**head, **chat, "messages": messages}), "model": base["model"]}
