@@ -157,6 +157,20 @@ def model_not_allowed(key: KeyRecord, model: str) -> GatewayError:
     )
 
 
+def limits_unavailable() -> GatewayError:
+    """The 503 for a call whose key's limits cannot be checked (their backend failed)."""
+    return GatewayError(
+        ClientError(
+            503,
+            "server_error",
+            "limits_unavailable",
+            "svir cannot check this key's limits right now; try again shortly.",
+            None,
+            {"Retry-After": "1"},
+        )
+    )
+
+
 def _failure_status(exc: BaseException) -> str:
     """The ledger's status of a call that failed to open with `exc`."""
     if isinstance(exc, GatewayError):
@@ -232,9 +246,20 @@ class Gate:
         limits = key.limits if key is not None else None
         backend = self.backend
         if key is not None and limits is not None and limits.any and backend is not None:
-            grant, prompt_estimate = await self._admit(
-                ctx, request, key, limits, backend=backend, model=model, started=started
-            )
+            ask, prompt_estimate = self.ask(ctx, request, limits, model)
+            try:
+                outcome = await backend.admit(
+                    key.id, limits, ask, f"{ctx.request_id}:{os.urandom(4).hex()}"
+                )
+            except LimitsUnavailable as exc:
+                log.error("limits unavailable", extra={"fields": {"error": str(exc)}})
+                self._refused(ctx, model, status="limits_unavailable", started=started)
+                raise limits_unavailable() from None
+            if isinstance(outcome, Denied):
+                ctx.outcome.limit = outcome.limit
+                self._refused(ctx, model, status=f"{outcome.limit}_exceeded", started=started)
+                raise limit_error(key, outcome)
+            grant = outcome
         try:
             call = await proceed(ctx, request)
         except BaseException as exc:
@@ -282,43 +307,6 @@ class Gate:
             cost_floor=price.cost(estimate, first) if price else 0,
         )
         return ask, estimate
-
-    async def _admit(
-        self,
-        ctx: CallContext,
-        request: dict[str, Any],
-        key: KeyRecord,
-        limits: Limits,
-        *,
-        backend: Backend,
-        model: str,
-        started: float,
-    ) -> tuple[Grant, int | None]:
-        """Reserve the call's ask against the key's limits: the grant, and the prompt's estimate
-        it holds; a refusal (a limit reached, the limits unreachable) is raised."""
-        ask, prompt_estimate = self.ask(ctx, request, limits, model)
-        try:
-            outcome = await backend.admit(
-                key.id, limits, ask, f"{ctx.request_id}:{os.urandom(4).hex()}"
-            )
-        except LimitsUnavailable as exc:
-            log.error("limits unavailable", extra={"fields": {"error": str(exc)}})
-            self._refused(ctx, model, status="limits_unavailable", started=started)
-            raise GatewayError(
-                ClientError(
-                    503,
-                    "server_error",
-                    "limits_unavailable",
-                    "svir cannot check this key's limits right now; try again shortly.",
-                    None,
-                    {"Retry-After": "1"},
-                )
-            ) from None
-        if isinstance(outcome, Denied):
-            ctx.outcome.limit = outcome.limit
-            self._refused(ctx, model, status=f"{outcome.limit}_exceeded", started=started)
-            raise limit_error(key, outcome)
-        return outcome, prompt_estimate
 
     def _refused(
         self,
