@@ -40,6 +40,7 @@ from svir.client.history import (
 from svir.wire.answer import AnswerFold
 from svir.wire.errors import ErrorKind, UpstreamError
 from svir.wire.events import (
+    Event,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
@@ -151,86 +152,19 @@ class Renderer:
 
     def play(self, answer: Answer) -> TurnOutcome:
         out = TurnOutcome()
-        console = self.console
         started = self.clock()
-        reasoning_started: float | None = None
         fold = AnswerFold()
-        reasoning = fold.reasoning
-        phase = "wait"  # wait | reasoning | text | tool
-        at_line_start = True
-        status: Status | None = None
-        if console.is_terminal:
-            status = console.status("[dim]waiting for the model…", spinner="dots")
-            status.start()
-
-        def stop_status() -> None:
-            nonlocal status
-            if status is not None:
-                status.stop()
-                status = None
-
-        def write(piece: str, style: str | None = None) -> None:
-            nonlocal at_line_start
-            stop_status()
-            console.print(piece, end="", style=style, markup=False, highlight=False,
-                          soft_wrap=True)  # fmt: skip
-            at_line_start = piece.endswith("\n")
-
-        def newline() -> None:
-            if not at_line_start:
-                write("\n")
-
-        def leave_reasoning() -> None:
-            nonlocal reasoning_started
-            if phase != "reasoning":
-                return
-            if reasoning_started is not None:
-                out.reasoning_seconds = self.clock() - reasoning_started
-            if self.show_reasoning:
-                newline()
-                write("\n")  # a blank line between the reasoning and the answer
-            else:
-                stop_status()
-                self._summary(reasoning, out.reasoning_seconds)
-
+        screen = _Playback(self, out, fold.reasoning)
         try:
             for ev in answer:
                 fold.add(ev)
-                if isinstance(ev, ReasoningDelta):
-                    if phase != "reasoning":
-                        if phase != "wait":
-                            newline()
-                        reasoning_started = self.clock()
-                        phase = "reasoning"
-                    if self.show_reasoning:
-                        write(ev.text, "dim italic")
-                    elif status is not None:
-                        status.update(f"[dim]thinking… {_words(''.join(reasoning))} words")
-                elif isinstance(ev, TextDelta | RefusalDelta):
-                    if phase == "reasoning":
-                        leave_reasoning()
-                    elif phase == "tool":
-                        newline()
-                    phase = "text"
-                    write(ev.text, None if isinstance(ev, TextDelta) else "yellow")
-                elif isinstance(ev, ToolCallStart):
-                    if phase == "reasoning":
-                        leave_reasoning()
-                    newline()
-                    phase = "tool"
-                    write(f"→ {ev.name}(", "bold cyan")
-                elif isinstance(ev, ToolCallDelta):
-                    write(ev.arguments, "cyan")
+                screen.show(ev)
         except KeyboardInterrupt:
             out.stopped = True
         finally:
-            stop_status()
+            screen.stop_status()
             answer.close()
-        if phase == "reasoning":
-            leave_reasoning()
-        if phase == "tool":
-            write(")", "bold cyan")
-        newline()
+        screen.end()
         out.seconds = self.clock() - started
         out.text = "".join(fold.text)
         out.reasoning = "".join(fold.reasoning)
@@ -261,6 +195,90 @@ class Renderer:
         if not out.complete:
             line += " · not kept in the history (/retry asks again)"
         console.print(f"[dim]{escape(line)}[/dim]", highlight=False)
+
+
+class _Playback:
+    """One answer as it is shown: which part of it the terminal is in (`phase`: wait, reasoning,
+    text or tool), whether at a line's start, and the spinner shown until the first output."""
+
+    def __init__(self, renderer: Renderer, out: TurnOutcome, reasoning: list[str]) -> None:
+        self.renderer = renderer
+        self.console = renderer.console
+        self.out = out
+        # The fold's reasoning so far (the spinner counts its words).
+        self.reasoning = reasoning
+        self.phase = "wait"
+        self.at_line_start = True
+        self.reasoning_started: float | None = None
+        self.status: Status | None = None
+        if self.console.is_terminal:
+            self.status = self.console.status("[dim]waiting for the model…", spinner="dots")
+            self.status.start()
+
+    def show(self, ev: Event) -> None:
+        """Show one event of the answer."""
+        show_reasoning = self.renderer.show_reasoning
+        if isinstance(ev, ReasoningDelta):
+            if self.phase != "reasoning":
+                if self.phase != "wait":
+                    self.newline()
+                self.reasoning_started = self.renderer.clock()
+                self.phase = "reasoning"
+            if show_reasoning:
+                self.write(ev.text, "dim italic")
+            elif self.status is not None:
+                self.status.update(f"[dim]thinking… {_words(''.join(self.reasoning))} words")
+        elif isinstance(ev, TextDelta | RefusalDelta):
+            if self.phase == "reasoning":
+                self.leave_reasoning()
+            elif self.phase == "tool":
+                self.newline()
+            self.phase = "text"
+            self.write(ev.text, None if isinstance(ev, TextDelta) else "yellow")
+        elif isinstance(ev, ToolCallStart):
+            if self.phase == "reasoning":
+                self.leave_reasoning()
+            self.newline()
+            self.phase = "tool"
+            self.write(f"→ {ev.name}(", "bold cyan")
+        elif isinstance(ev, ToolCallDelta):
+            self.write(ev.arguments, "cyan")
+
+    def end(self) -> None:
+        """Close what the answer left open (its reasoning, a tool call's parenthesis, its line)."""
+        if self.phase == "reasoning":
+            self.leave_reasoning()
+        if self.phase == "tool":
+            self.write(")", "bold cyan")
+        self.newline()
+
+    def stop_status(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def write(self, piece: str, style: str | None = None) -> None:
+        self.stop_status()
+        self.console.print(piece, end="", style=style, markup=False, highlight=False,
+                           soft_wrap=True)  # fmt: skip
+        self.at_line_start = piece.endswith("\n")
+
+    def newline(self) -> None:
+        if not self.at_line_start:
+            self.write("\n")
+
+    def leave_reasoning(self) -> None:
+        if self.phase != "reasoning":
+            return
+        out = self.out
+        if self.reasoning_started is not None:
+            out.reasoning_seconds = self.renderer.clock() - self.reasoning_started
+        if self.renderer.show_reasoning:
+            self.newline()
+            self.write("\n")  # a blank line between the reasoning and the answer
+        else:
+            self.stop_status()
+            self.renderer._summary(self.reasoning, out.reasoning_seconds)
 
 
 def error_text(err: UpstreamError) -> str:

@@ -282,23 +282,10 @@ class App:
                         )
                     else:
                         status = await route.handler(scope, receive, response, rid, fields)
-            except GatewayError as exc:
-                status = await _answer(response, shape, exc, rid, fields)
-            except BadRequest as exc:
-                status = await _answer(response, shape, invalid_request(exc), rid, fields)
-            except BadJSON as exc:
-                error = request_error(exc.message, code=exc.code)
-                status = await _answer(response, shape, error, rid, fields)
-            except BodyTooLarge as exc:
-                status = await _answer(response, shape, body_too_large(exc.limit), rid, fields)
-            except ClientGone:
-                status = 499
-            except Exception:
-                # Bad input is answered above: this is svir's own failure, and svir goes on.
-                failures.exception(
-                    "unexpected failure", extra={"fields": {"method": method, "path": path}}
+            except Exception as exc:
+                status = await _answer_failure(
+                    response, shape, exc, rid, fields, method=method, path=path
                 )
-                status = await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
             fields["status"] = status
         finally:
             # The one place the log fields about the request's chat call are written.
@@ -363,6 +350,34 @@ async def _preflight(send: Send, headers: Iterable[tuple[bytes, bytes]], rid: st
 
 async def _ignored() -> None:
     """What a scope svir does not serve (a websocket's) gets."""
+
+
+async def _answer_failure(
+    response: Response,
+    shape: ErrorShape,
+    exc: Exception,
+    rid: str,
+    fields: dict[str, Any],
+    *,
+    method: str,
+    path: str,
+) -> int:
+    """Answer the request whose handling raised `exc` (its client gone: 499, nothing sent); the
+    status. Called while `exc` is handled, so that svir's own failure is logged with it."""
+    if isinstance(exc, GatewayError):
+        return await _answer(response, shape, exc, rid, fields)
+    if isinstance(exc, BadRequest):
+        return await _answer(response, shape, invalid_request(exc), rid, fields)
+    if isinstance(exc, BadJSON):
+        error = request_error(exc.message, code=exc.code)
+        return await _answer(response, shape, error, rid, fields)
+    if isinstance(exc, BodyTooLarge):
+        return await _answer(response, shape, body_too_large(exc.limit), rid, fields)
+    if isinstance(exc, ClientGone):
+        return 499
+    # Bad input is answered above: this is svir's own failure, and svir goes on.
+    failures.exception("unexpected failure", extra={"fields": {"method": method, "path": path}})
+    return await _answer(response, shape, INTERNAL_ERROR, rid, fields, logged=True)
 
 
 async def _answer(

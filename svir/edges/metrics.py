@@ -318,6 +318,16 @@ class Metrics(Observer):
         self._opened: dict[str, list[float]] = {}
         self._attempts: dict[tuple[str, str], tuple[list[float], Entry]] = {}
         r = self.registry = Registry()
+        # In the order /metrics shows them.
+        self._add_request_metrics(r)
+        self._add_call_metrics(r)
+        self._add_upstream_metrics(r)
+        self._add_limit_metrics(r)
+        info = r.add(Gauge("svir_build_info", "svir's version.", ("version",)))
+        info.set((__version__,), 1)
+
+    def _add_request_metrics(self, r: Registry) -> None:
+        """The HTTP requests' metrics, and their failures by class."""
         self.http_requests = r.add(
             Counter(
                 "svir_http_requests_total",
@@ -339,6 +349,9 @@ class Metrics(Observer):
                 ("class",),
             )
         )
+
+    def _add_call_metrics(self, r: Registry) -> None:
+        """The chat and embedding calls' metrics: by outcome, their tokens, their speed."""
         self.chat_requests = r.add(
             Counter(
                 "svir_chat_requests_total",
@@ -378,6 +391,9 @@ class Metrics(Observer):
         self.in_flight = r.add(
             Gauge("svir_streams_in_flight", "Chat calls streaming now.", ("provider",))
         )
+
+    def _add_upstream_metrics(self, r: Registry) -> None:
+        """The upstream attempts' metrics."""
         self.attempts = r.add(
             Counter(
                 "svir_upstream_attempts_total",
@@ -392,6 +408,9 @@ class Metrics(Observer):
                 ("provider",),
             )
         )
+
+    def _add_limit_metrics(self, r: Registry) -> None:
+        """What the keys' limits refused or cut."""
         self.limit_rejections = r.add(
             Counter("svir_limit_rejections_total", "Calls refused by a key's limit.", ("limit",))
         )
@@ -402,8 +421,6 @@ class Metrics(Observer):
                 ("limit",),
             )
         )
-        info = r.add(Gauge("svir_build_info", "svir's version.", ("version",)))
-        info.set((__version__,), 1)
 
     # Feeds
 

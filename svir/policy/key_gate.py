@@ -35,6 +35,7 @@ from svir.keys.limits import (
     Backend,
     Denied,
     Grant,
+    Limits,
     budget_denial,
     limit_description,
     windows_at,
@@ -143,6 +144,41 @@ def limit_error(key: KeyRecord, d: Denied) -> GatewayError:
     return GatewayError(limit_client_error(key, d))
 
 
+def model_not_allowed(key: KeyRecord, model: str) -> GatewayError:
+    """The 403 for a key that may not use `model`."""
+    return GatewayError(
+        ClientError(
+            403,
+            "invalid_request_error",
+            "model_not_allowed",
+            f"The key {key.name!r} may not use the model {model!r}.",
+            "model",
+        )
+    )
+
+
+def limits_unavailable() -> GatewayError:
+    """The 503 for a call whose key's limits cannot be checked (their backend failed)."""
+    return GatewayError(
+        ClientError(
+            503,
+            "server_error",
+            "limits_unavailable",
+            "svir cannot check this key's limits right now; try again shortly.",
+            None,
+            {"Retry-After": "1"},
+        )
+    )
+
+
+def _failure_status(exc: BaseException) -> str:
+    """The ledger's status of a call that failed to open with `exc`."""
+    if isinstance(exc, GatewayError):
+        ce = exc.error
+        return exc.upstream.kind.value if exc.upstream is not None else (ce.code or ce.type)
+    return "cancelled"
+
+
 class Gate:
     """The interceptor (see the module doc); without a backend, no limits apply."""
 
@@ -204,38 +240,13 @@ class Gate:
         if key is not None and not key.allows(model):
             ctx.outcome.limit = "models"
             self._refused(ctx, model, status="model_not_allowed", started=started)
-            raise GatewayError(
-                ClientError(
-                    403,
-                    "invalid_request_error",
-                    "model_not_allowed",
-                    f"The key {key.name!r} may not use the model {model!r}.",
-                    "model",
-                )
-            )
+            raise model_not_allowed(key, model)
         grant: Grant | None = None
         prompt_estimate: int | None = None
         limits = key.limits if key is not None else None
         backend = self.backend
         if key is not None and limits is not None and limits.any and backend is not None:
-            price = self.price(model) if limits.cost_budgets else None
-            if limits.counts_tokens or price is not None:
-                # An embedding call generates nothing: it needs its inputs' tokens, no more.
-                first = 0 if ctx.operation == EMBEDDINGS else 1
-                allowance = (
-                    completion_allowance(request, self.config.default_completion_tokens)
-                    if first
-                    else 0
-                )
-                prompt_estimate = estimate = estimate_call_prompt(ctx, request)
-                ask = Ask(
-                    tokens=estimate + allowance,
-                    floor=estimate + first,
-                    cost=price.cost(estimate, allowance) if price else 0,
-                    cost_floor=price.cost(estimate, first) if price else 0,
-                )
-            else:
-                ask = Ask(tokens=1, floor=1)  # only requests are counted
+            ask, prompt_estimate = self.ask(ctx, request, limits, model)
             try:
                 outcome = await backend.admit(
                     key.id, limits, ask, f"{ctx.request_id}:{os.urandom(4).hex()}"
@@ -243,16 +254,7 @@ class Gate:
             except LimitsUnavailable as exc:
                 log.error("limits unavailable", extra={"fields": {"error": str(exc)}})
                 self._refused(ctx, model, status="limits_unavailable", started=started)
-                raise GatewayError(
-                    ClientError(
-                        503,
-                        "server_error",
-                        "limits_unavailable",
-                        "svir cannot check this key's limits right now; try again shortly.",
-                        None,
-                        {"Retry-After": "1"},
-                    )
-                ) from None
+                raise limits_unavailable() from None
             if isinstance(outcome, Denied):
                 ctx.outcome.limit = outcome.limit
                 self._refused(ctx, model, status=f"{outcome.limit}_exceeded", started=started)
@@ -263,13 +265,7 @@ class Gate:
         except BaseException as exc:
             if grant is not None:
                 self.settle_later(grant, 0, 0)
-            status = "cancelled"
-            if isinstance(exc, GatewayError):
-                ce = exc.error
-                status = (
-                    exc.upstream.kind.value if exc.upstream is not None else (ce.code or ce.type)
-                )
-            self._refused(ctx, model, status=status, started=started, failed=True)
+            self._refused(ctx, model, status=_failure_status(exc), started=started, failed=True)
             raise
         meter = Meter(
             self,
@@ -289,6 +285,28 @@ class Gate:
         if self.observers:
             self.observers.opened(CallOpened(ctx, call))
         return call
+
+    def ask(
+        self, ctx: CallContext, request: dict[str, Any], limits: Limits, model: str
+    ) -> tuple[Ask, int | None]:
+        """What a call asks of its key's limits, and the prompt's estimate it counted (None when
+        the limits count neither tokens nor cost: then only the request is counted)."""
+        price = self.price(model) if limits.cost_budgets else None
+        if not (limits.counts_tokens or price is not None):
+            return Ask(tokens=1, floor=1), None
+        # An embedding call generates nothing: it needs its inputs' tokens, no more.
+        first = 0 if ctx.operation == EMBEDDINGS else 1
+        allowance = (
+            completion_allowance(request, self.config.default_completion_tokens) if first else 0
+        )
+        estimate = estimate_call_prompt(ctx, request)
+        ask = Ask(
+            tokens=estimate + allowance,
+            floor=estimate + first,
+            cost=price.cost(estimate, allowance) if price else 0,
+            cost_floor=price.cost(estimate, first) if price else 0,
+        )
+        return ask, estimate
 
     def _refused(
         self,

@@ -25,11 +25,19 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from svir.call import EMBEDDINGS, CallContext
 from svir.chat import Call, ChatCall, CloseHook, UpstreamTarget
-from svir.config.model import BreakerConfig, Config, RetryConfig, RouteConfig, RouteTarget
+from svir.config.model import (
+    BreakerConfig,
+    Config,
+    ProviderConfig,
+    RetryConfig,
+    RouteConfig,
+    RouteTarget,
+)
 from svir.embeddings import EmbeddingCall
 from svir.errors import GatewayError
 from svir.observers import AttemptStarted, Observers
@@ -166,6 +174,16 @@ def optional_culprit(err: UpstreamError, request: dict[str, Any]) -> str | None:
     if "stream_options" in text or "include_usage" in text:
         return "stream_options"
     return None
+
+
+class _Then(Enum):
+    """What `Resilience.open` does after a failed attempt."""
+
+    AGAIN = "again"  # the same deployment at once: a field it rejects was dropped
+    RETRY = "retry"  # another deployment of the tier, after the backoff waited
+    FALL_BACK = "fall back"  # the next tier
+    CONTEXT_FALLBACK = "context fallback"  # the route's larger-context model, instead of the rest
+    RAISE = "raise"  # the failure is the answer
 
 
 class Resilience:
@@ -373,7 +391,6 @@ class Resilience:
         context_fallback_used = False
         key = request.get("prompt_cache_key")
         affinity = key if isinstance(key, str) and key else None
-        commit = ctx.commit
         # A captured request's attempts go through its capture's tap (svir.call.Capture).
         client = self.client if ctx.capture is None else ctx.capture.tap(self.client)
         while tier < len(tiers):
@@ -383,87 +400,39 @@ class Resilience:
             while True:
                 d = self.pick(targets, route.strategy, avoid, affinity)
                 if d is None:
-                    last = last or GatewayError(
-                        _cooling_error(targets), UpstreamError(ErrorKind.TRANSIENT, "cooling down")
-                    )
+                    last = last or _cooling_error(targets)
                     break
                 target_route = resolved.get(d.model) or self.router.resolve(d.model, table)
-                provider = target_route.provider
-                budget = self.budgets.get(provider.name)
-                if budget is None:
-                    budget = self.budgets[provider.name] = RetryBudget(
-                        provider.retry.budget_ratio, self._clock()
-                    )
-                if attempt == 0:
-                    budget.deposit(self._clock())
-                warnings: list[str] = []
-                sent = self.adjust(provider.name, request, warnings)
-                sent = {**sent, "model": d.model}
-                headers = {"x-svir-served-model": d.model}
-                if warnings:
-                    headers["x-svir-warning"] = "; ".join(warnings)
-                quirks = self.quirks.get(provider.name)
-                closers = [self._closer(d, provider.breaker)]
-                if self.observers:
-                    closers += self.observers.attempt(AttemptStarted(target_route, sent, ctx))
-                call = make(
-                    client,
-                    target_route,
-                    sent,
-                    request_id=ctx.request_id,
-                    model_label=d.model,
-                    blobs=ctx.blobs,
-                    headers=headers,
-                    drop_fields=frozenset(quirks.dropped) if quirks is not None else frozenset(),
-                    on_close=closers,
-                )
-                d.in_flight += 1
-                # Also when every attempt fails: the metrics and the ledger name who failed.
-                outcome.provider = provider.name
-                outcome.attempts = (*outcome.attempts, d.model)
-                if commit is not None:
-                    # The deadline of the provider tried now; its keep-alives go to the client.
-                    commit.due_after(target_route.timeouts.commit_deadline)
-                    if isinstance(call, ChatCall):
-                        call.keepalive_to = commit.upstream_keepalive
+                budget = self._budget(target_route.provider, attempt == 0)
+                call = self._attempt(ctx, d, target_route, request, make=make, client=client)
                 try:
                     await call.open()
                 except GatewayError as exc:
-                    err = exc.upstream
                     last = exc
-                    if err is None:
+                    then = await self._after_failure(
+                        exc,
+                        call,
+                        budget,
+                        ctx=ctx,
+                        attempt=attempt,
+                        route=route,
+                        context_fallback_used=context_fallback_used,
+                    )
+                    if then is _Then.AGAIN:
+                        continue
+                    if then is _Then.RETRY:
+                        attempt += 1
+                        avoid = {d.model}
+                        continue
+                    if then is _Then.CONTEXT_FALLBACK:
+                        assert route.context_fallback is not None
+                        context_fallback_used = True
+                        tiers[tier + 1 :] = [
+                            self.route_for(route.context_fallback, resolved, table).targets
+                        ]
+                    elif then is _Then.RAISE:
                         raise
-                    self._log_failure(d.model, err, attempt)
-                    if commit is not None and commit.committed:
-                        raise  # the client has the stream's head: its one error, no retry
-                    if self.learn(provider.name, err, sent):
-                        continue  # the same deployment, without the field: not a retry
-                    if err.retryable and attempt + 1 < provider.retry.attempts:
-                        wait = self._retry_wait(err, attempt, provider.retry)
-                        if wait is not None and budget.take():
-                            self.retries += 1
-                            attempt += 1
-                            avoid = {d.model}
-                            await self._sleep(wait)
-                            continue
-                    if err.kind is ErrorKind.CONTEXT_OVERFLOW:
-                        if route.context_fallback and not context_fallback_used:
-                            context_fallback_used = True
-                            tiers[tier + 1 :] = [
-                                self.route_for(route.context_fallback, resolved, table).targets
-                            ]
-                            break
-                        raise
-                    if (
-                        err.kind is ErrorKind.CONTENT_FILTER
-                        and not route.fallback_on_content_filter
-                    ):
-                        raise
-                    if err.kind in FALLBACK_KINDS or (
-                        err.kind is ErrorKind.CONTENT_FILTER and route.fallback_on_content_filter
-                    ):
-                        break
-                    raise
+                    break
                 outcome.model = asked
                 outcome.served_model = d.model
                 outcome.stats = call.stats
@@ -471,19 +440,127 @@ class Resilience:
             tier += 1
             if tier < len(tiers):
                 self.fallbacks += 1
-                log.warning(
-                    "falling back",
-                    extra={
-                        "fields": {
-                            "model": asked,
-                            "to": [t.model for t in tiers[tier]],
-                            "after": list(outcome.attempts),
-                            "error": last.error.message if last else None,
-                        }
-                    },
-                )
+                self._log_fallback(asked, tiers[tier], outcome.attempts, last)
         assert last is not None
         raise last
+
+    def _budget(self, provider: ProviderConfig, first: bool) -> RetryBudget:
+        """The provider's retry budget, which the first attempt of a tier pays into."""
+        budget = self.budgets.get(provider.name)
+        if budget is None:
+            budget = self.budgets[provider.name] = RetryBudget(
+                provider.retry.budget_ratio, self._clock()
+            )
+        if first:
+            budget.deposit(self._clock())
+        return budget
+
+    def _attempt(
+        self,
+        ctx: CallContext,
+        d: Deployment,
+        target_route: UpstreamTarget,
+        request: dict[str, Any],
+        *,
+        make: type[ChatCall] | type[EmbeddingCall],
+        client: Transport,
+    ) -> ChatCall | EmbeddingCall:
+        """The call of one attempt at deployment `d`, adjusted to what its provider was learned
+        to reject and counted in flight and in `ctx.outcome`'s attempts; not yet opened."""
+        provider = target_route.provider
+        warnings: list[str] = []
+        sent = self.adjust(provider.name, request, warnings)
+        sent = {**sent, "model": d.model}
+        headers = {"x-svir-served-model": d.model}
+        if warnings:
+            headers["x-svir-warning"] = "; ".join(warnings)
+        quirks = self.quirks.get(provider.name)
+        closers = [self._closer(d, provider.breaker)]
+        if self.observers:
+            closers += self.observers.attempt(AttemptStarted(target_route, sent, ctx))
+        call = make(
+            client,
+            target_route,
+            sent,
+            request_id=ctx.request_id,
+            model_label=d.model,
+            blobs=ctx.blobs,
+            headers=headers,
+            drop_fields=frozenset(quirks.dropped) if quirks is not None else frozenset(),
+            on_close=closers,
+        )
+        d.in_flight += 1
+        # Also when every attempt fails: the metrics and the ledger name who failed.
+        outcome = ctx.outcome
+        outcome.provider = provider.name
+        outcome.attempts = (*outcome.attempts, d.model)
+        commit = ctx.commit
+        if commit is not None:
+            # The deadline of the provider tried now; its keep-alives go to the client.
+            commit.due_after(target_route.timeouts.commit_deadline)
+            if isinstance(call, ChatCall):
+                call.keepalive_to = commit.upstream_keepalive
+        return call
+
+    async def _after_failure(
+        self,
+        exc: GatewayError,
+        call: Call,
+        budget: RetryBudget,
+        *,
+        ctx: CallContext,
+        attempt: int,
+        route: RouteConfig,
+        context_fallback_used: bool,
+    ) -> _Then:
+        """What follows the attempt `call` that failed with `exc`; a retry's wait is waited
+        here."""
+        err = exc.upstream
+        if err is None:
+            return _Then.RAISE
+        provider = call.route.provider
+        self._log_failure(call.model_label, err, attempt)
+        commit = ctx.commit
+        if commit is not None and commit.committed:
+            return _Then.RAISE  # the client has the stream's head: its one error, no retry
+        if self.learn(provider.name, err, call.request):
+            return _Then.AGAIN  # the same deployment, without the field: not a retry
+        if err.retryable and attempt + 1 < provider.retry.attempts:
+            wait = self._retry_wait(err, attempt, provider.retry)
+            if wait is not None and budget.take():
+                self.retries += 1
+                await self._sleep(wait)
+                return _Then.RETRY
+        if err.kind is ErrorKind.CONTEXT_OVERFLOW:
+            if route.context_fallback and not context_fallback_used:
+                return _Then.CONTEXT_FALLBACK
+            return _Then.RAISE
+        if err.kind is ErrorKind.CONTENT_FILTER and not route.fallback_on_content_filter:
+            return _Then.RAISE
+        if err.kind in FALLBACK_KINDS or (
+            err.kind is ErrorKind.CONTENT_FILTER and route.fallback_on_content_filter
+        ):
+            return _Then.FALL_BACK
+        return _Then.RAISE
+
+    def _log_fallback(
+        self,
+        asked: str,
+        targets: tuple[RouteTarget, ...],
+        attempts: tuple[str, ...],
+        last: GatewayError | None,
+    ) -> None:
+        log.warning(
+            "falling back",
+            extra={
+                "fields": {
+                    "model": asked,
+                    "to": [t.model for t in targets],
+                    "after": list(attempts),
+                    "error": last.error.message if last else None,
+                }
+            },
+        )
 
     def _retry_wait(self, err: UpstreamError, attempt: int, cfg: RetryConfig) -> float | None:
         if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
@@ -548,9 +625,9 @@ class Resilience:
         }
 
 
-def _cooling_error(targets: tuple[RouteTarget, ...]) -> ClientError:
+def _cooling_error(targets: tuple[RouteTarget, ...]) -> GatewayError:
     names = ", ".join(t.model for t in targets)
-    return ClientError(
+    answer = ClientError(
         503,
         "upstream_error",
         "upstream_unavailable",
@@ -558,3 +635,4 @@ def _cooling_error(targets: tuple[RouteTarget, ...]) -> ClientError:
         None,
         {"Retry-After": "1"},
     )
+    return GatewayError(answer, UpstreamError(ErrorKind.TRANSIENT, "cooling down"))

@@ -1,5 +1,5 @@
-"""Small pieces: the prompt estimate, model patterns, CLI spellings, prices, addresses, the
-metrics text, and trimming a batch at a cut."""
+"""Small pieces: the prompt estimate, what a call asks of its key's limits, model patterns, CLI
+spellings, prices, addresses, the metrics text, and trimming a batch at a cut."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import datetime
 
 import pytest
 
+from svir.call import EMBEDDINGS, CallContext
 from svir.chat import _first_visible
-from svir.config.model import PriceConfig
+from svir.config.model import LimitsConfig, PriceConfig
 from svir.edges.metrics import Counter, Histogram, Registry
+from svir.keys.limits import Ask, Limits
 from svir.keys.model import (
     hash_secret,
     model_allowed,
@@ -19,9 +21,9 @@ from svir.keys.model import (
     parse_expiry,
 )
 from svir.policy.auth import is_loopback
-from svir.policy.key_gate import Price, completion_allowance
+from svir.policy.key_gate import Gate, Price, completion_allowance
 from svir.wire.events import Finish, Role, TextDelta, ToolCallDelta, ToolCallStart
-from svir.wire.tokens import estimate_prompt_tokens
+from svir.wire.tokens import estimate_input_tokens, estimate_prompt_tokens
 
 
 def test_prompt_estimate() -> None:
@@ -51,6 +53,34 @@ def test_prompt_estimate() -> None:
     assert completion_allowance({"max_tokens": 50}, 1024) == 50
     assert completion_allowance({"max_completion_tokens": 70, "max_tokens": 50}, 1024) == 70
     assert completion_allowance({"max_tokens": True}, 1024) == 1024
+
+
+def test_what_a_call_asks_of_its_key_limits() -> None:
+    # 1 and 2 USD per million tokens: 1 and 2 micro-USD a token.
+    price = PriceConfig(model="lab/", input=1.0, output=2.0)
+    gate = Gate(backend=None, limits=LimitsConfig(default_completion_tokens=100), prices=(price,))
+    chat = CallContext(request_id="r", api="openai")
+    request = {"model": "lab/m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50}
+    prompt = estimate_prompt_tokens(request)
+    # Only the request is counted: no estimate made.
+    assert gate.ask(chat, request, Limits(rpm=5), "lab/m") == (Ask(tokens=1, floor=1), None)
+    tokens = Ask(tokens=prompt + 50, floor=prompt + 1)
+    assert gate.ask(chat, request, Limits(tpm=1000), "lab/m") == (tokens, prompt)
+    unbounded = {"model": "lab/m", "messages": request["messages"]}
+    assert gate.ask(chat, unbounded, Limits(tpm=1000), "lab/m")[0].tokens == prompt + 100
+    costed = Ask(tokens=prompt + 50, floor=prompt + 1, cost=prompt + 100, cost_floor=prompt + 2)
+    assert gate.ask(chat, request, Limits(cost_per_day=10**6), "lab/m") == (costed, prompt)
+    # A cost budget and a model without a price: only the request is counted.
+    unpriced = gate.ask(chat, request, Limits(cost_per_day=10**6), "other/m")
+    assert unpriced == (Ask(tokens=1, floor=1), None)
+    # Embeddings generate nothing: their inputs' tokens, no answer allowance.
+    embed = CallContext(request_id="r", api="openai", operation=EMBEDDINGS)
+    inputs = {"model": "lab/e", "input": ["one two three", "four"], "max_tokens": 50}
+    counted = estimate_input_tokens(inputs["input"])
+    assert gate.ask(embed, inputs, Limits(tpm=1000), "lab/e") == (
+        Ask(tokens=counted, floor=counted),
+        counted,
+    )
 
 
 def test_model_patterns() -> None:

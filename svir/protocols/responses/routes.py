@@ -60,7 +60,7 @@ from svir.protocols.http import (
 )
 from svir.protocols.responses.checks import ResponsesRequestError
 from svir.protocols.responses.encode import ResponseStreamEncoder
-from svir.protocols.responses.request import translate_request
+from svir.protocols.responses.request import ResponsesRequest, translate_request
 from svir.protocols.responses.sealed import NONCE_BYTES, seal_reasoning, unseal_reasoning
 from svir.protocols.router import Host
 from svir.providers import validate_chat_request
@@ -221,26 +221,8 @@ class ResponsesAPI:
         fields["api"] = "responses"
         body = await read_json(scope, receive, self.max_body_bytes)
         store = self._open()
-        history: list[dict[str, Any]] = []
-        previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        if isinstance(previous, str) and previous:
-            try:
-                chain = await store.chain(owner_of(scope), previous)
-            except NotFound:
-                raise _not_found(previous, "previous_response_id") from None
-            except StoreError as exc:
-                raise _store_failed(exc) from None
-            for earlier in chain:
-                history += earlier.input_items
-                history += earlier.output_items
-        key, unseal = self._seal_key, self._unseal
-        if key is None or unseal is None:
-            try:
-                # The store's, the same for every replica and for ever: read once.
-                key = self._seal_key = await store.secret(SEAL_SECRET)
-            except StoreError as exc:
-                raise _store_failed(exc) from None
-            unseal = self._unseal = functools.partial(unseal_reasoning, key)
+        history = await _history(store, scope, body)
+        key, unseal = await self._sealing(store)
         try:
             translated = translate_request(body, history=history, unseal=unseal, new_id=_new_id)
         except ResponsesRequestError as exc:
@@ -265,24 +247,11 @@ class ResponsesAPI:
             seal=_sealer(key) if translated.include_encrypted else None,
             taken_call_ids=_call_ids(translated.chat),
         )
-        keep: Callable[[], Awaitable[None]] | None = None
+        keep = None
         if translated.store:
-            # Only what is kept has an owner: a `store: false` request hashes no token.
-            owner = owner_of(scope)
-
-            def record() -> StoredResponse:
-                return StoredResponse(
-                    id=response_id,
-                    owner=owner,
-                    created_at=time.time(),
-                    model=str(body["model"]),
-                    previous_response_id=translated.previous_response_id,
-                    input_items=list(translated.input_items),
-                    output_items=encoder.output_items,
-                    response=encoder.response,
-                )
-
-            keep = functools.partial(_keep, store, record)
+            keep = _keeper(
+                store, scope, translated, encoder, response_id=response_id, model=str(body["model"])
+            )
         early: EarlyStart | None = None
         if request.get("stream"):
             early = EarlyStart(
@@ -303,6 +272,18 @@ class ResponsesAPI:
         )
         with UntilDisconnect(scope, receive):
             return await self._serve(ctx, request, encoder, keep, early, send=send, headers=headers)
+
+    async def _sealing(self, store: ResponseStore) -> tuple[bytes, Callable[[str], str | None]]:
+        """The key reasoning is sealed with, and the unsealer of what it sealed: the store's
+        secret, the same for every replica and for ever, read once."""
+        key, unseal = self._seal_key, self._unseal
+        if key is None or unseal is None:
+            try:
+                key = self._seal_key = await store.secret(SEAL_SECRET)
+            except StoreError as exc:
+                raise _store_failed(exc) from None
+            unseal = self._unseal = functools.partial(unseal_reasoning, key)
+        return key, unseal
 
     async def _serve(
         self,
@@ -409,6 +390,52 @@ class ResponsesAPI:
         page = list_object(items[:limit], len(items) > limit)
         await send_json(send, 200, page, {"x-request-id": rid})
         return 200
+
+
+async def _history(store: ResponseStore, scope: Scope, body: Any) -> list[dict[str, Any]]:
+    """The items of the responses a request continues (its `previous_response_id`'s chain),
+    oldest first: each one's input, then its output."""
+    history: list[dict[str, Any]] = []
+    previous = body.get("previous_response_id") if isinstance(body, dict) else None
+    if isinstance(previous, str) and previous:
+        try:
+            chain = await store.chain(owner_of(scope), previous)
+        except NotFound:
+            raise _not_found(previous, "previous_response_id") from None
+        except StoreError as exc:
+            raise _store_failed(exc) from None
+        for earlier in chain:
+            history += earlier.input_items
+            history += earlier.output_items
+    return history
+
+
+def _keeper(
+    store: ResponseStore,
+    scope: Scope,
+    translated: ResponsesRequest,
+    encoder: ResponseStreamEncoder,
+    *,
+    response_id: str,
+    model: str,
+) -> Callable[[], Awaitable[None]]:
+    """What keeps the response `encoder` makes, once it is finished (`store: true`)."""
+    # Only what is kept has an owner: a `store: false` request hashes no token.
+    owner = owner_of(scope)
+
+    def record() -> StoredResponse:
+        return StoredResponse(
+            id=response_id,
+            owner=owner,
+            created_at=time.time(),
+            model=model,
+            previous_response_id=translated.previous_response_id,
+            input_items=list(translated.input_items),
+            output_items=encoder.output_items,
+            response=encoder.response,
+        )
+
+    return functools.partial(_keep, store, record)
 
 
 async def _keep(store: ResponseStore, record: Callable[[], StoredResponse]) -> None:
