@@ -734,10 +734,10 @@ class ChatCall:
         self._start_output()
         try:
             while (batch := await self._next_batch()) is not None:
-                for ev in batch[1]:
-                    if type(ev) is StreamError:
-                        raise GatewayError(to_client_error(ev.error), ev.error)
-                    agg.add(ev)
+                agg.extend(batch[1])
+                # A failure ends its batch (nothing is decoded after it): the fold holds it.
+                if agg.error is not None:
+                    raise GatewayError(to_client_error(agg.error), agg.error)
         finally:
             self.close()
         answer_id, created = self._answer_id(), int(time.time())

@@ -270,8 +270,7 @@ async def folded(call: ChatCall, fold: Fold) -> Fold:
     """`fold` with every event of the call's answer added: an answer not streamed. A stream
     that failed is raised as the GatewayError it is."""
     async for events in call.events():
-        for event in events:
-            fold.add(event)
+        fold.extend(events)
     if fold.error is not None:
         raise GatewayError(to_client_error(fold.error), fold.error)
     return fold

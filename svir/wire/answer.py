@@ -10,6 +10,7 @@ threads API keeps the reasoning of one carrier).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from svir.wire.errors import UpstreamError
@@ -111,6 +112,16 @@ class AnswerFold:
             self.error = event.error
         elif type(event) is ContentFilter:
             self.filters.append(event)
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """`add` each of `events` in turn; a piece of text (an answer's every chunk, most of
+        what a batch holds) is taken here, without a call of `add` each."""
+        text = self.text
+        for event in events:
+            if type(event) is TextDelta:
+                text.append(event.text)
+            else:
+                self.add(event)
 
     @property
     def carriers(self) -> tuple[ReasoningCarrier, ...]:

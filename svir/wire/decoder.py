@@ -111,6 +111,15 @@ ChunkObject = _Chunk
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
 _body_decoder = msgspec.json.Decoder(_ChunkBody)
 _any_decoder = msgspec.json.Decoder()
+_text_decoder = msgspec.json.Decoder(str)
+# What `StreamDecoder._learn` puts in a chunk's text to prove where the text is; a chunk whose
+# text is this one is not learnt from (the proof would prove nothing).
+_PROBE_TEXT = "\u0000svir probe"
+_PROBE = msgspec.json.encode(_PROBE_TEXT)
+_CONTENT_KEY = b'"content":'
+# Chunks a stream's shape is learnt from, at most: a stream whose chunks differ by more than
+# their text (a field that changes every chunk) is tried twice, then left to the general path.
+_LEARNS = 2
 
 
 def verdict(
@@ -401,6 +410,11 @@ class StreamDecoder(ChatDecoder):
         self._tools = ToolCallAssembler(tool_names)
         self._role_sent = False
         self._blocked = False
+        # The bytes of a content chunk before and after its text, and where the text starts:
+        # a chunk made of the same bytes around another text is that chunk with that text
+        # (`_learn` proved it), so its text is all there is to decode.
+        self._around: tuple[bytes, bytes, int, int] | None = None
+        self._learns = 0
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -430,6 +444,22 @@ class StreamDecoder(ChatDecoder):
         self._data(ev.data, out)
 
     def _data(self, data: bytes, out: list[Event]) -> None:
+        around = self._around
+        if around is not None:
+            head, tail, start, tail_len = around
+            # Slices compared, not `startswith`: its arguments are parsed as a tuple each call.
+            if data[:start] == head and data[-tail_len:] == tail:
+                # (Head and tail overlapping leave no text, which is no JSON string.)
+                try:
+                    text = _text_decoder.decode(data[start:-tail_len])
+                except msgspec.DecodeError:
+                    text = ""
+                think = self._think
+                # The conditions of the content fast path below that depend on the text.
+                if text and (think is None or (think.plain and "<" not in text)):
+                    out.append(TextDelta(text))
+                    self._visible += 1
+                    return
         chunk: _ChunkBody | None
         try:
             chunk = (_body_decoder if self.id else _chunk_decoder).decode(data)
@@ -468,12 +498,52 @@ class StreamDecoder(ChatDecoder):
                 and not choice.content_filter_results
                 and (think is None or (think.plain and "<" not in content))
             ):
+                if self._learns < _LEARNS and choice.finish_reason is None:
+                    self._learn(data, chunk, content)
                 out.append(TextDelta(content))
                 self._visible += 1
                 if choice.finish_reason and self.finish_reason != "content_filter":
                     self.finish_reason = choice.finish_reason
                 return
         self._take(chunk, out)
+
+    def _learn(self, data: bytes, chunk: _ChunkBody, content: str) -> None:
+        """Keep the bytes around `data`'s text (`_around`) if they make every chunk with another
+        text the same chunk but for the text: `chunk` (`data` decoded, taken by the content
+        fast path, with no finish) decoded again with another text in that place must be
+        `chunk` with the other text in its delta and nothing else changed. Then any JSON string
+        between those bytes is a chunk the content fast path takes, with that string as text."""
+        self._learns += 1
+        key = data.find(_CONTENT_KEY)
+        start = key + len(_CONTENT_KEY)
+        if key < 0 or content == _PROBE_TEXT or data[start : start + 1] != b'"':
+            return
+        end = start
+        while True:  # the text's closing quote: the first one after which the text decodes
+            end = data.find(b'"', end + 1)
+            if end < 0:
+                return
+            try:
+                text = _text_decoder.decode(data[start : end + 1])
+            except msgspec.DecodeError:
+                continue
+            break
+        head, tail = data[:start], data[end + 1 :]
+        if text != content or not tail:
+            return
+        try:
+            probe = _body_decoder.decode(head + _PROBE + tail)
+        except msgspec.DecodeError:
+            return
+        choices = probe.choices
+        if not choices or len(choices) != 1 or choices[0].delta is None:
+            return
+        delta = choices[0].delta
+        if delta.content != _PROBE_TEXT:
+            return  # the place is not the delta's text
+        delta.content = content
+        if probe == chunk:
+            self._around = (head, tail, start, len(tail))
 
     def _take(self, chunk: _ChunkBody, out: list[Event]) -> None:
         """One chunk's events and state, whatever it carries."""

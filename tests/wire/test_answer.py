@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from svir.protocols.ollama.encode import ChatAggregator, Metrics
 from svir.wire.answer import AnswerFold, openai_tool_call
 from svir.wire.encoder import CompletionAggregator
@@ -12,6 +14,8 @@ from svir.wire.events import (
     Event,
     Finish,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     RefusalDelta,
     Role,
     StreamError,
@@ -86,3 +90,24 @@ def test_openai_and_ollama_render_the_same_fold_in_their_own_shape() -> None:
     assert ollama["content"] == "hellono"  # Ollama has no refusal field
     assert ollama["thinking"] == "abc"
     assert [c["function"]["arguments"] for c in ollama["tool_calls"]] == [{"x": 1}, {}]
+
+
+def _parts(answer: AnswerFold) -> dict[str, object]:
+    return {name: getattr(answer, name) for name in AnswerFold.__slots__}
+
+
+def test_extend_folds_a_batch_as_add_does_event_by_event() -> None:
+    # Every kind of event, in batches of every size: `extend`'s own handling of text must leave
+    # exactly what `add` leaves, and render the same `chat.completion` byte for byte.
+    signed = [ReasoningSignature("sig"), RedactedReasoning("opaque")]
+    events = [*EVENTS[:4], *signed, *EVENTS[4:]]
+    for size in (1, 2, 3, len(events)):
+        extended = CompletionAggregator()
+        for i in range(0, len(events), size):
+            extended.extend(events[i : i + size])
+        added = fold(events, CompletionAggregator())
+        assert _parts(extended) == _parts(added)
+        assert "".join(extended.text) == "hello" and extended.thinking_blocks
+        assert msgspec.json.encode(
+            extended.completion(id="i", model="m", created=1)
+        ) == msgspec.json.encode(added.completion(id="i", model="m", created=1))

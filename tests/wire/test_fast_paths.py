@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import svir.wire.decoder as decoder_module
 from svir.wire.decoder import DONE_MARKER, StreamDecoder, _chunk_decoder
 from svir.wire.errors import SSEError
-from svir.wire.events import Event
+from svir.wire.events import Event, TextDelta
 from svir.wire.sse import SSEEvent, SSEParser
 
 enc = msgspec.json.encode
@@ -53,7 +54,33 @@ def _delta(**delta: Any) -> bytes:
 # The data of events a stream may carry: the common ones many times over, and the rest.
 # A chunk with no id (the first chunk may be one: the id comes later, or never).
 NO_ID = enc({"choices": [{"delta": {"content": "no id"}}]})
+# The bytes around a content chunk's text (`StreamDecoder._around`, learnt from `_delta`'s), with
+# what may sit between them: other texts, written as a server may write them, and what is not one
+# text at all.
+HEAD, _, TAIL = _delta(content="\x00").partition(b'"\\u0000"')
+AROUND = [
+    HEAD + b'"a\\"b\\\\"' + TAIL,
+    HEAD + b'"\\u00e9\\n\\ud83d\\ude00"' + TAIL,
+    HEAD + b'"\\u003cthink>"' + TAIL,
+    HEAD + b'"x" ' + TAIL,
+    HEAD + b'""' + TAIL,
+    HEAD + b"null" + TAIL,
+    HEAD + b"5" + TAIL,
+    HEAD + b'"a","refusal":"r"' + TAIL,
+    HEAD + b'"a"},"finish_reason":"stop"}]}' + TAIL,
+    HEAD + b'"unclosed' + TAIL,
+    HEAD + b'"\xff"' + TAIL,
+    HEAD + TAIL,
+    HEAD[:-3] + TAIL,
+    # Another field's "content" first, with the delta's text or another: not the text's place.
+    enc({"id": "c1", "x": {"content": "b"}, "choices": [{"index": 0, "delta": {"content": "b"}}]}),
+    enc({"id": "c1", "x": {"content": "d"}, "choices": [{"index": 0, "delta": {"content": "b"}}]}),
+    # The delta's key written with an escape, another field's plainly.
+    b'{"id":"c1","choices":[{"delta":{"\\u0063ontent":"e"}}],"x":{"content":"e"}}',
+    b'{"id":"c1","choices":[{"delta":{"\\u0063ontent":"e"}}],"x":{"content":"f"}}',
+]
 PAYLOADS = [
+    *AROUND,
     _delta(role="assistant", content=""),
     _delta(content="hi"),
     _delta(content=" there\u00e9"),
@@ -290,3 +317,36 @@ def test_each_chunk_mid_stream_decodes_as_the_general_path(payload: bytes, first
             g_frames, g_events = general.feed_frames(read, usage_frames)
             assert (f_frames, _events(f_events)) == (g_frames, _events(g_events))
             assert _state(fast) == _state(general)
+
+
+class _CountingDecoder:
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+        self.calls = 0
+
+    def decode(self, data: bytes) -> Any:
+        self.calls += 1
+        return self.decoder.decode(data)
+
+
+def test_a_content_chunk_like_the_last_one_but_for_its_text_decodes_only_its_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Proof that the differential tests above compare the learnt shape with the general path:
+    # once learnt, a chunk of the same shape is not decoded as a chunk.
+    counting = _CountingDecoder(decoder_module._body_decoder)
+    monkeypatch.setattr(decoder_module, "_body_decoder", counting)
+    d = StreamDecoder()
+    d.feed(b"".join(b"data: " + _delta(content=t) + b"\n\n" for t in ("a", "b")))
+    assert d._around == (HEAD, TAIL, len(HEAD), len(TAIL))
+    counting.calls = 0
+    events = d.feed(b"".join(b"data: " + p + b"\n\n" for p in AROUND[:3]))
+    assert counting.calls == 0
+    assert events == [TextDelta('a"b\\'), TextDelta("\u00e9\n\U0001f600"), TextDelta("<think>")]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS[-4:])
+def test_a_chunk_whose_first_content_key_is_not_its_texts_teaches_nothing(payload: bytes) -> None:
+    d = StreamDecoder()
+    d.feed(b"data: " + _delta(role="assistant") + b"\n\ndata: " + payload + b"\n\n")
+    assert d._around is None
