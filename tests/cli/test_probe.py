@@ -24,7 +24,10 @@ from tests.cli.scripted import (
 )
 
 # Processes outside pytest in every test (the docstring says which): not in `make test-fast`.
-pytestmark = pytest.mark.external
+# The whole probe of the real llama-server is one fixture: every check a generation, ~10 minutes
+# on a loaded 2-core machine (600.0 s, pytest-timeout's default bound, was reached by the fixture
+# alone with two suites side by side), so its bound against a hang is the wheel test's kind.
+pytestmark = [pytest.mark.external, pytest.mark.timeout(1800)]
 
 
 class Report:
