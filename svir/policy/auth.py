@@ -6,8 +6,8 @@ With no keys issued svir runs open, for clients on this machine only (unless
 check, the metrics (which take the admin key or the metrics token: svir.edges.keys_service) and the
 admin API under `/admin/` (whose rule, `admin_check`, svir.edges.keys_service gives; its verdict is
 noted on the request's `svir.asgi.Exchange`, `admin_access`). The key of the request being served
-is noted there too (`caller_key(scope)`), for the call's context (the limits, the ledger), and any
-front end that keeps things per caller (threads).
+is noted there too (`svir.asgi.caller_key(scope)`), for the call's context (the limits, the
+ledger), and any front end that keeps things per caller (threads).
 
 svir's admin key is also taken where a svir key is (the console's playground): its caller has no
 key, so no limits, and the ledger's `key_id` stays null for it; it also passes where svir, open,
@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from svir.asgi import Scope, caller_key, exchange, header
+from svir.asgi import Scope, exchange, header
 from svir.errors import GatewayError, auth_error
 from svir.keys.model import KeyRecord
 from svir.wire.origins import is_loopback
@@ -37,7 +37,6 @@ __all__ = [
     "Authenticator",
     "api_key",
     "bearer_token",
-    "caller_key",
     "is_loopback",
 ]
 
